@@ -1,0 +1,30 @@
+# The README's two commands: `make demo` and `make test`. Both create .venv if missing.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: venv demo test test-fast lint clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: venv
+	$(BIN)/stretchflow demo
+
+test: venv
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+
+test-fast: venv
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow" tests
+
+lint: venv
+	$(BIN)/ruff check src tests
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info

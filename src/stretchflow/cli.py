@@ -1,0 +1,2 @@
+def main():
+    raise SystemExit("stretchflow CLI under construction")

@@ -1,0 +1,182 @@
+"""The user API: a :class:`Flow` is a logical plan of sources, operators and sinks.
+
+>>> import stretchflow as sf
+>>> flow = sf.Flow("count")
+>>> words = flow.source(sf.io.iterable([{"ts": 1, "text": "a b a"}, {"ts": 70, "text": "b"}]))
+>>> counts = words.aggregate(size=60, keys=lambda t: t["text"].split(), init=lambda: 0,
+...                          update=lambda n, t: n + 1,
+...                          output=lambda w, n: {"word": w, "count": n})
+>>> out = counts.collect()
+>>> _ = flow.run()
+>>> for r in out.records():
+...     print(r)
+{'ts': 60, 'word': 'a', 'count': 1}
+{'ts': 60, 'word': 'b', 'count': 1}
+{'ts': 120, 'word': 'b', 'count': 1}
+
+(``keys`` returning a list: keys are a set, so "a" counts once per tweet there; the built-in
+wordcount returns a ``Counter`` to count occurrences.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import FlowDefinitionError
+from .io.sinks import Collector, Sink, open_sink
+from .io.sources import Source
+from .operators.aggregate import Aggregate
+from .operators.join import Join
+from .operators.oplus import OPlus
+from .operators.stateless import Filter, FlatMap, Map
+
+
+@dataclass(eq=False)
+class Node:
+    """A vertex of the logical plan: a source, a stateless operator or an O+."""
+
+    name: str
+    kind: str  # "source" | "stateless" | "oplus"
+    spec: Any
+    inputs: list[Node] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        return f"Node({self.name!r}, {self.kind})"
+
+
+class Stream:
+    """The output stream of a node; methods add operators downstream of it."""
+
+    def __init__(self, flow: Flow, node: Node):
+        self.flow = flow
+        self.node = node
+
+    # -- stateless ----------------------------------------------------------------------------
+    def map(self, fn: Callable[[Any], Any], name: str | None = None) -> Stream:
+        """One output per tuple, same timestamp."""
+        return self.flow._add("stateless", Map(fn, self.flow._name(name, "map")), [self])
+
+    def flat_map(self, fn: Callable[[Any], Iterable[Any]], name: str | None = None) -> Stream:
+        """Zero or more outputs per tuple, each with the tuple's timestamp."""
+        return self.flow._add("stateless", FlatMap(fn, self.flow._name(name, "flat_map")),
+                              [self])
+
+    def filter(self, fn: Callable[[Any], bool], name: str | None = None) -> Stream:
+        """Keeps the tuples for which ``fn`` is true."""
+        return self.flow._add("stateless", Filter(fn, self.flow._name(name, "filter")), [self])
+
+    # -- stateful -----------------------------------------------------------------------------
+    def oplus(self, op: OPlus, *others: Stream) -> Stream:
+        """Applies an O+ whose input 0 is this stream and inputs 1.. are ``others``."""
+        return self.flow.oplus(op, self, *others)
+
+    def aggregate(self, *, size: int | str, slide: int | str | None = None,
+                  keys: Callable[[Any], Any], init: Callable[[], Any],
+                  update: Callable[[Any, Any], Any],
+                  output: Callable[[Hashable, Any], Any] | None = None,
+                  window_type: str = "multi",
+                  f_mu: Callable[[Hashable, int], int] | None = None,
+                  name: str | None = None) -> Stream:
+        """An A+ (O+ with one input): per key and window, ``acc = update(acc, t)`` from
+        ``init()``; ``output(key, acc)`` when the window instance expires."""
+        op = Aggregate(size=size, slide=slide, keys=keys, init=init, update=update,
+                       output=output, window_type=window_type, f_mu=f_mu,
+                       name=self.flow._name(name, "aggregate"))
+        return self.flow.oplus(op, self)
+
+    def join(self, other: Stream, *, size: int | str, slide: int | str | None = None,
+             keys: Callable[[Any], Any], predicate: Callable[[Any, Any], bool] | None = None,
+             output: Callable[[Any, Any], Any] | None = None, window_type: str = "multi",
+             f_mu: Callable[[Hashable, int], int] | None = None,
+             name: str | None = None) -> Stream:
+        """A J+ (O+ with two inputs): pairs (this, other) sharing a key in the same window
+        instance for which ``predicate`` holds, as ``output(left, right)``."""
+        op = Join(size=size, slide=slide, keys=keys, predicate=predicate, output=output,
+                  window_type=window_type, f_mu=f_mu, name=self.flow._name(name, "join"))
+        return self.flow.oplus(op, self, other)
+
+    # -- sinks --------------------------------------------------------------------------------
+    def sink(self, sink: Sink | Source | str) -> Sink:
+        """Sends this stream to a sink (a file path, a file source object, or a Sink)."""
+        if isinstance(sink, str):
+            sink = open_sink(sink)
+        elif isinstance(sink, Source) and hasattr(sink, "path"):
+            sink = open_sink(sink.path)
+        if not isinstance(sink, Sink):
+            raise FlowDefinitionError(f"not a sink: {sink!r}")
+        self.flow.sinks.append((self.node, sink))
+        return sink
+
+    def collect(self) -> Collector:
+        """Collects this stream in memory; returns the collector."""
+        c = Collector()
+        self.sink(c)
+        return c
+
+
+class Flow:
+    """A query: sources, operators and sinks. Build it once; run it on any engine."""
+
+    def __init__(self, name: str = "flow"):
+        self.name = name
+        self.nodes: list[Node] = []
+        self.sinks: list[tuple[Node, Sink]] = []
+        self._names: set[str] = set()
+
+    def source(self, source: Source, name: str | None = None) -> Stream:
+        if not isinstance(source, Source):
+            raise FlowDefinitionError(f"not a source: {source!r}")
+        if name is not None:
+            source.name = name
+        return self._add("source", source, [], self._name(source.name, "source"))
+
+    def oplus(self, op: OPlus, *inputs: Stream) -> Stream:
+        """Applies an O+ to ``inputs`` (input i of the operator is ``inputs[i]``)."""
+        if len(inputs) != op.I:
+            raise FlowDefinitionError(
+                f"operator {op.name!r} has I={op.I} inputs but {len(inputs)} streams were given"
+            )
+        op.name = self._name(op.name, "oplus") if op.name in self._names else op.name
+        self._names.add(op.name)
+        return self._add("oplus", op, list(inputs), op.name)
+
+    def run(self, engine: str = "reference", **options: Any) -> Any:
+        """Runs the flow to the end of its inputs; returns the engine's run result."""
+        from .executors import get_engine
+
+        return get_engine(engine)(self, **options)
+
+    # -- internals ------------------------------------------------------------------------------
+    def _add(self, kind: str, spec: Any, inputs: list[Stream], name: str | None = None) -> Stream:
+        for s in inputs:
+            if s.flow is not self:
+                raise FlowDefinitionError("a stream of another flow cannot be an input here")
+        node = Node(name or spec.name, kind, spec, [s.node for s in inputs])
+        self._names.add(node.name)
+        self.nodes.append(node)
+        return Stream(self, node)
+
+    def _name(self, name: str | None, default: str) -> str:
+        base = name or default
+        if base not in self._names:
+            return base
+        i = 2
+        while f"{base}-{i}" in self._names:
+            i += 1
+        return f"{base}-{i}"
+
+    def consumers(self) -> dict[Node, int]:
+        """How many operators and sinks read each node's stream."""
+        n: dict[Node, int] = {node: 0 for node in self.nodes}
+        for node in self.nodes:
+            for up in node.inputs:
+                n[up] += 1
+        for node, _ in self.sinks:
+            n[node] += 1
+        return n
+
+    def validate(self) -> None:
+        if not self.sinks:
+            raise FlowDefinitionError(f"flow {self.name!r} has no sink")

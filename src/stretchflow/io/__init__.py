@@ -1,0 +1,80 @@
+"""Sources and sinks; ``stretchflow.io.generators`` holds the built-in data generators."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from .sinks import (
+    Callback,
+    Collector,
+    CsvSink,
+    JsonLinesSink,
+    ParquetSink,
+    Sink,
+    Stdout,
+    open_sink,
+    to_record,
+)
+from .sources import (
+    Csv,
+    Generated,
+    IterableSource,
+    JsonLines,
+    Parquet,
+    Source,
+    open_source,
+)
+
+
+def jsonl(path: str | os.PathLike, **kw: Any) -> JsonLines:
+    """A JSON Lines file source (sorted by ``ts`` unless ``sorted=False``)."""
+    return JsonLines(path, **kw)
+
+
+def csv(path: str | os.PathLike, **kw: Any) -> Csv:
+    """A CSV file source read through pyarrow."""
+    return Csv(path, **kw)
+
+
+def parquet(path: str | os.PathLike, **kw: Any) -> Parquet:
+    """A Parquet file source read through pyarrow."""
+    return Parquet(path, **kw)
+
+
+def iterable(data: Iterable[Any] | Callable[[], Iterable[Any]], **kw: Any) -> IterableSource:
+    """A source over a Python iterable of records (and :class:`Watermark` objects)."""
+    return IterableSource(data, **kw)
+
+
+def generated(generator: str, **kw: Any) -> Generated:
+    """A built-in generator (``tweets``, ``bandjoin``, ``trades``) as a source."""
+    return Generated(generator, **kw)
+
+
+def collect() -> Collector:
+    """An in-memory sink."""
+    return Collector()
+
+
+def callback(fn: Callable[[int, Any], None]) -> Callback:
+    """A sink calling ``fn(ts, payload)`` for each output tuple."""
+    return Callback(fn)
+
+
+def stdout() -> Stdout:
+    """JSON Lines on standard output."""
+    return Stdout()
+
+
+def jsonl_sink(path: str | os.PathLike) -> JsonLinesSink:
+    return JsonLinesSink(path)
+
+
+__all__ = [
+    "Callback", "Collector", "Csv", "CsvSink", "Generated", "IterableSource", "JsonLines",
+    "JsonLinesSink", "Parquet", "ParquetSink", "Sink", "Source", "Stdout", "callback", "collect",
+    "csv", "generated", "iterable", "jsonl", "jsonl_sink", "open_sink", "open_source", "parquet",
+    "stdout", "to_record",
+]

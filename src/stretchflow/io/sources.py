@@ -1,0 +1,300 @@
+"""Sources: files (JSON Lines, CSV, Parquet), Python iterables and the built-in generators.
+
+Every source says whether it is timestamp-sorted. A sorted source's tuples are implicit
+watermarks (journal §2.3, Definition 3) and a record whose timestamp goes back raises a
+:class:`~stretchflow.errors.SourceError` naming the source, the record and both timestamps.
+An unsorted source may carry explicit watermarks (records holding only a watermark field, or
+:class:`~stretchflow.eventtime.Watermark` objects in an iterable); its tuples are held back and
+released in timestamp order once a watermark covers them, and a tuple that arrives behind a
+watermark it promised to respect is an error, never silently dropped. Without watermarks an
+unsorted source is sorted when its input ends (bounded inputs only).
+
+``Source.items()`` yields ``(ts, payload)`` tuples in timestamp order, with explicit watermarks
+as ``(w, WATERMARK)``; the engine never copies payloads.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import os
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ..errors import SourceError
+from ..eventtime import WATERMARK, Watermark
+
+Item = tuple[int, Any]
+
+
+class Source:
+    """Base class: a named stream of records with an integer timestamp field."""
+
+    def __init__(self, name: str, ts: str = "ts", sorted: bool = True,  # noqa: A002
+                 watermark: str | None = None):
+        self.name = name
+        self.ts_field = ts
+        self.sorted = sorted
+        self.watermark_field = watermark
+        self.read = 0  # records read so far, updated every few thousand (for progress bars)
+
+    def items(self) -> Iterator[Item]:
+        """The source's tuples in timestamp order (explicit watermarks included)."""
+        raw = self._raw()
+        return _check_sorted(self, raw) if self.sorted else _reorder(self, raw)
+
+    def _raw(self) -> Iterator[tuple[Any, Any, Any]]:
+        """``(ts_or_None, payload_or_WATERMARK, where)`` triples in arrival order; ``where``
+        locates the record for error messages (a line number or a row index)."""
+        raise NotImplementedError
+
+    def describe_where(self, where: Any) -> str:
+        return f"record {where}"
+
+    def _error(self, where: Any, reason: str, record: Any = None) -> SourceError:
+        return SourceError(self.name, self.describe_where(where), reason, record)
+
+    def _ts_of(self, rec: Any, where: Any) -> int:
+        """The timestamp of a record, or a clear error (missing, not an integer)."""
+        try:
+            ts = rec[self.ts_field]
+        except (KeyError, TypeError, IndexError):
+            if not isinstance(rec, dict):
+                raise self._error(where, "record is not an object", rec) from None
+            raise self._error(where, f"missing timestamp field {self.ts_field!r}", rec) from None
+        if type(ts) is not int:
+            raise self._error(
+                where, f"timestamp {self.ts_field!r} must be an integer (ms), got {ts!r}", rec
+            )
+        return ts
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r}, sorted={self.sorted})"
+
+
+def _check_sorted(src: Source, raw: Iterator[tuple[Any, Any, Any]]) -> Iterator[Item]:
+    prev = -math.inf
+    for ts, payload, where in raw:
+        if ts < prev:
+            raise src._error(
+                where,
+                f"timestamp goes back from {prev} to {ts} on a source declared sorted "
+                f"(declare it sorted=False with explicit watermarks, or sort the input)",
+                None if payload is WATERMARK else payload,
+            )
+        prev = ts
+        yield ts, payload
+
+
+def _reorder(src: Source, raw: Iterator[tuple[Any, Any, Any]]) -> Iterator[Item]:
+    """Hold tuples until an explicit watermark covers them, then release them sorted (ties
+    in arrival order)."""
+    heap: list[tuple[int, int, Any]] = []
+    seq = 0
+    wm = -math.inf
+    for ts, payload, where in raw:
+        if payload is WATERMARK:
+            if ts <= wm:
+                continue  # watermarks only move forward; a repeated one says nothing new
+            wm = ts
+            while heap and heap[0][0] <= wm:
+                t, _, p = heapq.heappop(heap)
+                yield t, p
+            yield wm, WATERMARK
+        else:
+            if ts < wm:
+                raise src._error(
+                    where, f"late tuple: timestamp {ts} is behind the watermark {wm}", payload
+                )
+            seq += 1
+            heapq.heappush(heap, (ts, seq, payload))
+    while heap:
+        t, _, p = heapq.heappop(heap)
+        yield t, p
+
+
+class JsonLines(Source):
+    """One JSON object per line. Blank lines are skipped; anything else that is not a JSON
+    object with an integer timestamp is an error naming the file and line."""
+
+    def __init__(self, path: str | os.PathLike, *, ts: str = "ts", sorted: bool = True,  # noqa: A002
+                 watermark: str | None = None, name: str | None = None):
+        self.path = Path(path)
+        super().__init__(name or self.path.name, ts, sorted, watermark)
+
+    def describe_where(self, where: Any) -> str:
+        return f"{self.path}:{where}"
+
+    def _raw(self) -> Iterator[tuple[Any, Any, Any]]:
+        loads, ts_f, wm_f = orjson.loads, self.ts_field, self.watermark_field
+        try:
+            f = open(self.path, "rb")  # noqa: SIM115
+        except OSError as e:
+            raise SourceError(self.name, str(self.path), f"cannot open: {e.strerror}") from e
+        with f:
+            n = 0
+            for n, line in enumerate(f, 1):  # noqa: B007
+                try:
+                    rec = loads(line)
+                except orjson.JSONDecodeError as e:
+                    if not line.strip():
+                        continue
+                    raise self._error(n, f"malformed JSON ({e})", _text(line)) from None
+                if wm_f is not None and type(rec) is dict and wm_f in rec and len(rec) == 1:
+                    w = rec[wm_f]
+                    if type(w) is not int:
+                        raise self._error(n, f"watermark must be an integer, got {w!r}", rec)
+                    yield w, WATERMARK, n
+                    continue
+                try:
+                    ts = rec[ts_f]
+                except (KeyError, TypeError):
+                    ts = self._ts_of(rec, n)  # raises the precise error
+                if type(ts) is not int:
+                    ts = self._ts_of(rec, n)
+                if not n & 4095:
+                    self.read = n
+                yield ts, rec, n
+            self.read = n
+
+
+class _Arrow(Source):
+    """Files pyarrow reads in record batches (CSV, Parquet); rows are dicts."""
+
+    def __init__(self, path: str | os.PathLike, *, ts: str = "ts", sorted: bool = True,  # noqa: A002
+                 name: str | None = None):
+        self.path = Path(path)
+        super().__init__(name or self.path.name, ts, sorted, None)
+
+    def describe_where(self, where: Any) -> str:
+        return f"{self.path} row {where}"
+
+    def _batches(self) -> Iterator[Any]:
+        raise NotImplementedError
+
+    def _raw(self) -> Iterator[tuple[Any, Any, Any]]:
+        if not self.path.exists():
+            raise SourceError(self.name, str(self.path), "cannot open: no such file")
+        ts_f = self.ts_field
+        row = 0
+        try:
+            batches = self._batches()
+            for batch in batches:
+                if ts_f not in batch.schema.names:
+                    raise self._error(row + 1, f"missing timestamp column {ts_f!r}")
+                for rec in batch.to_pylist():
+                    row += 1
+                    ts = rec[ts_f]
+                    if type(ts) is not int:
+                        ts = self._ts_of(rec, row) if ts is not None else self._null_ts(row, rec)
+                    yield ts, rec, row
+                self.read = row
+        except SourceError:
+            raise
+        except Exception as e:  # pyarrow's parse errors carry the reason; name the file
+            raise self._error(row + 1, f"cannot read: {e}") from e
+
+    def _null_ts(self, row: int, rec: Any) -> int:
+        raise self._error(row, f"missing timestamp field {self.ts_field!r}", rec)
+
+
+class Csv(_Arrow):
+    """CSV with a header line, read with pyarrow (column types inferred)."""
+
+    def _batches(self) -> Iterator[Any]:
+        import pyarrow.csv as pcsv
+
+        return iter(pcsv.open_csv(str(self.path)))
+
+
+class Parquet(_Arrow):
+    """A Parquet file, read batch by batch."""
+
+    def _batches(self) -> Iterator[Any]:
+        import pyarrow.parquet as pq
+
+        return pq.ParquetFile(str(self.path)).iter_batches(batch_size=8192)
+
+
+class IterableSource(Source):
+    """Records from a Python iterable (or a zero-argument callable returning one, so the flow
+    can run more than once). Records are dicts with a timestamp field, or anything when ``ts``
+    is a function of the record; :class:`Watermark` objects are explicit watermarks."""
+
+    def __init__(self, data: Iterable[Any] | Callable[[], Iterable[Any]], *,
+                 ts: str | Callable[[Any], int] = "ts", sorted: bool = True,  # noqa: A002
+                 name: str = "iterable"):
+        self.data = data
+        self.ts_fn = ts if callable(ts) else None
+        super().__init__(name, ts if isinstance(ts, str) else "<ts function>", sorted, None)
+
+    def _raw(self) -> Iterator[tuple[Any, Any, Any]]:
+        data = self.data() if callable(self.data) else self.data
+        ts_fn = self.ts_fn
+        n = 0
+        for n, rec in enumerate(data, 1):  # noqa: B007
+            if type(rec) is Watermark:
+                yield rec.ts, WATERMARK, n
+                continue
+            if ts_fn is not None:
+                try:
+                    ts = ts_fn(rec)
+                except Exception as e:
+                    raise self._error(n, f"timestamp function failed: {e!r}", rec) from e
+                if type(ts) is not int:
+                    raise self._error(n, f"timestamp must be an integer (ms), got {ts!r}", rec)
+            else:
+                ts = self._ts_of(rec, n)
+            yield ts, rec, n
+        self.read = n
+
+
+class Generated(Source):
+    """A built-in data generator (``tweets``, ``bandjoin``, ``trades``) as a source.
+
+    For ``bandjoin`` pick the stream with ``stream="left"`` or ``"right"``.
+    """
+
+    def __init__(self, generator: str, *, rows: int, seed: int = 0, stream: str | None = None,
+                 name: str | None = None, **params: Any):
+        self.generator = generator
+        self.rows = rows
+        self.seed = seed
+        self.stream = stream
+        self.params = params
+        super().__init__(name or generator + (f"-{stream}" if stream else ""), "ts", True)
+
+    def _raw(self) -> Iterator[tuple[Any, Any, Any]]:
+        from . import generators
+
+        table = generators.GENERATORS[self.generator](rows=self.rows, seed=self.seed,
+                                                      **self.params)
+        if isinstance(table, tuple):
+            table = table[0 if self.stream in (None, "left") else 1]
+        row = 0
+        for batch in table.to_batches(max_chunksize=8192):
+            for rec in batch.to_pylist():
+                row += 1
+                yield rec["ts"], rec, row
+            self.read = row
+
+
+def _text(line: bytes, limit: int = 200) -> str:
+    s = line.decode("utf-8", "replace").rstrip("\n")
+    return s if len(s) <= limit else s[:limit] + "..."
+
+
+def open_source(path: str | os.PathLike, **kw: Any) -> Source:
+    """A file source chosen by extension: .jsonl/.json/.ndjson, .csv or .parquet."""
+    p = Path(path)
+    ext = p.suffix.lower()
+    if ext in (".jsonl", ".json", ".ndjson"):
+        return JsonLines(p, **kw)
+    if ext == ".csv":
+        return Csv(p, **kw)
+    if ext == ".parquet":
+        return Parquet(p, **kw)
+    raise ValueError(f"{p}: unknown input format {ext!r}; use .jsonl, .csv or .parquet")

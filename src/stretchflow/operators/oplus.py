@@ -1,0 +1,343 @@
+"""The generalized windowed operator O+ (STRETCH journal §4.2, Table I, Alg. 2).
+
+``O+(WA, WS, I, f_MK, WT, S, f_μ, f_U, f_O, f_S)``:
+
+* f_MK (``keys``) returns the keys of a tuple: an iterable of distinct keys (a set), or a dict
+  mapping each key to the value f_U sees for it. The dict form is Corollary 1's Map fused into
+  f_MK: the per-key copy of the tuple that carries one extra attribute (e.g. how many times a
+  word occurs in a tweet) without a separate operator.
+* For each key the operator keeps one set of I window instances per window (WT ``multi``) or
+  one set that slides by WA (WT ``single``). A :class:`WindowSet` is σ[k][ℓ] of the paper.
+* f_U (``update(ws, ts, value, i)``) runs on every (key, window) a tuple falls in; it updates
+  ``ws.states`` in place (the paper's σ.set) and may return payloads to emit.
+* f_O (``output(ws)``) runs when a window instance expires and may return payloads.
+* f_S (``slide(ws)``) runs when a ``single`` window set has just advanced by WA (``ws.l`` is
+  already the new left boundary) and updates ``ws.states`` in place.
+
+Table I defaults: f_U stores ``(ts, value)`` in the state of the tuple's input; f_O emits
+nothing; f_S purges stored tuples older than the new left boundary.
+
+Every output tuple carries the right boundary ``l + WS`` of its window instance. The runtime
+(:class:`OPlusInstance`) keeps outputs in timestamp order even when f_U emits into windows
+that close later than windows f_O is about to close (see ``_emit_pending``).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any
+
+from ..errors import FlowDefinitionError
+from ..eventtime import parse_duration
+
+Payloads = Iterable[Any] | None
+
+
+class WindowSet:
+    """The I window instances ⟨ζ_i, l, k⟩ of one key ``key`` with left boundary ``l``.
+
+    ``states[i]`` is ζ of input ``i``; ``right`` is the exclusive right boundary ``l + WS``.
+    """
+
+    __slots__ = ("key", "l", "right", "states")
+
+    def __init__(self, key: Hashable, l: int, right: int, states: list):  # noqa: E741
+        self.key = key
+        self.l = l
+        self.right = right
+        self.states = states
+
+    @property
+    def state(self) -> Any:
+        """ζ of the first input (convenient when I = 1)."""
+        return self.states[0]
+
+    def __repr__(self) -> str:
+        return f"WindowSet(key={self.key!r}, l={self.l}, states={self.states!r})"
+
+
+def key_pairs(ks: Any, value: Any) -> Any:
+    """(key, value f_U sees) for every key f_MK returned: a dict gives its own per-key values;
+    any other iterable is a set of keys (duplicates count once) that all see the tuple."""
+    if isinstance(ks, dict):
+        return ks.items()
+    if type(ks) is not set and type(ks) is not frozenset:
+        ks = dict.fromkeys(ks)
+    return [(k, value) for k in ks]
+
+
+def default_update(ws: WindowSet, ts: int, value: Any, i: int) -> None:
+    """Table I's f_U: store the tuple in the window state of its input; emit nothing."""
+    ws.states[i].append((ts, value))
+
+
+def default_slide(ws: WindowSet) -> None:
+    """Table I's f_S: purge stored tuples that fell before the new left boundary."""
+    l = ws.l  # noqa: E741
+    for state in ws.states:
+        n = 0
+        for ts, _ in state:
+            if ts >= l:
+                break
+            n += 1
+        if n:
+            del state[:n]
+
+
+class OPlus:
+    """Specification of an O+ operator: parameters and the user functions of Table I.
+
+    Subclass and override ``keys``/``update``/``output``/``slide``/``init``, or pass the
+    functions to the constructor.
+
+    >>> from stretchflow.operators.oplus import OPlus
+    >>> op = OPlus(size=10, slide=5, keys=lambda t, i: {t["k"]},
+    ...            init=lambda: 0,
+    ...            update=lambda ws, ts, t, i: ws.states.__setitem__(0, ws.states[0] + 1),
+    ...            output=lambda ws: [{"k": ws.key, "n": ws.states[0]}])
+    >>> inst = op.instance()
+    >>> for ts in (1, 2, 7):
+    ...     inst.process(ts, {"k": "a"}, 0)
+    >>> inst.finish(); [(ts, p["n"]) for ts, p in inst.take()]
+    [(5, 2), (10, 3), (15, 1)]
+    """
+
+    def __init__(
+        self,
+        *,
+        size: int | str,
+        slide: int | str | None = None,
+        inputs: int = 1,
+        keys: Callable[[Any, int], Any] | None = None,
+        window_type: str = "multi",
+        schema: Any = None,
+        f_mu: Callable[[Hashable, int], int] | None = None,
+        init: Callable[[], Any] | None = None,
+        update: Callable[[WindowSet, int, Any, int], Payloads] | None = None,
+        output: Callable[[WindowSet], Payloads] | None = None,
+        slide_fn: Callable[[WindowSet], None] | None = None,
+        name: str = "oplus",
+    ):
+        self.WS = parse_duration(size)
+        self.WA = parse_duration(slide) if slide is not None else self.WS
+        if self.WA <= 0 or self.WS <= 0:
+            raise FlowDefinitionError(f"{name}: window size and slide must be positive")
+        if self.WA > self.WS:
+            raise FlowDefinitionError(
+                f"{name}: slide (WA={self.WA} ms) must not exceed size (WS={self.WS} ms)"
+            )
+        if window_type not in ("single", "multi"):
+            raise FlowDefinitionError(f"{name}: window_type must be 'single' or 'multi'")
+        if inputs < 1:
+            raise FlowDefinitionError(f"{name}: an O+ needs at least one input")
+        self.I = inputs
+        self.WT = window_type
+        self.S = schema
+        self.name = name
+        if keys is not None:
+            self.keys = keys
+        elif type(self).keys is OPlus.keys:
+            raise FlowDefinitionError(f"{name}: an O+ needs f_MK (keys)")
+        if f_mu is not None:
+            self.f_mu = f_mu
+        if init is not None:
+            self.init = init
+        if update is not None:
+            self.update = update
+        if output is not None:
+            self.output = output
+        if slide_fn is not None:
+            self.slide = slide_fn
+
+    # -- Table I hooks (overridable) ------------------------------------------------------
+    def keys(self, t: Any, i: int) -> Any:  # pragma: no cover - replaced or overridden
+        """f_MK: the keys of payload ``t`` from input ``i`` (a set, or a dict key -> value)."""
+        raise NotImplementedError
+
+    def init(self) -> Any:
+        """A new window state ζ (default: an empty list of stored tuples)."""
+        return []
+
+    update = staticmethod(default_update)
+    output: Callable[[WindowSet], Payloads] | None = None  # default: emit nothing
+    slide = staticmethod(default_slide)
+
+    def f_mu(self, key: Hashable, n: int) -> int:
+        """f_μ: the instance (0..n-1) responsible for ``key`` (default: stable hash mod n)."""
+        from ..keyhash import stable_hash
+
+        return stable_hash(key) % n
+
+    # -- runtime ----------------------------------------------------------------------------
+    @property
+    def default_output(self) -> bool:
+        return self.output is None
+
+    @property
+    def default_slide(self) -> bool:
+        return type(self).slide is OPlus.slide and self.__dict__.get("slide") is None
+
+    def instance(self, responsible: Callable[[Hashable], bool] | None = None) -> OPlusInstance:
+        """A runtime instance o+_j; ``responsible(k)`` filters the keys it owns (all if None)."""
+        return OPlusInstance(self, responsible)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r}, WA={self.WA}, WS={self.WS}, I={self.I})"
+
+
+class OPlusInstance:
+    """One instance o+_j running Alg. 2 (processSN) over its state σ_j.
+
+    σ is kept as ``{l: {key: WindowSet}}`` with a heap of the left boundaries present, so the
+    expiry loop of Alg. 2 (L27–L29: "while ρ+WS <= W, forwardAndShift every key whose first
+    window starts at ρ; ρ += WA") visits only boundaries that hold window instances instead of
+    stepping ρ through empty ones. ρ is the heap's minimum.
+
+    Expiry uses ``l + WS <= W`` (DESIGN: "a window instance expires once the watermark reaches
+    its right boundary"); Alg. 2 writes ``<``, but with an exclusive right boundary and integer
+    time no tuple with ts >= W can fall in such an instance, and only ``<=`` keeps a ``single``
+    window set at ``earliestWinL(t)`` when t arrives, as check&Create assumes.
+    """
+
+    def __init__(self, op: OPlus, responsible: Callable[[Hashable], bool] | None = None):
+        self.op = op
+        self.responsible = responsible
+        self.W = -math.inf  # watermark; "initially 0" in Alg. 2, -inf admits any first ts
+        self.sigma: dict[int, dict[Hashable, Any]] = {}
+        self._lheap: list[int] = []
+        self._pending: list[tuple[int, int, Any]] = []  # f_U outputs that close later
+        self._seq = 0
+        self._last_l = -math.inf  # latest window left boundary any tuple fell in
+        self.out: list[tuple[int, Any]] = []
+
+    # -- Alg. 2 -------------------------------------------------------------------------------
+    def process(self, ts: int, value: Any, i: int = 0) -> None:
+        """processSN(t): updateW, expire and forward, then handleInputTuple."""
+        if ts > self.W:
+            self.W = ts
+            if self._lheap and self._lheap[0] + self.op.WS <= ts:
+                self._expire(ts)
+            elif self._pending and self._pending[0][0] <= ts:
+                self._emit_pending(ts)
+        self._handle(ts, value, i)
+
+    def advance(self, w: int) -> None:
+        """An explicit watermark: expire what it closes, release outputs up to it."""
+        if w > self.W:
+            self.W = w
+            self._expire(w)
+
+    def finish(self) -> None:
+        """End of input: every open window instance expires (DESIGN, Semantics)."""
+        self._expire(math.inf)
+
+    def take(self) -> list[tuple[int, Any]]:
+        """Outputs produced so far, in timestamp order; clears the buffer."""
+        out, self.out = self.out, []
+        return out
+
+    # -- handleInputTuple (Alg. 2 L14–L23) -----------------------------------------------------
+    def _handle(self, ts: int, value: Any, i: int) -> None:
+        op = self.op
+        ks = op.keys(value, i)
+        if not ks:
+            return
+        pairs = key_pairs(ks, value)
+        resp = self.responsible
+        if resp is not None:
+            pairs = [kv for kv in pairs if resp(kv[0])]
+            if not pairs:
+                return
+        wa, ws_ = op.WA, op.WS
+        l1 = ((ts - ws_) // wa + 1) * wa  # earliestWinL
+        l2 = l1 if op.WT == "single" else (ts // wa) * wa  # latestWinL
+        if l2 > self._last_l:
+            self._last_l = l2
+        sigma, update, init, n_in = self.sigma, op.update, op.init, op.I
+        for l in range(l1, l2 + 1, wa):  # noqa: E741
+            d = sigma.get(l)
+            if d is None:
+                d = sigma[l] = {}
+                heapq.heappush(self._lheap, l)
+            right = l + ws_
+            for k, v in pairs:
+                w = d.get(k)
+                if w is None:  # σ.check&Create(k, l)
+                    w = d[k] = WindowSet(k, l, right, [init() for _ in range(n_in)])
+                out = update(w, ts, v, i)
+                if out:
+                    self._emit_later(right, out)
+
+    # -- expiry: Alg. 2 L27–L29 and forwardAndShift (L5–L12) ----------------------------------
+    def _expire(self, wm: float) -> None:
+        op = self.op
+        heap, sigma, ws_, wa = self._lheap, self.sigma, op.WS, op.WA
+        single = op.WT == "single"
+        f_o = op.output
+        # With Table I's f_O and f_S, k slides of a single window set equal one slide of k·WA:
+        # nothing is emitted and the purge is monotone, so jump straight to the new position.
+        collapse = single and f_o is None and op.default_slide
+        out = self.out
+        while heap and heap[0] + ws_ <= wm:
+            l = heapq.heappop(heap)  # noqa: E741  (ρ)
+            d = sigma.pop(l)
+            right = l + ws_
+            if self._pending and self._pending[0][0] <= right:
+                self._emit_pending(right)
+            if f_o is not None:
+                for w in d.values():
+                    res = f_o(w)
+                    if res:
+                        for p in res:
+                            out.append((right, p))
+            if not single:
+                continue  # WT = multi: σ.remove(k, 1)
+            if wm == math.inf:
+                if collapse or l + wa > self._last_l:
+                    continue  # no tuple can fall in later positions: discard
+                new_l = l + wa
+            elif collapse:
+                new_l = l + wa * ((wm - ws_ - l) // wa + 1)
+            else:
+                new_l = l + wa
+            self._shift(d, new_l)
+        if self._pending and self._pending[0][0] <= wm:
+            self._emit_pending(wm)
+
+    def _shift(self, d: dict, new_l: int) -> None:
+        """σ.shift / σ.remove for the window sets of ``d`` moving to ``new_l`` (L7–L10)."""
+        op = self.op
+        slide, right = op.slide, new_l + op.WS
+        target = None
+        for k, w in d.items():
+            w.l = new_l
+            w.right = right
+            slide(w)
+            for state in w.states:
+                if state:
+                    break
+            else:
+                continue  # every ζ empty: σ.remove(k, 1)
+            if target is None:
+                target = self.sigma.get(new_l)
+                if target is None:
+                    target = self.sigma[new_l] = {}
+                    heapq.heappush(self._lheap, new_l)
+            target[k] = w
+
+    # -- output ordering ---------------------------------------------------------------------
+    def _emit_later(self, ts: int, payloads: Iterable[Any]) -> None:
+        """f_U outputs close at ``ts`` > W; hold them until the watermark reaches ``ts`` so
+        the instance's output stays timestamp-sorted (Lemma 2) when f_O later emits for
+        windows that close earlier."""
+        for p in payloads:
+            self._seq += 1
+            heapq.heappush(self._pending, (ts, self._seq, p))
+
+    def _emit_pending(self, upto: float) -> None:
+        pending, out = self._pending, self.out
+        while pending and pending[0][0] <= upto:
+            ts, _, p = heapq.heappop(pending)
+            out.append((ts, p))
