@@ -1,2 +1,287 @@
-def main():
-    raise SystemExit("stretchflow CLI under construction")
+"""The ``stretchflow`` command: run, generate, bench, demo, queries.
+
+``stretchflow run QUERY --input PATH [--input PATH] --output PATH [--engine E]
+[--parallelism N] [--max-parallelism N] [--param NAME=VALUE ...] [--reconfigure SCHEDULE]
+[--controller NAME]`` runs a built-in query (DESIGN.md, Built-in queries);
+``stretchflow run app.py`` runs a user's flow file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import runpy
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from . import __version__
+from .errors import StretchflowError
+from .executors import ENGINES
+
+err = Console(stderr=True)
+
+
+def parse_params(pairs: list[str] | None) -> dict[str, str]:
+    """``NAME=VALUE`` strings to a dict; a malformed one is an error naming it."""
+    out: dict[str, str] = {}
+    for p in pairs or []:
+        name, sep, value = p.partition("=")
+        if not sep or not name:
+            raise ValueError(f"--param expects NAME=VALUE, got {p!r}")
+        out[name.strip()] = value.strip()
+    return out
+
+
+def parse_schedule(text: str | None) -> list[tuple[int, int]]:
+    """``COUNT:P,COUNT:P``: after the COUNT-th input tuple, request parallelism P."""
+    if not text:
+        return []
+    steps = []
+    for part in text.split(","):
+        count, sep, par = part.partition(":")
+        try:
+            if not sep:
+                raise ValueError
+            c, p = int(count), int(par)
+        except ValueError:
+            raise ValueError(f"--reconfigure expects COUNT:P[,COUNT:P...], got {part!r}") from None
+        if c < 0 or p < 1:
+            raise ValueError(f"--reconfigure: COUNT must be >= 0 and P >= 1, got {part!r}")
+        steps.append((c, p))
+    return steps
+
+
+def engine_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The options the chosen engine receives; the reference engine is sequential."""
+    opts: dict[str, Any] = {}
+    if args.engine == "reference":
+        for flag, value, default in (("--parallelism", args.parallelism, None),
+                                     ("--max-parallelism", args.max_parallelism, None),
+                                     ("--reconfigure", args.reconfigure, None),
+                                     ("--controller", args.controller, None)):
+            if value != default and not (flag == "--parallelism" and value == 1):
+                raise ValueError(f"{flag} does not apply to the sequential reference engine")
+        return opts
+    if args.parallelism is not None:
+        opts["parallelism"] = args.parallelism
+    if args.max_parallelism is not None:
+        opts["max_parallelism"] = args.max_parallelism
+    if args.reconfigure:
+        opts["reconfigure"] = parse_schedule(args.reconfigure)
+    if args.controller:
+        opts["controller"] = args.controller
+    return opts
+
+
+def load_app(path: Path, params: dict[str, str]) -> Any:
+    """A user's flow file defines ``flow`` (a Flow) or ``build_flow(params) -> Flow``."""
+    from .flow import Flow
+
+    ns = runpy.run_path(str(path), run_name="__stretchflow_app__")
+    if "build_flow" in ns:
+        flow = ns["build_flow"](params)
+    elif isinstance(ns.get("flow"), Flow):
+        if params:
+            raise ValueError(f"{path} defines `flow`; --param needs a build_flow(params)")
+        flow = ns["flow"]
+    else:
+        raise ValueError(f"{path} must define `flow = stretchflow.Flow(...)` or "
+                         f"`def build_flow(params): ... return flow`")
+    if not isinstance(flow, Flow):
+        raise ValueError(f"{path}: build_flow returned {type(flow).__name__}, not a Flow")
+    return flow
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import stretchflow as sf
+
+    from .queries import QUERIES, build_query
+
+    opts = engine_options(args)
+    params = parse_params(args.param)
+    target = args.query
+    if target.endswith(".py") or Path(target).is_file():
+        if args.input or args.output:
+            raise ValueError("a flow file defines its own sources and sinks; "
+                             "drop --input/--output")
+        flow = load_app(Path(target), params)
+    else:
+        q = QUERIES.get(target)
+        if q is None:
+            raise ValueError(f"unknown query {target!r}; queries: {', '.join(QUERIES)} "
+                             f"(or a path to a flow file ending in .py)")
+        if not args.input:
+            raise ValueError(f"query {target!r} needs --input")
+        if not args.output:
+            raise ValueError(f"query {target!r} needs --output (a path, or - for stdout)")
+        typed = q.parse_params(params)
+        flow = sf.Flow(target)
+        streams = [flow.source(sf.io.open_source(p)) for p in args.input]
+        build_query(target, streams, **typed).sink(args.output)
+    result = _run_with_progress(flow, args.engine, opts, quiet=args.quiet)
+    if not args.quiet:
+        err.print(
+            f"[bold]{flow.name}[/] on {args.engine}: {result.total_in:,} tuples in, "
+            f"{sum(result.tuples_out.values()):,} out, {result.elapsed:.2f} s, "
+            f"{result.throughput:,.0f} tuples/s"
+        )
+    return 0
+
+
+def _run_with_progress(flow: Any, engine: str, opts: dict[str, Any], quiet: bool) -> Any:
+    if quiet or not err.is_terminal:
+        return flow.run(engine=engine, **opts)
+    sources = [n.spec for n in flow.nodes if n.kind == "source"]
+    done = threading.Event()
+    with err.status("starting") as status:
+        def poll() -> None:
+            while not done.wait(0.5):
+                status.update(f"{flow.name}: {sum(s.read for s in sources):,} tuples read")
+
+        t = threading.Thread(target=poll, daemon=True)
+        t.start()
+        try:
+            return flow.run(engine=engine, **opts)
+        finally:
+            done.set()
+            t.join()
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from .io.generators import generate
+
+    params: dict[str, Any] = {}
+    for k, v in parse_params(args.param).items():
+        params[k] = _number(v)
+    if args.rate is not None:
+        params["rate"] = args.rate
+    if args.engine == "spark":
+        raise StretchflowError("generate --engine spark is not built yet (issue #5)")
+    paths = generate(args.kind, rows=args.rows, seed=args.seed, out=args.out, **params)
+    if not args.quiet:
+        for p in paths:
+            err.print(f"wrote {p}")
+    return 0
+
+
+def _number(v: str) -> Any:
+    for conv in (int, float):
+        try:
+            return conv(v)
+        except ValueError:
+            pass
+    return v
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    if args.target != "reference":
+        raise ValueError(f"unknown benchmark {args.target!r}; available: reference")
+    from .bench import reference
+
+    with err.status("benchmark") as status:
+        path = reference.run(query=args.query, rows=args.rows, seed=args.seed,
+                             repeats=args.repeats, out_dir=args.out,
+                             progress=lambda msg: status.update(msg))
+    import json
+
+    doc = json.loads(path.read_text())
+    m = doc["metrics"]
+    err.print(
+        f"reference {m['reference']['tuples_per_s']['median']:,.0f} tuples/s, "
+        f"1T {m['1T']['tuples_per_s']['median']:,.0f} tuples/s, "
+        f"ratio {m['ratio_reference_over_1T']['median']:.2f} (median of {args.repeats})"
+    )
+    print(path)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    run_demo(rows=args.rows, seed=args.seed, out_dir=args.out)
+    return 0
+
+
+def cmd_queries(args: argparse.Namespace) -> int:
+    from .queries import QUERIES
+
+    for q in QUERIES.values():
+        params = " ".join(f"{k}={v}" for k, v in q.params.items()) or "-"
+        print(f"{q.name:16} {q.summary}\n{'':16} in: {', '.join(q.input_fields)}; "
+              f"out: {', '.join(q.output_fields)}; params: {params}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="stretchflow",
+        description="Parallel, elastic, deterministic stream processing of windowed queries.",
+    )
+    p.add_argument("--version", action="version", version=f"stretchflow {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("run", help="run a built-in query or a flow file (app.py)")
+    r.add_argument("query", help="wordcount | paircount | longest-hashtag | scalejoin | "
+                                 "forward | path/to/app.py")
+    r.add_argument("--input", action="append", help="input file (JSONL, CSV, Parquet); "
+                                                    "repeat for several inputs")
+    r.add_argument("--output", help="output file (.jsonl, .csv, .parquet) or - for stdout")
+    r.add_argument("--engine", default="reference", choices=ENGINES)
+    r.add_argument("--parallelism", type=int)
+    r.add_argument("--max-parallelism", type=int)
+    r.add_argument("--param", action="append", metavar="NAME=VALUE")
+    r.add_argument("--reconfigure", metavar="SCHEDULE",
+                   help="COUNT:P,...: after the COUNT-th input tuple request parallelism P")
+    r.add_argument("--controller", help="elasticity controller (threshold, level)")
+    r.add_argument("-q", "--quiet", action="store_true")
+    r.set_defaults(fn=cmd_run)
+
+    g = sub.add_parser("generate", help="generate a data set (tweets, bandjoin, trades)")
+    g.add_argument("kind", choices=("tweets", "bandjoin", "trades"))
+    g.add_argument("--rows", type=int, required=True)
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--out", required=True, help="output path; extension picks the format")
+    g.add_argument("--rate", type=float, help="tuples per second of event time")
+    g.add_argument("--param", action="append", metavar="NAME=VALUE",
+                   help="generator parameter (see docs/cli.md)")
+    g.add_argument("--engine", default="local", choices=("local", "spark"))
+    g.add_argument("-q", "--quiet", action="store_true")
+    g.set_defaults(fn=cmd_generate)
+
+    b = sub.add_parser("bench", help="run a benchmark; writes JSON to benchmarks/results/")
+    b.add_argument("target", help="reference")
+    b.add_argument("--query", default="wordcount")
+    b.add_argument("--rows", type=int, default=200_000)
+    b.add_argument("--seed", type=int, default=1)
+    b.add_argument("--repeats", type=int, default=3)
+    b.add_argument("--out", default=None, help="results directory (default benchmarks/results)")
+    b.set_defaults(fn=cmd_bench)
+
+    d = sub.add_parser("demo", help="generate tweets and run two queries")
+    d.add_argument("--rows", type=int, default=100_000)
+    d.add_argument("--seed", type=int, default=7)
+    d.add_argument("--out", default="out/demo")
+    d.set_defaults(fn=cmd_demo)
+
+    q = sub.add_parser("queries", help="list the built-in queries")
+    q.set_defaults(fn=cmd_queries)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except (StretchflowError, ValueError, OSError) as e:
+        err.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+        return 2
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

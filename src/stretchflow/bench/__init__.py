@@ -1,0 +1,1 @@
+"""Benchmarks: each writes JSON (machine, versions, parameters, min/median/max metrics)."""

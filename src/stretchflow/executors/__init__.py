@@ -9,10 +9,10 @@ from ..errors import EngineUnavailableError
 
 ENGINES = ("reference", "vsn", "sn", "ordered", "spark")
 _PLANNED = {
-    "vsn": "issue #3 (VSN executor)",
-    "sn": "issue #4 (SN executor)",
-    "ordered": "issue #7 (ordered multicore executor)",
-    "spark": "issue #5 (Spark engine)",
+    "vsn": "issue #3, the VSN executor",
+    "sn": "issue #4, the SN executor",
+    "ordered": "issue #7, the ordered multicore executor",
+    "spark": "issue #5, the Spark engine",
 }
 
 
@@ -24,6 +24,7 @@ def get_engine(name: str) -> Callable[..., Any]:
         return run
     if name in _PLANNED:
         raise EngineUnavailableError(
-            f"engine {name!r} is not built yet ({_PLANNED[name]}); available: reference"
+            f"engine {name!r} is not built yet (planned in {_PLANNED[name]}); "
+            f"available engines: reference"
         )
     raise EngineUnavailableError(f"unknown engine {name!r}; engines: {', '.join(ENGINES)}")

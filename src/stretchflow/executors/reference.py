@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
 
-from ..errors import OperatorError
+from ..errors import OperatorError, StretchflowError
 from ..eventtime import WATERMARK
 from ..flow import Flow, Node
 from ..operators.oplus import OPlus
@@ -160,6 +160,8 @@ def _stateless(op: Map | FlatMap | Filter, up: Iterator[Item]) -> Iterator[Item]
             else:
                 for out in fn(v):
                     yield ts, out
+        except StretchflowError:
+            raise
         except Exception as e:
             raise OperatorError(op.name, ts, v, e) from e
 
@@ -190,8 +192,8 @@ def _oplus(op: OPlus, ups: list[Iterator[Item]]) -> Iterator[Item]:
                 yield from inst.take()
         ts = v = None
         inst.finish()
+    except StretchflowError:
+        raise  # a source's or an upstream operator's error already names its origin
     except Exception as e:
-        if isinstance(e, OperatorError):
-            raise
         raise OperatorError(op.name, ts, v if ts is not None else "<end of input>", e) from e
     yield from inst.take()

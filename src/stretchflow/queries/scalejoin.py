@@ -7,6 +7,12 @@ the same sequence), compares the new tuple with the opposite stream's stored tup
 purging those older than WS, and the tuple is stored in exactly one key: the one equal to
 ``c mod 1000``. Op. 10 numbers its keys 1..1000, which no ``c mod 1000`` reaches for key 1000;
 here keys are 0..999 so each tuple is stored exactly once.
+
+DESIGN's contract pairs tuples with |tsL − tsR| <= window. A window instance [l, l + WS) holds
+two tuples that far apart only if WS = window + δ, so that is the WS used; f_U's purge keeps
+the opposite tuples with ts >= t.τ − window, the same ones Table I's f_S keeps when the window
+set slides to earliestWinL(t.τ) = t.τ − window (Op. 10's "T[0].τ + WS < t.τ" would keep one
+δ more, which f_S has already purged).
 """
 
 from __future__ import annotations
@@ -37,7 +43,11 @@ class ScaleJoin(OPlus):
 
     def __init__(self, window: int | str = 300_000, band: int = 10, n_keys: int = 1000,
                  name: str = "scalejoin"):
-        super().__init__(size=window, slide=1, inputs=2, window_type="single", name=name)
+        from ..eventtime import DELTA, parse_duration
+
+        self.window = parse_duration(window)
+        super().__init__(size=self.window + DELTA, slide=DELTA, inputs=2, window_type="single",
+                         name=name)
         self.band = band
         self.n_keys = n_keys
         self._keys = frozenset(range(n_keys))
@@ -48,15 +58,11 @@ class ScaleJoin(OPlus):
     def init(self) -> ScaleJoinState:
         return ScaleJoinState()
 
-    def matches(self, left: dict, right: dict) -> bool:
-        band = self.band
-        return abs(left["x"] - right["a"]) <= band and abs(left["y"] - right["b"]) <= band
-
     def update(self, ws: WindowSet, ts: int, value: Any, i: int) -> list | None:  # type: ignore[override]
         this, opp = ws.states[i], ws.states[1 - i]
         this.c += 1
         opp.c += 1
-        horizon = ts - self.WS
+        horizon = ts - self.window
         n = 0
         for t_opp, _ in opp:  # purge (Op. 10 L21–L22)
             if t_opp >= horizon:

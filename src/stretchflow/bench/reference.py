@@ -1,0 +1,85 @@
+"""``stretchflow bench reference``: the reference executor against the 1T loop.
+
+Each repetition runs in a fresh child process (so its peak RSS is its own), the engine and the
+hand-written loop alternating on the same generated input; the ratio of their throughputs is
+computed per repetition and summarized.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from .common import summarize, write_result
+
+
+def _child(variant: str, query: str, path: str, out: str) -> dict[str, Any]:
+    if variant == "1T":
+        from .onethread import wordcount_1t
+
+        t0 = time.perf_counter()
+        n_in, n_out = wordcount_1t(path, out)
+        elapsed = time.perf_counter() - t0
+    else:
+        import stretchflow as sf
+        from stretchflow.queries import build_query
+
+        flow = sf.Flow(query)
+        build_query(query, [flow.source(sf.io.jsonl(path))]).sink(out)
+        res = flow.run(engine=variant)
+        elapsed, n_in, n_out = res.elapsed, res.total_in, sum(res.tuples_out.values())
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    return {"elapsed_s": elapsed, "tuples_in": n_in, "rows_out": n_out,
+            "tuples_per_s": n_in / elapsed, "peak_rss_mb": rss}
+
+
+def run(query: str = "wordcount", rows: int = 200_000, seed: int = 1, repeats: int = 3,
+        out_dir: str | None = None, progress: Any = None) -> Path:
+    """Measures and writes ``reference-<query>.json``; returns its path."""
+    if query != "wordcount":
+        raise ValueError("the 1T baseline exists for wordcount only")
+    from ..io.generators import tweets, write_table
+
+    with tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp) / "tweets.jsonl"
+        write_table(tweets(rows, seed=seed), data)
+        runs: dict[str, list[dict[str, Any]]] = {"reference": [], "1T": []}
+        for rep in range(repeats):
+            for variant in ("reference", "1T"):
+                if progress:
+                    progress(f"repeat {rep + 1}/{repeats}: {variant}")
+                out = Path(tmp) / f"out-{variant}.jsonl"
+                proc = subprocess.run(
+                    [sys.executable, "-m", "stretchflow.bench.reference", variant, query,
+                     str(data), str(out)],
+                    check=True, capture_output=True, text=True,
+                )
+                runs[variant].append(json.loads(proc.stdout))
+            same = sorted(Path(tmp, "out-reference.jsonl").read_bytes().splitlines()) == sorted(
+                Path(tmp, "out-1T.jsonl").read_bytes().splitlines())
+            if not same:
+                raise RuntimeError("reference and 1T wordcount outputs differ")
+    ratios = [r["tuples_per_s"] / o["tuples_per_s"]
+              for r, o in zip(runs["reference"], runs["1T"], strict=True)]
+    metrics = {
+        variant: {k: summarize([r[k] for r in rs]) for k in rs[0]} for variant, rs in runs.items()
+    }
+    metrics["ratio_reference_over_1T"] = summarize(ratios)
+    return write_result(
+        f"reference-{query}",
+        {"query": query, "rows": rows, "seed": seed, "repeats": repeats,
+         "input": "generated tweets, JSON Lines", "output": "JSON Lines file"},
+        metrics,
+        out_dir,
+        outputs_identical=True,
+    )
+
+
+if __name__ == "__main__":
+    print(json.dumps(_child(*sys.argv[1:5])))
