@@ -88,10 +88,14 @@ def _drain(stream: Iterator[Item], sink: Any, batch: int = 4096) -> None:
     for item in stream:
         if item[1] is not WATERMARK:
             append(item)
-            if len(buf) >= batch:
-                sink.write(buf)
-                buf = []
-                append = buf.append
+            if len(buf) < batch:
+                continue
+        elif not buf:
+            continue
+        # a full batch, or a watermark: what it closed reaches the sink now, not at the end
+        sink.write(buf)
+        buf = []
+        append = buf.append
     if buf:
         sink.write(buf)
 
@@ -101,6 +105,9 @@ def _drain_many(streams: list[Iterator[Item]], sinks: list[Any]) -> None:
     bufs: list[list[Item]] = [[] for _ in sinks]
     for ts, i, p in heapq.merge(*tagged, key=itemgetter(0)):
         if p is WATERMARK:
+            if bufs[i]:
+                sinks[i].write(bufs[i])
+                bufs[i] = []
             continue
         bufs[i].append((ts, p))
         if len(bufs[i]) >= 4096:

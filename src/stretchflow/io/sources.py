@@ -232,10 +232,17 @@ class IterableSource(Source):
         super().__init__(name, ts if isinstance(ts, str) else "<ts function>", sorted, None)
 
     def _raw(self) -> Iterator[tuple[Any, Any, Any]]:
-        data = self.data() if callable(self.data) else self.data
+        data = iter(self.data() if callable(self.data) else self.data)
         ts_fn = self.ts_fn
         n = 0
-        for n, rec in enumerate(data, 1):  # noqa: B007
+        while True:
+            try:
+                rec = next(data)
+            except StopIteration:
+                break
+            except Exception as e:
+                raise self._error(n + 1, f"the iterable raised {type(e).__name__}: {e}") from e
+            n += 1
             if type(rec) is Watermark:
                 yield rec.ts, WATERMARK, n
                 continue

@@ -99,7 +99,7 @@ class AggregateInstance(OPlusInstance):
         l1 = ((ts - op.WS) // wa + 1) * wa  # earliestWinL
         l2 = (ts // wa) * wa  # latestWinL
         sigma, update, init = self.sigma, op.user_update, op.user_init
-        for l in range(l1, l2 + 1, wa):  # noqa: E741
+        for l in range(l1, l2 + 1, wa):
             d = sigma.get(l)
             if d is None:
                 d = sigma[l] = {}
@@ -113,7 +113,7 @@ class AggregateInstance(OPlusInstance):
         heap, sigma, ws_ = self._lheap, self.sigma, self.op.WS
         output, out = self.op.user_output, self.out
         while heap and heap[0] + ws_ <= wm:
-            l = heapq.heappop(heap)  # noqa: E741
+            l = heapq.heappop(heap)
             right = l + ws_
             for k, acc in sigma.pop(l).items():  # forwardAndShift; WT multi: remove
                 res = output(k, acc)

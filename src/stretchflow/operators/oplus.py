@@ -43,7 +43,7 @@ class WindowSet:
 
     __slots__ = ("key", "l", "right", "states")
 
-    def __init__(self, key: Hashable, l: int, right: int, states: list):  # noqa: E741
+    def __init__(self, key: Hashable, l: int, right: int, states: list):
         self.key = key
         self.l = l
         self.right = right
@@ -75,7 +75,7 @@ def default_update(ws: WindowSet, ts: int, value: Any, i: int) -> None:
 
 def default_slide(ws: WindowSet) -> None:
     """Table I's f_S: purge stored tuples that fell before the new left boundary."""
-    l = ws.l  # noqa: E741
+    l = ws.l
     for state in ws.states:
         n = 0
         for ts, _ in state:
@@ -252,11 +252,12 @@ class OPlusInstance:
                 return
         wa, ws_ = op.WA, op.WS
         l1 = ((ts - ws_) // wa + 1) * wa  # earliestWinL
-        l2 = l1 if op.WT == "single" else (ts // wa) * wa  # latestWinL
-        if l2 > self._last_l:
-            self._last_l = l2
+        latest = (ts // wa) * wa  # latestWinL
+        if latest > self._last_l:
+            self._last_l = latest
+        l2 = l1 if op.WT == "single" else latest
         sigma, update, init, n_in = self.sigma, op.update, op.init, op.I
-        for l in range(l1, l2 + 1, wa):  # noqa: E741
+        for l in range(l1, l2 + 1, wa):
             d = sigma.get(l)
             if d is None:
                 d = sigma[l] = {}
@@ -281,7 +282,7 @@ class OPlusInstance:
         collapse = single and f_o is None and op.default_slide
         out = self.out
         while heap and heap[0] + ws_ <= wm:
-            l = heapq.heappop(heap)  # noqa: E741  (ρ)
+            l = heapq.heappop(heap)  # ρ, the earliest left boundary in σ
             d = sigma.pop(l)
             right = l + ws_
             if self._pending and self._pending[0][0] <= right:
