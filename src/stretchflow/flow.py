@@ -20,6 +20,7 @@ wordcount returns a ``Counter`` to count occurrences.)
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -98,9 +99,9 @@ class Stream:
         return self.flow.oplus(op, self, other)
 
     # -- sinks --------------------------------------------------------------------------------
-    def sink(self, sink: Sink | Source | str) -> Sink:
+    def sink(self, sink: Sink | Source | str | os.PathLike) -> Sink:
         """Sends this stream to a sink (a file path, a file source object, or a Sink)."""
-        if isinstance(sink, str):
+        if isinstance(sink, str | os.PathLike):
             sink = open_sink(sink)
         elif isinstance(sink, Source) and hasattr(sink, "path"):
             sink = open_sink(sink.path)

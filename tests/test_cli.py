@@ -1,0 +1,140 @@
+"""The stretchflow command: generate, run (flow files, engines), bench, demo."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from stretchflow.cli import main, parse_schedule
+
+
+def read_jsonl(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("kind,files", [("tweets", ["t.jsonl"]), ("trades", ["t.jsonl"]),
+                                        ("bandjoin", ["t-left.jsonl", "t-right.jsonl"])])
+def test_generate(tmp_path, kind, files):
+    assert main(["generate", kind, "--rows", "50", "--seed", "3", "--out",
+                 str(tmp_path / "t.jsonl"), "-q"]) == 0
+    for f in files:
+        rows = read_jsonl(tmp_path / f)
+        assert len(rows) == 50 and list(rows[0])[0] == "ts"
+
+
+def test_generate_is_deterministic_and_takes_params(tmp_path):
+    for name in ("a", "b"):
+        assert main(["generate", "tweets", "--rows", "30", "--seed", "9", "--rate", "5",
+                     "--param", "hashtag_prob=1.0", "--out", str(tmp_path / f"{name}.csv"),
+                     "-q"]) == 0
+    assert (tmp_path / "a.csv").read_bytes() == (tmp_path / "b.csv").read_bytes()
+
+
+def test_generate_unknown_param_is_an_error(tmp_path, capsys):
+    assert main(["generate", "tweets", "--rows", "3", "--param", "colour=red",
+                 "--out", str(tmp_path / "x.jsonl")]) == 2
+    assert "colour" in capsys.readouterr().err
+
+
+APP = """
+import stretchflow as sf
+
+flow = sf.Flow("app")
+src = flow.source(sf.io.iterable([{"ts": 1, "v": 2}, {"ts": 3, "v": 5}]))
+src.aggregate(size=10, keys=lambda t: {"all"}, init=int,
+              update=lambda a, t: a + t["v"],
+              output=lambda k, a: {"sum": a}).sink(OUT)
+"""
+
+APP_PARAMS = """
+import stretchflow as sf
+
+def build_flow(params):
+    flow = sf.Flow("app")
+    factor = int(params.get("factor", "1"))
+    src = flow.source(sf.io.iterable([{"ts": 1, "v": 2}]))
+    src.map(lambda t: {"v": t["v"] * factor}).sink(OUT)
+    return flow
+"""
+
+
+def test_run_flow_file(tmp_path):
+    out = tmp_path / "o.jsonl"
+    app = tmp_path / "app.py"
+    app.write_text(textwrap.dedent(APP.replace("OUT", repr(str(out)))))
+    assert main(["run", str(app), "-q"]) == 0
+    assert read_jsonl(out) == [{"ts": 10, "sum": 7}]
+
+
+def test_run_flow_file_with_params(tmp_path):
+    out = tmp_path / "o.jsonl"
+    app = tmp_path / "app.py"
+    app.write_text(textwrap.dedent(APP_PARAMS.replace("OUT", repr(str(out)))))
+    assert main(["run", str(app), "--param", "factor=3", "-q"]) == 0
+    assert read_jsonl(out) == [{"ts": 1, "v": 6}]
+
+
+def test_flow_file_without_flow(tmp_path, capsys):
+    app = tmp_path / "empty.py"
+    app.write_text("x = 1\n")
+    assert main(["run", str(app)]) == 2
+    assert "must define `flow" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("engine", ["vsn", "sn", "ordered", "spark"])
+def test_engines_not_built_are_refused(tmp_path, capsys, engine):
+    inp = tmp_path / "in.jsonl"
+    inp.write_text('{"ts": 1, "text": "a"}\n')
+    rc = main(["run", "wordcount", "--input", str(inp), "--output", str(tmp_path / "o.jsonl"),
+               "--engine", engine])
+    assert rc == 2
+    assert f"engine {engine!r} is not built yet" in capsys.readouterr().err
+
+
+def test_reference_rejects_parallel_options(tmp_path, capsys):
+    inp = tmp_path / "in.jsonl"
+    inp.write_text('{"ts": 1, "text": "a"}\n')
+    rc = main(["run", "wordcount", "--input", str(inp), "--output", str(tmp_path / "o.jsonl"),
+               "--parallelism", "4"])
+    assert rc == 2 and "sequential reference engine" in capsys.readouterr().err
+
+
+def test_parse_schedule():
+    assert parse_schedule("1000:2,5000:4,9000:1") == [(1000, 2), (5000, 4), (9000, 1)]
+    assert parse_schedule(None) == []
+    for bad in ("10", "a:2", "10:0", "-1:2"):
+        with pytest.raises(ValueError, match="--reconfigure"):
+            parse_schedule(bad)
+
+
+def test_console_script_and_module_entry_point(tmp_path):
+    inp = tmp_path / "in.jsonl"
+    inp.write_text('{"ts": 1, "text": "a a"}\n')
+    proc = subprocess.run([sys.executable, "-m", "stretchflow", "run", "wordcount", "--input",
+                           str(inp), "--output", "-", "--param", "size=10",
+                           "--param", "slide=10", "-q"],
+                          capture_output=True, text=True, check=True)
+    assert [json.loads(x) for x in proc.stdout.splitlines()] == [
+        {"ts": 10, "word": "a", "count": 2}]
+
+
+def test_bench_reference_writes_json(tmp_path, capsys):
+    assert main(["bench", "reference", "--query", "wordcount", "--rows", "3000",
+                 "--repeats", "1", "--out", str(tmp_path)]) == 0
+    doc = json.loads((tmp_path / "reference-wordcount.json").read_text())
+    m = doc["metrics"]
+    assert doc["parameters"]["rows"] == 3000 and doc["outputs_identical"] is True
+    for variant in ("reference", "1T"):
+        assert m[variant]["tuples_in"]["median"] == 3000
+        assert m[variant]["peak_rss_mb"]["median"] > 0
+    assert m["ratio_reference_over_1T"]["n"] == 1
+    assert doc["machine"]["cpus"] >= 1
+
+
+def test_demo_runs(tmp_path, capsys):
+    assert main(["demo", "--rows", "3000", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "longest-hashtag" in out and "wordcount" in out and "tuples/s" in out
+    assert (tmp_path / "wordcount.jsonl").exists()
