@@ -35,6 +35,21 @@ def machine() -> dict[str, Any]:
     }
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident set size in MiB. VmHWM is reset by exec, unlike
+    ``ru_maxrss``, which a child started with fork+exec inherits from its parent on Linux."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def summarize(values: list[float]) -> dict[str, float]:
     """min / median / max of a metric over repeats."""
     return {"min": min(values), "median": statistics.median(values), "max": max(values),

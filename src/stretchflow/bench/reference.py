@@ -8,7 +8,6 @@ computed per repetition and summarized.
 from __future__ import annotations
 
 import json
-import resource
 import subprocess
 import sys
 import tempfile
@@ -16,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .common import summarize, write_result
+from .common import peak_rss_mb, summarize, write_result
 
 
 def _child(variant: str, query: str, path: str, out: str) -> dict[str, Any]:
@@ -34,7 +33,7 @@ def _child(variant: str, query: str, path: str, out: str) -> dict[str, Any]:
         build_query(query, [flow.source(sf.io.jsonl(path))]).sink(out)
         res = flow.run(engine=variant)
         elapsed, n_in, n_out = res.elapsed, res.total_in, sum(res.tuples_out.values())
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    rss = peak_rss_mb()
     return {"elapsed_s": elapsed, "tuples_in": n_in, "rows_out": n_out,
             "tuples_per_s": n_in / elapsed, "peak_rss_mb": rss}
 

@@ -166,7 +166,7 @@ class OPlus:
 
     def f_mu(self, key: Hashable, n: int) -> int:
         """f_μ: the instance (0..n-1) responsible for ``key`` (default: stable hash mod n)."""
-        from ..keyhash import stable_hash
+        from ..elastic.consistent_hash import stable_hash
 
         return stable_hash(key) % n
 
