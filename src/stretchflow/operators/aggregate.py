@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from .oplus import OPlus, OPlusInstance, WindowSet, key_pairs
+from .oplus import OPlus, OPlusInstance, SharedState, WindowSet
 
 
 class Aggregate(OPlus):
@@ -67,10 +67,11 @@ class Aggregate(OPlus):
         res = self.user_output(ws.key, acc)
         return [] if res is None else [res]
 
-    def instance(self, responsible: Callable[[Hashable], bool] | None = None) -> OPlusInstance:
+    def instance(self, sigma: SharedState | None = None, j: int = 0,
+                 assign: list[int] | None = None) -> OPlusInstance:
         if self.WT == "single":
-            return OPlusInstance(self, responsible)
-        return AggregateInstance(self, responsible)
+            return OPlusInstance(self, sigma, j, assign)
+        return AggregateInstance(self, sigma, j, assign)
 
 
 def _pair(key: Hashable, acc: Any) -> dict:
@@ -89,33 +90,29 @@ class AggregateInstance(OPlusInstance):
         ks = op.user_keys(value)
         if not ks:
             return
-        pairs = key_pairs(ks, value)
-        resp = self.responsible
-        if resp is not None:
-            pairs = [kv for kv in pairs if resp(kv[0])]
-            if not pairs:
-                return
         wa = op.WA
         l1 = ((ts - op.WS) // wa + 1) * wa  # earliestWinL
-        l2 = (ts // wa) * wa  # latestWinL
-        sigma, update, init = self.sigma, op.user_update, op.user_init
-        for l in range(l1, l2 + 1, wa):
-            d = sigma.get(l)
-            if d is None:
-                d = sigma[l] = {}
-                heapq.heappush(self._lheap, l)
-            get = d.get
-            for k, v in pairs:
-                acc = get(k, _MISSING)
-                d[k] = update(init() if acc is _MISSING else acc, v)  # check&Create, f_U, set
+        l2 = ts - ts % wa  # latestWinL
+        groups, update, init = self.groups, op.user_update, op.user_init
+        for g, pairs in self._route(ks, value):
+            sg = groups[g]
+            for l in range(l1, l2 + 1, wa):
+                d = sg.get(l)
+                if d is None:
+                    d = sg[l] = {}
+                    heapq.heappush(self._lheap, (l, g))
+                get = d.get
+                for k, v in pairs:
+                    acc = get(k, _MISSING)
+                    d[k] = update(init() if acc is _MISSING else acc, v)  # check&Create, f_U, set
 
     def _expire(self, wm: float) -> None:
-        heap, sigma, ws_ = self._lheap, self.sigma, self.op.WS
+        heap, groups, ws_ = self._lheap, self.groups, self.op.WS
         output, out = self.op.user_output, self.out
-        while heap and heap[0] + ws_ <= wm:
-            l = heapq.heappop(heap)
+        while heap and heap[0][0] + ws_ <= wm:
+            l, g = heapq.heappop(heap)
             right = l + ws_
-            for k, acc in sigma.pop(l).items():  # forwardAndShift; WT multi: remove
+            for k, acc in groups[g].pop(l).items():  # forwardAndShift; WT multi: remove
                 res = output(k, acc)
                 if res is not None:
                     out.append((right, res))

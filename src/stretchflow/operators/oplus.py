@@ -179,21 +179,47 @@ class OPlus:
     def default_slide(self) -> bool:
         return type(self).slide is OPlus.slide and self.__dict__.get("slide") is None
 
-    def instance(self, responsible: Callable[[Hashable], bool] | None = None) -> OPlusInstance:
-        """A runtime instance o+_j; ``responsible(k)`` filters the keys it owns (all if None)."""
-        return OPlusInstance(self, responsible)
+    def instance(self, sigma: SharedState | None = None, j: int = 0,
+                 assign: list[int] | None = None) -> OPlusInstance:
+        """A runtime instance o+_j over σ (a new single-group σ if None), owning the key groups
+        ``g`` with ``assign[g] == j`` (all if None)."""
+        return OPlusInstance(self, sigma, j, assign)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r}, WA={self.WA}, WS={self.WS}, I={self.I})"
 
 
-class OPlusInstance:
-    """One instance o+_j running Alg. 2 (processSN) over its state σ_j.
+class SharedState:
+    """σ, the state of one O+ shared by all its instances, partitioned into G key groups.
 
-    σ is kept as ``{l: {key: WindowSet}}`` with a heap of the left boundaries present, so the
-    expiry loop of Alg. 2 (L27–L29: "while ρ+WS <= W, forwardAndShift every key whose first
-    window starts at ρ; ρ += WA") visits only boundaries that hold window instances instead of
-    stepping ρ through empty ones. ρ is the heap's minimum.
+    Group ``g`` holds ``{l: {key: window set}}`` for the keys with ``hash(key) % G == g``. A
+    VSN f_μ assigns groups to instances (the conference paper's buckets), so each key is
+    touched by one instance at a time and a reconfiguration hands groups over without copying
+    any state. Python's ``hash`` is salted per process but fixed within one, which is all
+    threads sharing σ need. The reference executor uses a single group.
+    """
+
+    __slots__ = ("G", "groups")
+
+    def __init__(self, n_groups: int = 1):
+        if n_groups < 1:
+            raise ValueError("a shared state needs at least one key group")
+        self.G = n_groups
+        self.groups: list[dict[int, dict[Hashable, Any]]] = [{} for _ in range(n_groups)]
+
+    def group_of(self, key: Hashable) -> int:
+        return hash(key) % self.G
+
+
+class OPlusInstance:
+    """One instance o+_j running Alg. 2 (processSN), or Alg. 4's processing steps, over σ.
+
+    σ is a :class:`SharedState`; the instance owns the key groups ``g`` with
+    ``assign[g] == j`` (all of them when ``assign`` is None, the sequential case). Each group
+    keeps ``{l: {key: WindowSet}}`` and the instance keeps a heap of the ``(l, g)`` pairs of its
+    groups, so the expiry loop of Alg. 2 (L27–L29: "while ρ+WS <= W, forwardAndShift every key
+    whose first window starts at ρ; ρ += WA") visits only boundaries that hold window instances
+    instead of stepping ρ through empty ones. ρ is the heap's minimum.
 
     Expiry uses ``l + WS <= W`` (DESIGN: "a window instance expires once the watermark reaches
     its right boundary"); Alg. 2 writes ``<``, but with an exclusive right boundary and integer
@@ -201,23 +227,66 @@ class OPlusInstance:
     window set at ``earliestWinL(t)`` when t arrives, as check&Create assumes.
     """
 
-    def __init__(self, op: OPlus, responsible: Callable[[Hashable], bool] | None = None):
+    def __init__(self, op: OPlus, sigma: SharedState | None = None, j: int = 0,
+                 assign: list[int] | None = None):
         self.op = op
-        self.responsible = responsible
+        self.state = sigma if sigma is not None else SharedState(1)
+        self.groups = self.state.groups
+        self.j = j
         self.W = -math.inf  # watermark; "initially 0" in Alg. 2, -inf admits any first ts
-        self.sigma: dict[int, dict[Hashable, Any]] = {}
-        self._lheap: list[int] = []
+        self._lheap: list[tuple[int, int]] = []  # (l, g) of the window sets of owned groups
         self._pending: list[tuple[int, int, Any]] = []  # f_U outputs that close later
         self._seq = 0
         self._last_l = -math.inf  # latest window left boundary any tuple fell in
         self.out: list[tuple[int, Any]] = []
+        self.assign: list[int] | None = None
+        self.set_assignment(assign)
+
+    @property
+    def sigma(self) -> dict[int, dict[Hashable, Any]]:
+        """σ of a single-group state (the sequential case): ``{l: {key: window set}}``."""
+        if self.state.G != 1:
+            raise AttributeError("sigma is only defined for a single key group; use .groups")
+        return self.groups[0]
+
+    def set_assignment(self, assign: list[int] | None) -> None:
+        """Takes the key groups ``g`` with ``assign[g] == j`` (f_μ after a barrier, Alg. 4):
+        the instance's expiry index is rebuilt from what those groups hold; no state moves."""
+        if assign is None and self.state.G != 1:
+            raise ValueError("several key groups need an assignment of groups to instances")
+        self.assign = assign
+        j = self.j
+        self._lheap = [(l, g) for g, sg in enumerate(self.groups)
+                       if assign is None or assign[g] == j for l in sg]
+        heapq.heapify(self._lheap)
+
+    def _route(self, ks: Any, value: Any) -> list[tuple[int, Any]]:
+        """The owned key groups of a tuple's keys: ``[(g, [(key, value), ...]), ...]``."""
+        pairs = key_pairs(ks, value)
+        assign = self.assign
+        if assign is None:
+            return [(0, pairs)]
+        G, j = self.state.G, self.j
+        by_group: dict[int, list] = {}
+        for kv in pairs:
+            g = hash(kv[0]) % G
+            if assign[g] == j:
+                kvs = by_group.get(g)
+                if kvs is None:
+                    by_group[g] = [kv]
+                else:
+                    kvs.append(kv)
+        return list(by_group.items())
 
     # -- Alg. 2 -------------------------------------------------------------------------------
     def process(self, ts: int, value: Any, i: int = 0) -> None:
         """processSN(t): updateW, expire and forward, then handleInputTuple."""
         if ts > self.W:
             self.W = ts
-            if self._lheap and self._lheap[0] + self.op.WS <= ts:
+            latest = ts - ts % self.op.WA  # latestWinL, tracked for every tuple (see finish)
+            if latest > self._last_l:
+                self._last_l = latest
+            if self._lheap and self._lheap[0][0] + self.op.WS <= ts:
                 self._expire(ts)
             elif self._pending and self._pending[0][0] <= ts:
                 self._emit_pending(ts)
@@ -233,6 +302,10 @@ class OPlusInstance:
         """End of input: every open window instance expires (DESIGN, Semantics)."""
         self._expire(math.inf)
 
+    def flush_pending(self) -> None:
+        """Releases every held f_U output (an instance leaving the operator, Alg. 4)."""
+        self._emit_pending(math.inf)
+
     def take(self) -> list[tuple[int, Any]]:
         """Outputs produced so far, in timestamp order; clears the buffer."""
         out, self.out = self.out, []
@@ -244,46 +317,39 @@ class OPlusInstance:
         ks = op.keys(value, i)
         if not ks:
             return
-        pairs = key_pairs(ks, value)
-        resp = self.responsible
-        if resp is not None:
-            pairs = [kv for kv in pairs if resp(kv[0])]
-            if not pairs:
-                return
         wa, ws_ = op.WA, op.WS
         l1 = ((ts - ws_) // wa + 1) * wa  # earliestWinL
-        latest = (ts // wa) * wa  # latestWinL
-        if latest > self._last_l:
-            self._last_l = latest
-        l2 = l1 if op.WT == "single" else latest
-        sigma, update, init, n_in = self.sigma, op.update, op.init, op.I
-        for l in range(l1, l2 + 1, wa):
-            d = sigma.get(l)
-            if d is None:
-                d = sigma[l] = {}
-                heapq.heappush(self._lheap, l)
-            right = l + ws_
-            for k, v in pairs:
-                w = d.get(k)
-                if w is None:  # σ.check&Create(k, l)
-                    w = d[k] = WindowSet(k, l, right, [init() for _ in range(n_in)])
-                out = update(w, ts, v, i)
-                if out:
-                    self._emit_later(right, out)
+        l2 = l1 if op.WT == "single" else ts - ts % wa  # latestWinL
+        groups, update, init, n_in = self.groups, op.update, op.init, op.I
+        for g, pairs in self._route(ks, value):
+            sg = groups[g]
+            for l in range(l1, l2 + 1, wa):
+                d = sg.get(l)
+                if d is None:
+                    d = sg[l] = {}
+                    heapq.heappush(self._lheap, (l, g))
+                right = l + ws_
+                for k, v in pairs:
+                    w = d.get(k)
+                    if w is None:  # σ.check&Create(k, l)
+                        w = d[k] = WindowSet(k, l, right, [init() for _ in range(n_in)])
+                    out = update(w, ts, v, i)
+                    if out:
+                        self._emit_later(right, out)
 
     # -- expiry: Alg. 2 L27–L29 and forwardAndShift (L5–L12) ----------------------------------
     def _expire(self, wm: float) -> None:
         op = self.op
-        heap, sigma, ws_, wa = self._lheap, self.sigma, op.WS, op.WA
+        heap, groups, ws_, wa = self._lheap, self.groups, op.WS, op.WA
         single = op.WT == "single"
         f_o = op.output
         # With Table I's f_O and f_S, k slides of a single window set equal one slide of k·WA:
         # nothing is emitted and the purge is monotone, so jump straight to the new position.
         collapse = single and f_o is None and op.default_slide
         out = self.out
-        while heap and heap[0] + ws_ <= wm:
-            l = heapq.heappop(heap)  # ρ, the earliest left boundary in σ
-            d = sigma.pop(l)
+        while heap and heap[0][0] + ws_ <= wm:
+            l, g = heapq.heappop(heap)  # ρ, the earliest left boundary in σ
+            d = groups[g].pop(l)
             right = l + ws_
             if self._pending and self._pending[0][0] <= right:
                 self._emit_pending(right)
@@ -303,11 +369,11 @@ class OPlusInstance:
                 new_l = l + wa * ((wm - ws_ - l) // wa + 1)
             else:
                 new_l = l + wa
-            self._shift(d, new_l)
+            self._shift(d, g, new_l)
         if self._pending and self._pending[0][0] <= wm:
             self._emit_pending(wm)
 
-    def _shift(self, d: dict, new_l: int) -> None:
+    def _shift(self, d: dict, g: int, new_l: int) -> None:
         """σ.shift / σ.remove for the window sets of ``d`` moving to ``new_l`` (L7–L10)."""
         op = self.op
         slide, right = op.slide, new_l + op.WS
@@ -322,10 +388,11 @@ class OPlusInstance:
             else:
                 continue  # every ζ empty: σ.remove(k, 1)
             if target is None:
-                target = self.sigma.get(new_l)
+                sg = self.groups[g]
+                target = sg.get(new_l)
                 if target is None:
-                    target = self.sigma[new_l] = {}
-                    heapq.heappush(self._lheap, new_l)
+                    target = sg[new_l] = {}
+                    heapq.heappush(self._lheap, (new_l, g))
             target[k] = w
 
     # -- output ordering ---------------------------------------------------------------------
