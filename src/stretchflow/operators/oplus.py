@@ -240,6 +240,7 @@ class OPlusInstance:
         self._last_l = -math.inf  # latest window left boundary any tuple fell in
         self.out: list[tuple[int, Any]] = []
         self.assign: list[int] | None = None
+        self.group_hits: list[int] | None = None  # tuples per owned key group, if measured
         self.set_assignment(assign)
 
     @property
@@ -276,6 +277,10 @@ class OPlusInstance:
                     by_group[g] = [kv]
                 else:
                     kvs.append(kv)
+        hits = self.group_hits
+        if hits is not None:  # the load of each key group, for a load-balancing f_μ
+            for g in by_group:
+                hits[g] += 1
         return list(by_group.items())
 
     # -- Alg. 2 -------------------------------------------------------------------------------

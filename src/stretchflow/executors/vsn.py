@@ -1,0 +1,678 @@
+"""The VSN executor: virtual shared-nothing parallelism and elasticity (STRETCH journal §5–§7).
+
+``setup(O+, m, n)``: an O+ gets ``n`` instances (threads) that share its state σ
+(:class:`~stretchflow.operators.oplus.SharedState`); ``m`` are connected to its inlet ESG_in
+(they read every tuple) and to the ESG_out of its consumers (they add their outputs), the other
+``n − m`` wait in a pool. f_μ assigns σ's key groups to the connected instances; each instance
+handles the keys and expired windows of its groups only (Alg. 4 L16–L19), so no key is touched
+by two instances and σ needs no per-key lock.
+
+Elasticity (Alg. 4–6): :meth:`VSNOperator.reconfigure` queues a control tuple ⟨e*, O*, f_μ*⟩
+at every producer of ESG_in; each producer adds it before its next tuple, stamped with that
+tuple's timestamp (addSTRETCH, Alg. 5). An instance that reads a control tuple of a newer
+epoch stores it (prepareReconfig, Alg. 6; the latest one wins, Theorem 4). When a regular tuple
+raises its watermark beyond γ, the instance waits at a barrier with the other connected
+instances; exactly one of them (the barrier's action) adds joining instances as sources of
+ESG_out and then as readers of ESG_in (starting with the tuple that triggered the switch), or
+removes leaving instances as readers of ESG_in and then as sources of ESG_out. Every instance
+then switches to f_μ* and processes the tuple. Nothing in σ is copied: instances only change
+which key groups they own.
+
+Instances that leave first release the f_U outputs they hold (their ESG_out source is about to
+be flushed). Joining instances start from the triggering instance's watermark W̄ (Lemma 3: a
+safe lower bound) and from its position in ESG_in.
+
+Threads: one per source (stateless operators run on it), ``n`` per O+, one per sink, and one
+for the controller if there is one. Everything blocks on conditions; nothing spins.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import threading
+import time
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..buffers.esg import END
+from ..errors import FlowDefinitionError, OperatorError, StretchflowError
+from ..eventtime import WATERMARK
+from ..flow import Flow, Node
+from ..operators.oplus import SharedState
+from .plan import CONTROL, Inlet, PhysicalPlan, Pusher
+from .reference import RunResult
+
+BATCH = 256  # tuples an instance takes from ESG_in at once, and a source adds at once
+BARRIER_TIMEOUT = 120.0
+
+
+@dataclass(frozen=True)
+class Control:
+    """The payload of a control tuple: the next epoch e*, its instances O* and f_μ*."""
+
+    epoch: int
+    instances: frozenset[int]
+    assign: tuple[int, ...]
+
+
+@dataclass
+class Reconfiguration:
+    """One reconfiguration request and what became of it (the reconfiguration log)."""
+
+    operator: str
+    epoch: int
+    parallelism_before: int
+    parallelism_after: int
+    requested_at: float  # time.perf_counter() of the reconfigure call
+    applied: bool = False
+    applied_at: float | None = None
+    trigger_ts: int | None = None
+    assignment: tuple[int, ...] = ()
+    note: str = ""
+    done: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    @property
+    def duration_ms(self) -> float | None:
+        """From the reconfigure call to the end of the barrier action."""
+        if self.applied_at is None:
+            return None
+        return (self.applied_at - self.requested_at) * 1000
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"operator": self.operator, "epoch": self.epoch,
+                "parallelism_before": self.parallelism_before,
+                "parallelism_after": self.parallelism_after, "applied": self.applied,
+                "duration_ms": self.duration_ms, "trigger_ts": self.trigger_ts,
+                "note": self.note, "key_groups_per_instance": _group_counts(self.assignment)}
+
+
+def _group_counts(assign: tuple[int, ...]) -> dict[int, int]:
+    counts: dict[int, int] = {}
+    for j in assign:
+        counts[j] = counts.get(j, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+class _Aborted(Exception):
+    """Raised in a thread that was woken because another thread failed."""
+
+
+_tls = threading.local()
+
+
+class VSNOperator:
+    """An O+ run by ``n`` instances sharing σ; ``m`` connected at the start."""
+
+    def __init__(self, ex: VSNExecutor, node: Node, m: int, n: int, n_groups: int):
+        if not 1 <= m <= n:
+            raise FlowDefinitionError(f"{node.name}: need 1 <= parallelism ({m}) <= "
+                                      f"max_parallelism ({n})")
+        self.ex = ex
+        self.node = node
+        self.op = node.spec
+        self.name = node.name
+        self.n = n
+        self.G = n_groups
+        self.sigma = SharedState(n_groups)
+        self.assign: tuple[int, ...] = default_assignment(n_groups, m)
+        self.O: frozenset[int] = frozenset(range(m))
+        self.epoch = 0
+        self.log: list[Reconfiguration] = []
+        self.lock = threading.Lock()
+        self.cond = threading.Condition(self.lock)
+        self.done = False
+        self._requested_epoch = 0
+        self._requests: dict[int, Reconfiguration] = {}
+        self._barriers: dict[int, threading.Barrier] = {}
+        self._finished = 0
+        self.inlet: Inlet = None  # type: ignore[assignment]  # set by the executor
+        self.instances = [VSNInstance(self, j) for j in range(n)]
+
+    @property
+    def parallelism(self) -> int:
+        return len(self.O)
+
+    # -- the public reconfigure ------------------------------------------------------------------
+    def reconfigure(self, parallelism: int | None = None,
+                    f_mu: Any = None, wait: bool = True,
+                    timeout: float | None = None) -> Reconfiguration:
+        """Requests a new parallelism and/or f_μ; with ``wait``, returns once it is applied
+        (or superseded, or impossible because the input ended). Callable from any thread.
+
+        ``f_mu``: None (key group g to instance g mod P), ``"balanced"`` (key groups packed by
+        their measured load), a sequence of G instance indices, or ``fn(g, P) -> instance``.
+        """
+        with self.lock:
+            before = self.parallelism
+            p = parallelism if parallelism is not None else before
+            if not 1 <= p <= self.n:
+                raise ValueError(f"{self.name}: parallelism must be in 1..{self.n} "
+                                 f"(max_parallelism), got {p}")
+            assign = self._resolve_f_mu(f_mu, p)
+            self._requested_epoch += 1
+            e = self._requested_epoch
+            rec = Reconfiguration(self.name, e, before, p, time.perf_counter(),
+                                  assignment=assign)
+            self._requests[e] = rec
+            self.log.append(rec)
+            if self.done:
+                self._resolve(rec, False, "the input had ended")
+        if not rec.done.is_set():
+            if not self.inlet.send_control(Control(e, frozenset(range(p)), assign)):
+                with self.lock:
+                    self._resolve(rec, False, "the input had ended")
+        if wait:
+            rec.done.wait(timeout)
+        return rec
+
+    def _resolve_f_mu(self, f_mu: Any, p: int) -> tuple[int, ...]:
+        G = self.G
+        if f_mu is None:
+            return default_assignment(G, p)
+        if isinstance(f_mu, str):
+            if f_mu != "balanced":
+                raise ValueError(f"unknown f_mu {f_mu!r}: use None, 'balanced', a list or a "
+                                 f"function (group, parallelism) -> instance")
+            from ..elastic.threshold import pack_key_groups
+
+            loads = [0.0] * G
+            for vi in self.instances:
+                for g, h in enumerate(vi.inst.group_hits):
+                    loads[g] += h
+            return tuple(pack_key_groups(loads, p).mapping)
+        assign = tuple(f_mu(g, p) for g in range(G)) if callable(f_mu) else tuple(f_mu)
+        if len(assign) != G or any(not 0 <= a < p for a in assign):
+            raise ValueError(f"{self.name}: f_mu must map each of the {G} key groups to an "
+                             f"instance in 0..{p - 1}")
+        return assign
+
+    # -- Alg. 4's barrier ----------------------------------------------------------------------
+    def barrier(self, epoch: int) -> threading.Barrier:
+        """The barrier of the switch to ``epoch`` for the instances of the current epoch."""
+        with self.lock:
+            b = self._barriers.get(epoch)
+            if b is None:
+                b = self._barriers[epoch] = threading.Barrier(
+                    len(self.O), action=lambda: self._apply(epoch))
+            return b
+
+    def _apply(self, epoch: int) -> None:
+        """Run by exactly one instance while all connected instances wait (Alg. 4 L11–L13)."""
+        acting: VSNInstance = _tls.instance
+        ctrl: Control = acting.pending
+        trigger_ts = acting.remaining[0][0]
+        old, new = self.O, ctrl.instances
+        joining = sorted(new - old)
+        leaving = sorted(old - new)
+        outlets = acting.pusher.inlets()
+        if joining:  # provisioning: sources of ESG_out first, then readers of ESG_in
+            pids = [(self.name, j) for j in joining]
+            for inlet in outlets:
+                if not inlet.add_producers(pids, (self.name, acting.j)):
+                    raise RuntimeError(f"{self.name}: adding sources {pids} to {inlet.name} "
+                                       f"failed")
+            for j in joining:
+                self.instances[j].join(acting, ctrl)
+            if not self.inlet.esg.add_readers(joining, acting.j):
+                raise RuntimeError(f"{self.name}: adding readers {joining} failed")
+        if leaving:  # decommissioning: readers of ESG_in first, then sources of ESG_out
+            if not self.inlet.esg.remove_readers(leaving):
+                raise RuntimeError(f"{self.name}: removing readers {leaving} failed")
+            for inlet in outlets:
+                inlet.remove_producers([(self.name, j) for j in leaving])
+            for j in leaving:
+                # done here, while the leaving thread waits at the barrier: once released it
+                # touches nothing, so a later epoch may re-provision it at once
+                self.instances[j].leave(ctrl)
+        with self.lock:
+            self.O = new
+            self.assign = ctrl.assign
+            self.epoch = epoch
+            self._barriers.pop(epoch, None)
+            now = time.perf_counter()
+            for e in sorted(self._requests):
+                if e > epoch:
+                    break
+                rec = self._requests.pop(e)
+                rec.applied_at = now
+                rec.trigger_ts = trigger_ts
+                if e == epoch:
+                    rec.applied = True
+                else:
+                    rec.note = f"superseded by epoch {epoch} (the latest control tuple wins)"
+                rec.done.set()
+            if joining:
+                self.cond.notify_all()
+
+    def _resolve(self, rec: Reconfiguration, applied: bool, note: str) -> None:
+        self._requests.pop(rec.epoch, None)
+        rec.applied = applied
+        rec.note = note
+        rec.done.set()
+
+    def instance_finished(self) -> None:
+        with self.lock:
+            self._finished += 1
+            if self._finished == len(self.O):
+                self.done = True
+                for rec in list(self._requests.values()):
+                    self._resolve(rec, False, "the input ended before a later tuple could "
+                                              "trigger it")
+                self.cond.notify_all()
+
+    def wake_all(self) -> None:
+        with self.lock:
+            self.done = True
+            for b in self._barriers.values():
+                b.abort()
+            self.cond.notify_all()
+
+
+def default_assignment(n_groups: int, p: int) -> tuple[int, ...]:
+    """f_μ over key groups: group g to instance g mod P (hash(k) mod Π of Op. 9, by group)."""
+    return tuple(g % p for g in range(n_groups))
+
+
+class VSNInstance:
+    """o+_j: a thread running processVSN (Alg. 4) over the operator's shared σ."""
+
+    def __init__(self, vop: VSNOperator, j: int):
+        self.vop = vop
+        self.j = j
+        self.inst = vop.op.instance(vop.sigma, j, list(vop.assign))
+        self.inst.group_hits = [0] * vop.G
+        self.connected = j in vop.O
+        self.e = 0
+        self.pending: Control | None = None
+        self.gamma: int | float = math.inf
+        self.prefix: list | None = None
+        self.remaining: list | None = None
+        self.W_bar: float = -math.inf
+        self.pusher: Pusher = None  # type: ignore[assignment]
+        self.busy = 0.0
+        self.processed = 0
+        self.last_wm = -math.inf
+
+    def run(self) -> None:
+        _tls.instance = self
+        try:
+            self._loop()
+        except _Aborted:
+            pass
+        except BaseException as e:  # noqa: BLE001 - reported to the main thread
+            self.vop.ex.fail(e)
+
+    def _loop(self) -> None:
+        vop, ex = self.vop, self.vop.ex
+        esg = vop.inlet.esg
+        while True:
+            if not self.connected:
+                with vop.cond:
+                    while not self.connected and not vop.done and ex.error is None:
+                        vop.cond.wait()
+                    if not self.connected:
+                        return
+            if self.prefix is not None:
+                items, self.prefix = self.prefix, None
+            else:
+                items = esg.get_batch(self.j, BATCH)
+            if ex.error is not None:
+                raise _Aborted
+            if items is END:
+                self._finish()
+                return
+            t0 = time.perf_counter()
+            if self._process(items):
+                self._emit()
+            self.busy += time.perf_counter() - t0
+
+    def _process(self, items: list) -> bool:
+        """processVSN (Alg. 4) over a batch; False once this instance has left."""
+        inst = self.inst
+        process, advance = inst.process, inst.advance
+        pending = self.pending
+        n = 0
+        for idx, (ts, i, p) in enumerate(items):
+            if i == CONTROL:  # isControl / prepareReconfig (Alg. 6)
+                if p.epoch > self.e:
+                    self.pending = pending = p
+                    self.gamma = ts
+                continue
+            if pending is not None and ts > inst.W and ts > self.gamma:  # Alg. 4 L10
+                if not self._switch(items, idx):
+                    self.processed += n
+                    return False
+                pending = None
+            n += 1
+            try:
+                if p is WATERMARK:
+                    advance(ts)
+                else:
+                    process(ts, p, i)
+            except StretchflowError:
+                raise
+            except Exception as e:
+                raise OperatorError(self.vop.name, ts, p, e) from e
+        self.processed += n
+        return True
+
+    def _switch(self, items: list, idx: int) -> bool:
+        """waitForInstances and the epoch switch; False if this instance leaves (it does not
+        process the triggering tuple)."""
+        ctrl = self.pending
+        leaving = self.j not in ctrl.instances
+        if leaving:
+            self.inst.flush_pending()
+        self._emit()  # what W̄ released reaches ESG_out before its membership changes
+        self.remaining = items[idx:]
+        self.W_bar = self.inst.W
+        try:
+            self.vop.barrier(ctrl.epoch).wait(BARRIER_TIMEOUT)
+        except threading.BrokenBarrierError:
+            if self.vop.ex.error is not None:
+                raise _Aborted from None
+            raise RuntimeError(f"{self.vop.name}: barrier of epoch {ctrl.epoch} broke") from None
+        if leaving:
+            return False  # the barrier action has moved this instance to the pool
+        self.e = ctrl.epoch
+        self.pending = None
+        self.gamma = math.inf
+        self.remaining = None
+        self.inst.set_assignment(list(ctrl.assign))
+        return True
+
+    def leave(self, ctrl: Control) -> None:
+        """Disconnects this instance (called in the barrier action)."""
+        self.connected = False
+        self.e = ctrl.epoch
+        self.pending = None
+        self.gamma = math.inf
+        self.remaining = None
+        self.inst.set_assignment(list(ctrl.assign))
+
+    def join(self, acting: VSNInstance, ctrl: Control) -> None:
+        """Connects this pool instance at the triggering tuple (called in the barrier action)."""
+        self.inst.W = acting.W_bar  # Lemma 3
+        self.inst._last_l = acting.inst._last_l
+        self.inst.set_assignment(list(ctrl.assign))
+        self.e = ctrl.epoch
+        self.pending = None
+        self.gamma = math.inf
+        self.prefix = list(acting.remaining)
+        self.last_wm = acting.last_wm
+        self.connected = True
+
+    def _emit(self) -> None:
+        out = self.inst.take()
+        w = self.inst.W
+        # lets ESG_out's readiness pass this instance (Lemma 2); a leaving instance that
+        # flushed outputs beyond W is about to be removed and needs none
+        if w > self.last_wm and (not out or out[-1][0] <= w):
+            out.append((w, WATERMARK))
+            self.last_wm = w
+        if out:
+            self.pusher.push(out)
+
+    def _finish(self) -> None:
+        if self.pending is not None:
+            self.pending = None
+        try:
+            self.inst.finish()
+        except StretchflowError:
+            raise
+        except Exception as e:
+            raise OperatorError(self.vop.name, None, "<end of input>", e) from e
+        self._emit()
+        self.pusher.close()
+        self.vop.instance_finished()
+
+
+class IngestClock:
+    """When each source added which timestamps, to measure latency at the sinks: from the
+    wall-clock time the first input with ts >= T − δ entered to the emission of an output
+    with ts T (the latest input that can contribute to it, or the one that closed it)."""
+
+    def __init__(self) -> None:
+        self.ts: list[int] = []
+        self.wall: list[float] = []
+        self.lock = threading.Lock()
+
+    def record(self, ts: int) -> None:
+        now = time.perf_counter()
+        with self.lock:
+            if not self.ts or ts > self.ts[-1]:
+                self.ts.append(ts)
+                self.wall.append(now)
+
+    def entered(self, ts: int) -> float | None:
+        i = bisect.bisect_left(self.ts, ts)
+        return self.wall[i] if i < len(self.wall) else None
+
+
+class VSNExecutor:
+    """Runs a Flow with every O+ as a VSN operator."""
+
+    def __init__(self, flow: Flow, parallelism: int = 1, max_parallelism: int | None = None,
+                 reconfigure: list[tuple[int, int]] | None = None,
+                 controller: Any = None, n_groups: int | None = None,
+                 capacity: int = 16384, period: float = 1.0,
+                 on_start: Callable[[VSNExecutor], None] | None = None):
+        self.flow = flow
+        schedule = sorted(reconfigure or [])
+        n = max_parallelism or max([parallelism] + [p for _, p in schedule])
+        if any(p > n for _, p in schedule):
+            raise FlowDefinitionError(f"--reconfigure asks for more than max_parallelism={n}")
+        self.schedule = schedule
+        self.G = n_groups or max(128, 16 * n)
+        self.error: BaseException | None = None
+        self._error_lock = threading.Lock()
+        self.ops: dict[Node, VSNOperator] = {
+            node: VSNOperator(self, node, parallelism, n, self.G)
+            for node in flow.nodes if node.kind == "oplus"
+        }
+        self.plan = PhysicalPlan(flow, self._producer_ids, self._reader_ids, capacity)
+        for node, vop in self.ops.items():
+            vop.inlet = self.plan.inlets[node]
+            for vi in vop.instances:
+                vi.pusher = self.plan.pusher(node, (vop.name, vi.j))
+        self.clock = IngestClock()
+        self.controller = controller
+        self.period = period
+        self.on_start = on_start
+        self.read = 0
+        self.latencies: list[float] = []
+        self.metrics_log: list[dict[str, Any]] = []
+
+    def _producer_ids(self, node: Node) -> list[Hashable]:
+        if node.kind == "source":
+            return [("source", node.name)]
+        vop = self.ops[node]
+        return [(vop.name, j) for j in sorted(vop.O)]
+
+    def _reader_ids(self, node: Node) -> list[Hashable]:
+        return sorted(self.ops[node].O)
+
+    def reconfigure(self, parallelism: int | None = None, f_mu: Any = None,
+                    wait: bool = True) -> list[Reconfiguration]:
+        """Reconfigures every O+ of the flow; see :meth:`VSNOperator.reconfigure`."""
+        return [vop.reconfigure(parallelism, f_mu, wait=wait) for vop in self.ops.values()]
+
+    # -- threads -------------------------------------------------------------------------------
+    def _source(self, node: Node) -> None:
+        try:
+            pusher = self.plan.pusher(node, ("source", node.name))
+            schedule = list(self.schedule)
+            count = 0
+            batch: list = []
+            for item in node.spec.items():
+                if self.error is not None:
+                    return
+                batch.append(item)
+                if item[1] is not WATERMARK:
+                    count += 1
+                    if schedule and count >= schedule[0][0]:
+                        pusher.push(batch)
+                        batch = []
+                        while schedule and count >= schedule[0][0]:
+                            self.reconfigure(schedule.pop(0)[1], wait=False)
+                if len(batch) >= BATCH:
+                    pusher.push(batch)
+                    self.clock.record(batch[-1][0])
+                    batch = []
+            if batch:
+                pusher.push(batch)
+                self.clock.record(batch[-1][0])
+            while schedule:  # requested after the last tuple: they cannot take effect
+                self.reconfigure(schedule.pop(0)[1], wait=False)
+            with self._error_lock:
+                self.read += count
+            pusher.close()
+        except BaseException as e:  # noqa: BLE001
+            self.fail(e)
+
+    def _sink(self, k: int, sink: Any) -> None:
+        try:
+            inlet = self.plan.inlets[("sink", k)]
+            reader = ("sink", k)
+            entered = self.clock.entered
+            lat = self.latencies
+            while True:
+                items = inlet.esg.get_batch(reader, 4096)
+                if self.error is not None:
+                    return
+                if items is END:
+                    return
+                now = time.perf_counter()
+                out = [(ts, p) for ts, _, p in items if p is not WATERMARK]
+                if out:
+                    sink.write(out)
+                    if len(lat) < 200_000:
+                        for ts, _ in out[:: max(1, len(out) // 16)]:
+                            t_in = entered(ts - 1)
+                            if t_in is not None:
+                                lat.append((now - t_in) * 1000)
+        except BaseException as e:  # noqa: BLE001
+            self.fail(e)
+
+    def _control_loop(self, stop: threading.Event) -> None:
+        from ..elastic.controller import Metrics
+
+        try:
+            last = {vop: (time.perf_counter(), [vi.busy for vi in vop.instances],
+                          sum(vi.processed for vi in vop.instances)) for vop in self.ops.values()}
+            t_start = time.perf_counter()
+            while not stop.wait(self.period):
+                for vop in self.ops.values():
+                    t0, busy0, n0 = last[vop]
+                    now = time.perf_counter()
+                    busy = [vi.busy for vi in vop.instances]
+                    n = sum(vi.processed for vi in vop.instances)
+                    dt = max(now - t0, 1e-9)
+                    loads = tuple(min(1.0, (busy[j] - busy0[j]) / dt) for j in sorted(vop.O))
+                    last[vop] = (now, busy, n)
+                    m = Metrics(time=now - t_start, period=dt, parallelism=vop.parallelism,
+                                throughput=(n - n0) / dt / max(1, vop.parallelism),
+                                input_rate=(n - n0) / dt / max(1, vop.parallelism),
+                                per_instance_load=loads, congestion=0.0,
+                                max_parallelism=vop.n)
+                    self.metrics_log.append({"operator": vop.name, "time": m.time,
+                                             "parallelism": m.parallelism,
+                                             "loads": list(loads)})
+                    decision = self.controller.observe(m)
+                    if decision is not None and not vop.done:
+                        vop.reconfigure(decision.parallelism, "balanced", wait=False)
+        except BaseException as e:  # noqa: BLE001
+            self.fail(e)
+
+    def fail(self, e: BaseException) -> None:
+        with self._error_lock:
+            if self.error is None:
+                self.error = e
+        for inlet in self.plan.inlets.values():
+            inlet.esg.abort(e)
+        for vop in self.ops.values():
+            vop.wake_all()
+
+    def run(self) -> RunResult:
+        sinks = [s for _, s in self.flow.sinks]
+        for s in sinks:
+            s.open()
+        threads = []
+        for node in self.flow.nodes:
+            if node.kind == "source":
+                threads.append(threading.Thread(target=self._source, args=(node,),
+                                                name=f"source {node.name}", daemon=True))
+        for vop in self.ops.values():
+            for vi in vop.instances:
+                threads.append(threading.Thread(target=vi.run, name=f"{vop.name}[{vi.j}]",
+                                                daemon=True))
+        for k, s in enumerate(sinks):
+            threads.append(threading.Thread(target=self._sink, args=(k, s),
+                                            name=f"sink {s.name}", daemon=True))
+        stop = threading.Event()
+        ctl = None
+        if self.controller is not None:
+            ctl = threading.Thread(target=self._control_loop, args=(stop,), daemon=True,
+                                   name="controller")
+        t0 = time.perf_counter()
+        for t in threads:
+            t.start()
+        if ctl is not None:
+            ctl.start()
+        if self.on_start is not None:
+            self.on_start(self)
+        try:
+            for t in threads:
+                t.join()
+        finally:
+            stop.set()
+            if ctl is not None:
+                ctl.join()
+            for s in sinks:
+                s.close()
+        elapsed = time.perf_counter() - t0
+        if self.error is not None:
+            raise self.error
+        counts = {n.name: 0 for n in self.flow.nodes if n.kind == "source"}
+        for n in self.flow.nodes:
+            if n.kind == "source":
+                counts[n.name] = n.spec.read if n.spec.read else 0
+        lat = sorted(self.latencies)
+        return RunResult(
+            engine="vsn",
+            elapsed=elapsed,
+            tuples_in=counts,
+            tuples_out={s.name: s.count for s in sinks},
+            extra={
+                "parallelism": {v.name: v.parallelism for v in self.ops.values()},
+                "reconfigurations": [r.as_dict() for v in self.ops.values() for r in v.log],
+                "latency_ms": _percentiles(lat),
+                "instances": {v.name: [{"j": vi.j, "tuples": vi.processed,
+                                        "busy_s": round(vi.busy, 4)} for vi in v.instances]
+                              for v in self.ops.values()},
+                "metrics": self.metrics_log,
+            },
+        )
+
+
+def _percentiles(values: list[float]) -> dict[str, float | None]:
+    if not values:
+        return {"p50": None, "p99": None, "max": None, "samples": 0}
+    n = len(values)
+    return {"p50": values[n // 2], "p99": values[min(n - 1, int(n * 0.99))],
+            "max": values[-1], "samples": n}
+
+
+def run(flow: Flow, parallelism: int = 1, max_parallelism: int | None = None,
+        reconfigure: list[tuple[int, int]] | None = None, controller: Any = None,
+        **options: Any) -> RunResult:
+    """Runs ``flow`` on the VSN engine; ``controller`` is a name (``threshold``, ``level``)
+    or a :class:`~stretchflow.elastic.controller.Controller`."""
+    if isinstance(controller, str):
+        from ..elastic import make_controller
+
+        controller = make_controller(controller)
+    return VSNExecutor(flow, parallelism, max_parallelism, reconfigure, controller,
+                       **options).run()

@@ -1,0 +1,247 @@
+"""The VSN executor against the reference executor (STRETCH Alg. 4–6, Theorems 3–4)."""
+
+import threading
+from collections import Counter
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import stretchflow as sf
+from stretchflow.executors.vsn import VSNExecutor
+from stretchflow.io.generators import bandjoin, tweets
+from stretchflow.queries import build_query
+
+
+def multiset(items):
+    return Counter((ts, repr(sorted(p.items())) if isinstance(p, dict) else repr(p))
+                   for ts, p in items)
+
+
+def run_query(query, inputs, params, engine="reference", **options):
+    flow = sf.Flow(query)
+    streams = [flow.source(sf.io.iterable(recs, name=f"in{i}"))
+               for i, recs in enumerate(inputs)]
+    col = build_query(query, streams, **params).collect()
+    res = flow.run(engine=engine, **options)
+    return col.items, res
+
+
+def assert_same_as_reference(query, inputs, params, **options):
+    ref, _ = run_query(query, inputs, params)
+    got, res = run_query(query, inputs, params, engine="vsn", **options)
+    assert [ts for ts, _ in got] == sorted(ts for ts, _ in got), "output not ts-sorted"
+    assert multiset(got) == multiset(ref)
+    return res
+
+
+@st.composite
+def schedules(draw, n_tuples):
+    """COUNT:P steps: provision, decommission, several in a row, before the first tuple
+    (COUNT 0) and after the last (COUNT >= n)."""
+    steps = draw(st.lists(st.tuples(st.integers(0, n_tuples + 2), st.integers(1, 8)),
+                          max_size=6))
+    return sorted(steps)
+
+
+def tweet_records(seed, rows, rate):
+    return tweets(rows, seed=seed, rate=rate, vocabulary=40, hashtags=8,
+                  gap_prob=0.02, gap_ms=(2_000, 9_000)).to_pylist()
+
+
+QUERY_PARAMS = {
+    "wordcount": {"size": 2000, "slide": 500},
+    "paircount": {"size": 1500, "slide": 1500, "distance": 2},
+    "longest-hashtag": {"size": 3000, "slide": 1000},
+}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.sampled_from(sorted(QUERY_PARAMS)), st.integers(0, 10_000), st.integers(1, 8),
+       st.data())
+def test_tweet_queries_match_reference(query, seed, p0, data):
+    recs = tweet_records(seed, data.draw(st.integers(0, 300)), rate=200)
+    schedule = data.draw(schedules(len(recs)))
+    n = max([p0] + [p for _, p in schedule])
+    assert_same_as_reference(query, [recs], QUERY_PARAMS[query], parallelism=p0,
+                             max_parallelism=n, reconfigure=schedule)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.integers(0, 10_000), st.integers(1, 8), st.data())
+def test_scalejoin_matches_reference(seed, p0, data):
+    rows = data.draw(st.integers(0, 40))
+    left, right = (t.to_pylist() for t in bandjoin(rows, seed=seed, rate=50))
+    schedule = data.draw(schedules(2 * rows))
+    n = max([p0] + [p for _, p in schedule])
+    assert_same_as_reference("scalejoin", [left, right], {"window": 400, "band": 3000},
+                             parallelism=p0, max_parallelism=n, reconfigure=schedule)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.integers(0, 10_000), st.integers(1, 8), st.data())
+def test_forward_matches_reference(seed, p0, data):
+    rows = data.draw(st.integers(0, 150))
+    left, right = (t.to_pylist() for t in bandjoin(rows, seed=seed, rate=300))
+    schedule = data.draw(schedules(2 * rows))
+    n = max([p0] + [p for _, p in schedule])
+    assert_same_as_reference("forward", [left, right], {}, parallelism=p0,
+                             max_parallelism=n, reconfigure=schedule)
+
+
+@pytest.mark.slow
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.integers(0, 10_000), st.integers(1, 8), st.data())
+def test_hundreds_of_random_schedules(seed, p0, data):
+    recs = tweet_records(seed, 400, rate=300)
+    schedule = data.draw(schedules(len(recs)))
+    n = max([p0] + [p for _, p in schedule])
+    res = assert_same_as_reference("wordcount", [recs], QUERY_PARAMS["wordcount"],
+                                   parallelism=p0, max_parallelism=n, reconfigure=schedule)
+    for r in res.extra["reconfigurations"]:
+        assert r["applied"] or r["note"]
+
+
+def test_reconfigurations_are_applied_and_logged():
+    recs = tweet_records(1, 2000, rate=500)
+    schedule = [(0, 2), (300, 4), (700, 1), (1200, 3), (1201, 5)]
+    res = assert_same_as_reference("wordcount", [recs], QUERY_PARAMS["wordcount"],
+                                   parallelism=1, max_parallelism=5, reconfigure=schedule)
+    log = res.extra["reconfigurations"]
+    assert [r["parallelism_after"] for r in log] == [2, 4, 1, 3, 5]
+    applied = [r for r in log if r["applied"]]
+    assert len(applied) >= 3
+    for r in applied:
+        assert r["duration_ms"] >= 0 and r["trigger_ts"] is not None
+        assert sum(r["key_groups_per_instance"].values()) > 0
+    # two requests one tuple apart: the latest control tuple wins (Theorem 4)
+    assert log[3]["applied"] is False and "superseded" in log[3]["note"]
+    assert res.extra["parallelism"] == {"wordcount": 5}
+
+
+class Tracking(sf.OPlus):
+    """Records the identity of every window state it creates and sees at expiry."""
+
+    def __init__(self):
+        super().__init__(size=800, slide=200, keys=lambda t, i: set(t["text"].split()))
+        self.created = {}
+        self.lock = threading.Lock()
+        self.mismatches = []
+
+    def init(self):
+        return {"n": 0}
+
+    def update(self, ws, ts, value, i):
+        st_ = ws.states[0]
+        with self.lock:
+            self.created.setdefault((ws.key, ws.l), id(st_))
+            if self.created[(ws.key, ws.l)] != id(st_):
+                self.mismatches.append((ws.key, ws.l))
+        st_["n"] += 1
+
+    def output(self, ws):
+        with self.lock:
+            if self.created.get((ws.key, ws.l)) != id(ws.states[0]):
+                self.mismatches.append((ws.key, ws.l))
+        return [{"k": ws.key, "n": ws.states[0]["n"]}]
+
+
+def test_reconfiguration_never_copies_state():
+    recs = tweet_records(5, 1500, rate=400)
+    op = Tracking()
+    flow = sf.Flow()
+    flow.source(sf.io.iterable(recs)).oplus(op).collect()
+    res = flow.run(engine="vsn", parallelism=2, max_parallelism=6,
+                   reconfigure=[(200, 5), (500, 1), (800, 6), (1100, 3)])
+    assert sum(r["applied"] for r in res.extra["reconfigurations"]) >= 3
+    assert op.created and not op.mismatches
+
+
+def test_reconfigure_from_another_thread_while_running():
+    recs = tweet_records(2, 3000, rate=1000)
+    done = []
+
+    def driver(ex):
+        def go():
+            for p in (3, 1, 4, 2):
+                done.extend(ex.reconfigure(p))
+        threading.Thread(target=go, daemon=True).start()
+
+    ref, _ = run_query("wordcount", [recs], QUERY_PARAMS["wordcount"])
+    flow = sf.Flow()
+    col = build_query("wordcount", [flow.source(sf.io.iterable(recs))],
+                      **QUERY_PARAMS["wordcount"]).collect()
+    VSNExecutor(flow, parallelism=2, max_parallelism=4, on_start=driver).run()
+    assert multiset(col.items) == multiset(ref)
+    for rec in done:  # each call returned once its reconfiguration was settled
+        assert rec.done.is_set()
+        assert rec.applied or rec.note
+
+
+def test_chained_operators_and_stateless_on_upstream_threads():
+    recs = tweet_records(3, 800, rate=300)
+
+    def build(flow):
+        counts = build_query("wordcount", [flow.source(sf.io.iterable(recs))], size=1000,
+                             slide=500)
+        big = counts.filter(lambda r: r["count"] > 1).map(lambda r: {"w": r["word"]})
+        return big.aggregate(size=4000, slide=2000, keys=lambda r: {r["w"][0]}, init=int,
+                             update=lambda a, r: a + 1,
+                             output=lambda k, a: {"letter": k, "words": a}).collect()
+
+    f1, f2 = sf.Flow(), sf.Flow()
+    c1, c2 = build(f1), build(f2)
+    f1.run()
+    f2.run(engine="vsn", parallelism=3, max_parallelism=4, reconfigure=[(100, 1), (400, 4)])
+    assert multiset(c2.items) == multiset(c1.items)
+    assert c1.items
+
+
+def test_fan_out_to_several_sinks():
+    recs = tweet_records(4, 500, rate=300)
+    outs = []
+    for engine in ("reference", "vsn"):
+        flow = sf.Flow()
+        s = flow.source(sf.io.iterable(recs))
+        a = build_query("wordcount", [s], size=1000, slide=1000).collect()
+        b = s.filter(lambda t: "#" in t["text"]).collect()
+        flow.run(engine=engine, **({"parallelism": 2} if engine == "vsn" else {}))
+        outs.append((multiset(a.items), multiset(b.items)))
+    assert outs[0] == outs[1]
+
+
+def test_user_error_stops_the_query():
+    recs = [{"ts": i, "text": "a b"} for i in range(2000)] + [{"ts": 2000, "text": None}]
+    flow = sf.Flow()
+    build_query("wordcount", [flow.source(sf.io.iterable(recs))]).collect()
+    with pytest.raises(sf.OperatorError, match="wordcount.*ts=2000"):
+        flow.run(engine="vsn", parallelism=3)
+
+
+def test_source_error_stops_the_query():
+    recs = [{"ts": i, "text": "a"} for i in range(1000)] + [{"ts": 5, "text": "late"}]
+    flow = sf.Flow()
+    build_query("wordcount", [flow.source(sf.io.iterable(recs, name="tw"))]).collect()
+    with pytest.raises(sf.SourceError, match="tw.*goes back"):
+        flow.run(engine="vsn", parallelism=2)
+
+
+def test_bad_parallelism():
+    flow = sf.Flow()
+    build_query("wordcount", [flow.source(sf.io.iterable([]))]).collect()
+    with pytest.raises(sf.FlowDefinitionError, match="max_parallelism"):
+        flow.run(engine="vsn", parallelism=4, max_parallelism=2)
+    with pytest.raises(sf.FlowDefinitionError, match="max_parallelism"):
+        flow.run(engine="vsn", parallelism=1, max_parallelism=2, reconfigure=[(5, 3)])
+
+
+@pytest.mark.slow
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.sampled_from(sorted(QUERY_PARAMS)), st.integers(0, 10_000), st.integers(1, 8),
+       st.data())
+def test_schedules_under_frequent_thread_switches(frequent_switches, query, seed, p0, data):
+    recs = tweet_records(seed, data.draw(st.integers(50, 300)), rate=300)
+    schedule = data.draw(schedules(len(recs)))
+    n = max([p0] + [p for _, p in schedule])
+    assert_same_as_reference(query, [recs], QUERY_PARAMS[query], parallelism=p0,
+                             max_parallelism=n, reconfigure=schedule)
