@@ -1,5 +1,6 @@
 """The VSN executor against the reference executor (STRETCH Alg. 4–6, Theorems 3–4)."""
 
+import os
 import threading
 from collections import Counter
 
@@ -236,7 +237,8 @@ def test_bad_parallelism():
 
 
 @pytest.mark.slow
-@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=int(os.environ.get("SF_SHAKE", "60")), deadline=None,
+          suppress_health_check=list(HealthCheck))
 @given(st.sampled_from(sorted(QUERY_PARAMS)), st.integers(0, 10_000), st.integers(1, 8),
        st.data())
 def test_schedules_under_frequent_thread_switches(frequent_switches, query, seed, p0, data):

@@ -128,7 +128,28 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"{sum(result.tuples_out.values()):,} out, {result.elapsed:.2f} s, "
             f"{result.throughput:,.0f} tuples/s"
         )
+        print_metrics(result)
     return 0
+
+
+def print_metrics(result: Any) -> None:
+    """Latency and reconfigurations of a parallel run (stderr)."""
+    extra = result.extra
+    lat = extra.get("latency_ms")
+    if lat and lat.get("samples"):
+        err.print(f"latency: p50 {lat['p50']:.1f} ms, p99 {lat['p99']:.1f} ms "
+                  f"({lat['samples']:,} samples)")
+    if "parallelism" in extra:
+        err.print("final parallelism: " + ", ".join(f"{k} {v}" for k, v in
+                                                     extra["parallelism"].items()))
+    for r in extra.get("reconfigurations", []):
+        if r["applied"]:
+            err.print(f"reconfiguration {r['operator']} epoch {r['epoch']}: "
+                      f"{r['parallelism_before']} -> {r['parallelism_after']} in "
+                      f"{r['duration_ms']:.2f} ms (at ts {r['trigger_ts']})")
+        else:
+            err.print(f"reconfiguration {r['operator']} epoch {r['epoch']} to "
+                      f"{r['parallelism_after']}: not applied ({r['note']})")
 
 
 def _run_with_progress(flow: Any, engine: str, opts: dict[str, Any], quiet: bool) -> Any:
@@ -177,16 +198,25 @@ def _number(v: str) -> Any:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    import json
+
+    if args.target == "vsn":
+        from .bench import vsn
+
+        with err.status("benchmark") as status:
+            paths = vsn.run(quick=args.quick, out_dir=args.out,
+                            progress=lambda msg: status.update(f"vsn: {msg}"))
+        for p in paths:
+            print(p)
+        return 0
     if args.target != "reference":
-        raise ValueError(f"unknown benchmark {args.target!r}; available: reference")
+        raise ValueError(f"unknown benchmark {args.target!r}; available: reference, vsn")
     from .bench import reference
 
     with err.status("benchmark") as status:
         path = reference.run(query=args.query, rows=args.rows, seed=args.seed,
                              repeats=args.repeats, out_dir=args.out,
                              progress=lambda msg: status.update(msg))
-    import json
-
     doc = json.loads(path.read_text())
     m = doc["metrics"]
     err.print(
@@ -252,7 +282,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.set_defaults(fn=cmd_generate)
 
     b = sub.add_parser("bench", help="run a benchmark; writes JSON to benchmarks/results/")
-    b.add_argument("target", help="reference")
+    b.add_argument("target", help="reference | vsn")
+    b.add_argument("--quick", action="store_true", help="small inputs (a smoke test)")
     b.add_argument("--query", default="wordcount")
     b.add_argument("--rows", type=int, default=200_000)
     b.add_argument("--seed", type=int, default=1)

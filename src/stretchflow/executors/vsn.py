@@ -45,6 +45,7 @@ from .plan import CONTROL, Inlet, PhysicalPlan, Pusher
 from .reference import RunResult
 
 BATCH = 256  # tuples an instance takes from ESG_in at once, and a source adds at once
+BATCH_DELAY = 0.001  # seconds a source holds a partial batch
 BARRIER_TIMEOUT = 120.0
 
 
@@ -230,6 +231,8 @@ class VSNOperator:
             self.O = new
             self.assign = ctrl.assign
             self.epoch = epoch
+            for j in joining:  # only now, with σ's owners and O settled, may joiners start
+                self.instances[j].connected = True
             self._barriers.pop(epoch, None)
             now = time.perf_counter()
             for e in sorted(self._requests):
@@ -402,7 +405,6 @@ class VSNInstance:
         self.gamma = math.inf
         self.prefix = list(acting.remaining)
         self.last_wm = acting.last_wm
-        self.connected = True
 
     def _emit(self) -> None:
         out = self.inst.take()
@@ -457,7 +459,7 @@ class VSNExecutor:
     def __init__(self, flow: Flow, parallelism: int = 1, max_parallelism: int | None = None,
                  reconfigure: list[tuple[int, int]] | None = None,
                  controller: Any = None, n_groups: int | None = None,
-                 capacity: int = 16384, period: float = 1.0,
+                 capacity: int = 4096, period: float = 1.0,
                  on_start: Callable[[VSNExecutor], None] | None = None):
         self.flow = flow
         schedule = sorted(reconfigure or [])
@@ -478,6 +480,7 @@ class VSNExecutor:
             for vi in vop.instances:
                 vi.pusher = self.plan.pusher(node, (vop.name, vi.j))
         self.clock = IngestClock()
+        self._sources_left = sum(1 for n in flow.nodes if n.kind == "source")
         self.controller = controller
         self.period = period
         self.on_start = on_start
@@ -503,34 +506,55 @@ class VSNExecutor:
     def _source(self, node: Node) -> None:
         try:
             pusher = self.plan.pusher(node, ("source", node.name))
-            schedule = list(self.schedule)
+            scheduled = bool(self.schedule)
             count = 0
             batch: list = []
+            clock = time.perf_counter
+            started = clock()
             for item in node.spec.items():
                 if self.error is not None:
                     return
+                if not batch:
+                    started = clock()
                 batch.append(item)
                 if item[1] is not WATERMARK:
                     count += 1
-                    if schedule and count >= schedule[0][0]:
-                        pusher.push(batch)
-                        batch = []
-                        while schedule and count >= schedule[0][0]:
-                            self.reconfigure(schedule.pop(0)[1], wait=False)
-                if len(batch) >= BATCH:
+                    if scheduled:
+                        due = self._count_tuple()
+                        if due:  # --reconfigure: after the COUNT-th tuple of all sources
+                            pusher.push(batch)
+                            batch = []
+                            for p in due:
+                                self.reconfigure(p, wait=False)
+                # a batch goes out when full or BATCH_DELAY old: a slow source's tuples (and
+                # the control tuples queued for it) are not held back for a full batch
+                n = len(batch)
+                if n >= BATCH or (n and clock() - started >= BATCH_DELAY):
                     pusher.push(batch)
                     self.clock.record(batch[-1][0])
                     batch = []
             if batch:
                 pusher.push(batch)
                 self.clock.record(batch[-1][0])
-            while schedule:  # requested after the last tuple: they cannot take effect
-                self.reconfigure(schedule.pop(0)[1], wait=False)
             with self._error_lock:
-                self.read += count
+                self._sources_left -= 1
+                last = self._sources_left == 0
+                rest = [p for _, p in self.schedule] if last else []
+                self.schedule = [] if last else self.schedule
+            for p in rest:  # requested after the last tuple: they cannot take effect
+                self.reconfigure(p, wait=False)
             pusher.close()
         except BaseException as e:  # noqa: BLE001
             self.fail(e)
+
+    def _count_tuple(self) -> list[int]:
+        """Counts one input tuple over all sources; the parallelisms now due."""
+        with self._error_lock:
+            self.read += 1
+            due = []
+            while self.schedule and self.read >= self.schedule[0][0]:
+                due.append(self.schedule.pop(0)[1])
+            return due
 
     def _sink(self, k: int, sink: Any) -> None:
         try:

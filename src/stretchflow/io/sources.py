@@ -41,10 +41,22 @@ class Source:
         self.watermark_field = watermark
         self.read = 0  # records read so far, updated every few thousand (for progress bars)
 
+    #: replay speed in tuples per second of wall-clock time (None: as fast as possible)
+    rate: float | None = None
+
     def items(self) -> Iterator[Item]:
         """The source's tuples in timestamp order (explicit watermarks included)."""
         raw = self._raw()
-        return _check_sorted(self, raw) if self.sorted else _reorder(self, raw)
+        out = _check_sorted(self, raw) if self.sorted else _reorder(self, raw)
+        return _paced(out, self.rate) if self.rate else out
+
+    def at_rate(self, rate: float) -> Source:
+        """Replays this source at ``rate`` tuples per second (a load generator for
+        benchmarks: the engine then runs below its capacity, as in STRETCH's Q4)."""
+        if rate <= 0:
+            raise ValueError(f"rate must be positive, got {rate}")
+        self.rate = rate
+        return self
 
     def _raw(self) -> Iterator[tuple[Any, Any, Any]]:
         """``(ts_or_None, payload_or_WATERMARK, where)`` triples in arrival order; ``where``
@@ -87,6 +99,19 @@ def _check_sorted(src: Source, raw: Iterator[tuple[Any, Any, Any]]) -> Iterator[
             )
         prev = ts
         yield ts, payload
+
+
+def _paced(items: Iterator[Item], rate: float) -> Iterator[Item]:
+    """Yields item n no earlier than n / ``rate`` seconds after the first."""
+    import time
+
+    clock, sleep = time.perf_counter, time.sleep
+    t0 = clock()
+    for n, item in enumerate(items):
+        ahead = n / rate - (clock() - t0)
+        if ahead > 0:
+            sleep(ahead)
+        yield item
 
 
 def _reorder(src: Source, raw: Iterator[tuple[Any, Any, Any]]) -> Iterator[Item]:

@@ -90,21 +90,19 @@ class AggregateInstance(OPlusInstance):
         ks = op.user_keys(value)
         if not ks:
             return
+        routed = self._route(ks, value)
         wa = op.WA
         l1 = ((ts - op.WS) // wa + 1) * wa  # earliestWinL
         l2 = ts - ts % wa  # latestWinL
-        groups, update, init = self.groups, op.user_update, op.user_init
-        for g, pairs in self._route(ks, value):
-            sg = groups[g]
-            for l in range(l1, l2 + 1, wa):
+        update, init = op.user_update, op.user_init
+        for l in range(l1, l2 + 1, wa):
+            for k, v, g, sg in routed:
                 d = sg.get(l)
                 if d is None:
                     d = sg[l] = {}
                     heapq.heappush(self._lheap, (l, g))
-                get = d.get
-                for k, v in pairs:
-                    acc = get(k, _MISSING)
-                    d[k] = update(init() if acc is _MISSING else acc, v)  # check&Create, f_U, set
+                acc = d.get(k, _MISSING)
+                d[k] = update(init() if acc is _MISSING else acc, v)  # check&Create, f_U, set
 
     def _expire(self, wm: float) -> None:
         heap, groups, ws_ = self._lheap, self.groups, self.op.WS

@@ -261,27 +261,22 @@ class OPlusInstance:
                        if assign is None or assign[g] == j for l in sg]
         heapq.heapify(self._lheap)
 
-    def _route(self, ks: Any, value: Any) -> list[tuple[int, Any]]:
-        """The owned key groups of a tuple's keys: ``[(g, [(key, value), ...]), ...]``."""
+    def _route(self, ks: Any, value: Any) -> list[tuple[Any, Any, int, dict]]:
+        """``(key, value, g, σ_g)`` for the tuple's keys this instance owns (f_μ by group)."""
         pairs = key_pairs(ks, value)
         assign = self.assign
         if assign is None:
-            return [(0, pairs)]
-        G, j = self.state.G, self.j
-        by_group: dict[int, list] = {}
-        for kv in pairs:
-            g = hash(kv[0]) % G
+            sg = self.groups[0]
+            return [(k, v, 0, sg) for k, v in pairs]
+        G, j, groups, hits = self.state.G, self.j, self.groups, self.group_hits
+        out = []
+        for k, v in pairs:
+            g = hash(k) % G
             if assign[g] == j:
-                kvs = by_group.get(g)
-                if kvs is None:
-                    by_group[g] = [kv]
-                else:
-                    kvs.append(kv)
-        hits = self.group_hits
-        if hits is not None:  # the load of each key group, for a load-balancing f_μ
-            for g in by_group:
-                hits[g] += 1
-        return list(by_group.items())
+                out.append((k, v, g, groups[g]))
+                if hits is not None:  # the load of each key group, for a balancing f_μ
+                    hits[g] += 1
+        return out
 
     # -- Alg. 2 -------------------------------------------------------------------------------
     def process(self, ts: int, value: Any, i: int = 0) -> None:
@@ -322,25 +317,26 @@ class OPlusInstance:
         ks = op.keys(value, i)
         if not ks:
             return
+        routed = self._route(ks, value)
+        if not routed:
+            return
         wa, ws_ = op.WA, op.WS
         l1 = ((ts - ws_) // wa + 1) * wa  # earliestWinL
         l2 = l1 if op.WT == "single" else ts - ts % wa  # latestWinL
-        groups, update, init, n_in = self.groups, op.update, op.init, op.I
-        for g, pairs in self._route(ks, value):
-            sg = groups[g]
-            for l in range(l1, l2 + 1, wa):
+        update, init, n_in = op.update, op.init, op.I
+        for l in range(l1, l2 + 1, wa):
+            right = l + ws_
+            for k, v, g, sg in routed:
                 d = sg.get(l)
                 if d is None:
                     d = sg[l] = {}
                     heapq.heappush(self._lheap, (l, g))
-                right = l + ws_
-                for k, v in pairs:
-                    w = d.get(k)
-                    if w is None:  # σ.check&Create(k, l)
-                        w = d[k] = WindowSet(k, l, right, [init() for _ in range(n_in)])
-                    out = update(w, ts, v, i)
-                    if out:
-                        self._emit_later(right, out)
+                w = d.get(k)
+                if w is None:  # σ.check&Create(k, l)
+                    w = d[k] = WindowSet(k, l, right, [init() for _ in range(n_in)])
+                out = update(w, ts, v, i)
+                if out:
+                    self._emit_later(right, out)
 
     # -- expiry: Alg. 2 L27–L29 and forwardAndShift (L5–L12) ----------------------------------
     def _expire(self, wm: float) -> None:

@@ -1,0 +1,196 @@
+"""``stretchflow bench vsn``: the VSN executor's benchmarks (STRETCH journal §8, scaled to a
+2-core machine running CPython).
+
+* ``reconfiguration`` (Q4): wordcount replayed below capacity; the parallelism steps through
+  1→2→4→8→16 and back, several times; each reconfiguration's time from the reconfigure call
+  to the end of the barrier action.
+* ``forward`` (Q2): Op. 15 over two inputs; throughput at full speed and latency at a paced
+  rate, for Π = 1, 2, 4, 8.
+* ``wordcount``: VSN at Π = 1 against the reference executor on the same input, alternating.
+* ``scalejoin`` (Q3): comparisons per second against Π, with a hand-written single-thread
+  band join (1T) on the same input in the same invocation.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import stretchflow as sf
+
+from ..io.generators import bandjoin, tweets
+from ..queries import build_query
+from .common import summarize, write_result
+
+STEPS = (1, 2, 4, 8, 16, 8, 4, 2, 1)
+
+
+def _pct(values: list[float]) -> dict[str, float]:
+    v = sorted(values)
+    n = len(v)
+    return {"p50": v[n // 2], "p99": v[min(n - 1, int(n * 0.99))], "max": v[-1], "n": n}
+
+
+def reconfiguration(rate: float = 1000.0, cycles: int = 4, gap: int = 400,
+                    seed: int = 1) -> dict[str, Any]:
+    steps = list(STEPS[1:]) * cycles
+    schedule = [(gap * (k + 1), p) for k, p in enumerate(steps)]
+    rows = gap * (len(steps) + 2)
+    flow = sf.Flow("reconfiguration")
+    src = sf.io.generated("tweets", rows=rows, seed=seed).at_rate(rate)
+    build_query("wordcount", [flow.source(src)]).collect()
+    res = flow.run(engine="vsn", parallelism=1, max_parallelism=16, reconfigure=schedule)
+    done = [r for r in res.extra["reconfigurations"] if r["applied"]]
+    by_step: dict[str, list[float]] = {}
+    for r in done:
+        by_step.setdefault(f"{r['parallelism_before']}->{r['parallelism_after']}",
+                           []).append(r["duration_ms"])
+    return {
+        "query": "wordcount", "rate_tuples_per_s": rate, "requested": len(schedule),
+        "applied": len(done),
+        "duration_ms": _pct([r["duration_ms"] for r in done]),
+        "by_transition_ms": {k: _pct(v) for k, v in by_step.items()},
+        "latency_ms": res.extra["latency_ms"],
+    }
+
+
+def forward(rows: int = 40_000, paced_rate: float = 2000.0,
+            parallelisms: tuple[int, ...] = (1, 2, 4, 8), seed: int = 1) -> dict[str, Any]:
+    left, right = (t.to_pylist() for t in bandjoin(rows, seed=seed, rate=5000))
+    out: dict[str, Any] = {}
+    for p in parallelisms:
+        flow = sf.Flow("forward")
+        streams = [flow.source(sf.io.iterable(left, name="left")),
+                   flow.source(sf.io.iterable(right, name="right"))]
+        build_query("forward", streams).collect()
+        res = flow.run(engine="vsn", parallelism=p)
+        n_paced = int(paced_rate * 5)
+        flow = sf.Flow("forward-paced")
+        streams = [flow.source(sf.io.iterable(left[:n_paced // 2], name="left")
+                               .at_rate(paced_rate / 2)),
+                   flow.source(sf.io.iterable(right[:n_paced // 2], name="right")
+                               .at_rate(paced_rate / 2))]
+        build_query("forward", streams).collect()
+        paced = flow.run(engine="vsn", parallelism=p)
+        out[str(p)] = {"throughput_tuples_per_s": res.throughput,
+                       "latency_ms_at_full_speed": res.extra["latency_ms"],
+                       "paced_rate": paced_rate,
+                       "latency_ms_paced": paced.extra["latency_ms"]}
+    return out
+
+
+def wordcount_vs_reference(rows: int = 100_000, repeats: int = 3,
+                           seed: int = 1) -> dict[str, Any]:
+    from ..io.generators import write_table
+
+    path = Path("benchmarks/results/.wordcount-input.jsonl")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_table(tweets(rows, seed=seed), path)
+    runs: dict[str, list[float]] = {"reference": [], "vsn1": []}
+    try:
+        for _ in range(repeats):
+            for engine, opts in (("reference", {}), ("vsn1", {"parallelism": 1})):
+                flow = sf.Flow("wordcount")
+                build_query("wordcount", [flow.source(sf.io.jsonl(path))]).collect()
+                res = flow.run(engine="vsn" if engine == "vsn1" else engine, **opts)
+                runs[engine].append(res.throughput)
+    finally:
+        path.unlink(missing_ok=True)
+    ratios = [v / r for v, r in zip(runs["vsn1"], runs["reference"], strict=True)]
+    return {"rows": rows, "tuples_per_s": {k: summarize(v) for k, v in runs.items()},
+            "ratio_vsn1_over_reference": summarize(ratios)}
+
+
+def scalejoin_1t(left: list[dict], right: list[dict], window: int, band: int) -> int:
+    """A hand-written single-thread band join: merge by ts, purge, compare. Returns matches."""
+    wl: deque = deque()
+    wr: deque = deque()
+    i = j = matches = 0
+    while i < len(left) or j < len(right):
+        if j >= len(right) or (i < len(left) and left[i]["ts"] <= right[j]["ts"]):
+            t = left[i]
+            i += 1
+            ts, x, y = t["ts"], t["x"], t["y"]
+            while wr and wr[0][0] < ts - window:
+                wr.popleft()
+            for _, a, b in wr:
+                if abs(x - a) <= band and abs(y - b) <= band:
+                    matches += 1
+            wl.append((ts, x, y))
+        else:
+            t = right[j]
+            j += 1
+            ts, a, b = t["ts"], t["a"], t["b"]
+            while wl and wl[0][0] < ts - window:
+                wl.popleft()
+            for _, x, y in wl:
+                if abs(x - a) <= band and abs(y - b) <= band:
+                    matches += 1
+            wr.append((ts, a, b))
+    return matches
+
+
+def _comparisons(left: list[dict], right: list[dict], window: int) -> int:
+    """Σ over tuples of the opposite window's size when they arrive (same for every engine)."""
+    import bisect
+
+    lt = [t["ts"] for t in left]
+    rt = [t["ts"] for t in right]
+    total = 0
+    for ts in lt:
+        total += bisect.bisect_right(rt, ts) - bisect.bisect_left(rt, ts - window)
+    for ts in rt:
+        total += bisect.bisect_left(lt, ts) - bisect.bisect_left(lt, ts - window)
+    return total
+
+
+def scalejoin(rows: int = 1500, window: int = 30_000, rate: float = 100.0, band: int = 10,
+              parallelisms: tuple[int, ...] = (1, 2, 4), seed: int = 1) -> dict[str, Any]:
+    left, right = (t.to_pylist() for t in bandjoin(rows, seed=seed, rate=rate))
+    comps = _comparisons(left, right, window)
+    t0 = time.perf_counter()
+    matches = scalejoin_1t(left, right, window, band)
+    t_1t = time.perf_counter() - t0
+    out: dict[str, Any] = {"rows_per_stream": rows, "window_ms": window, "comparisons": comps,
+                           "matches": matches,
+                           "1T": {"elapsed_s": t_1t, "comparisons_per_s": comps / t_1t}}
+    for p in parallelisms:
+        flow = sf.Flow("scalejoin")
+        streams = [flow.source(sf.io.iterable(left, name="left")),
+                   flow.source(sf.io.iterable(right, name="right"))]
+        col = build_query("scalejoin", streams, window=window, band=band).collect()
+        res = flow.run(engine="vsn", parallelism=p)
+        if len(col.items) != matches:
+            raise RuntimeError(f"scalejoin at Π={p} found {len(col.items)} matches, 1T {matches}")
+        out[f"vsn{p}"] = {"elapsed_s": res.elapsed, "comparisons_per_s": comps / res.elapsed}
+    base = out["vsn1"]["comparisons_per_s"] if "vsn1" in out else None
+    if base:
+        out["speedup_vs_vsn1"] = {f"vsn{p}": out[f"vsn{p}"]["comparisons_per_s"] / base
+                                  for p in parallelisms}
+        out["vsn1_over_1T"] = base / out["1T"]["comparisons_per_s"]
+    return out
+
+
+def run(quick: bool = False, out_dir: str | None = None, progress: Any = None) -> list[Path]:
+    """Runs every VSN benchmark; returns the JSON files written."""
+    say = progress or (lambda msg: None)
+    paths = []
+    say("reconfiguration")
+    r = reconfiguration(cycles=1 if quick else 4)
+    paths.append(write_result("vsn-reconfiguration", {"quick": quick}, r, out_dir))
+    say("forward")
+    f = forward(rows=5000 if quick else 40_000, parallelisms=(1, 2) if quick else (1, 2, 4, 8))
+    paths.append(write_result("vsn-forward", {"quick": quick}, f, out_dir))
+    say("wordcount vs reference")
+    w = wordcount_vs_reference(rows=20_000 if quick else 100_000, repeats=1 if quick else 3)
+    paths.append(write_result("vsn-wordcount", {"quick": quick}, w, out_dir))
+    say("scalejoin")
+    s = scalejoin(rows=300 if quick else 1500, parallelisms=(1, 2) if quick else (1, 2, 4))
+    paths.append(write_result("vsn-scalejoin", {"quick": quick}, s, out_dir))
+    return paths
+
+
+__all__ = ["forward", "reconfiguration", "run", "scalejoin", "scalejoin_1t",
+           "wordcount_vs_reference"]
