@@ -83,7 +83,7 @@ def test_flow_file_without_flow(tmp_path, capsys):
     assert "must define `flow" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("engine", ["vsn", "sn", "ordered", "spark"])
+@pytest.mark.parametrize("engine", ["sn", "ordered", "spark"])
 def test_engines_not_built_are_refused(tmp_path, capsys, engine):
     inp = tmp_path / "in.jsonl"
     inp.write_text('{"ts": 1, "text": "a"}\n')
@@ -91,6 +91,21 @@ def test_engines_not_built_are_refused(tmp_path, capsys, engine):
                "--engine", engine])
     assert rc == 2
     assert f"engine {engine!r} is not built yet" in capsys.readouterr().err
+
+
+def test_run_vsn_with_schedule_matches_reference(tmp_path, capsys):
+    inp = tmp_path / "in.jsonl"
+    assert main(["generate", "tweets", "--rows", "3000", "--seed", "5", "--out", str(inp),
+                 "-q"]) == 0
+    ref, vsn = tmp_path / "ref.jsonl", tmp_path / "vsn.jsonl"
+    assert main(["run", "wordcount", "--input", str(inp), "--output", str(ref), "-q"]) == 0
+    assert main(["run", "wordcount", "--input", str(inp), "--output", str(vsn), "--engine",
+                 "vsn", "--parallelism", "2", "--max-parallelism", "4",
+                 "--reconfigure", "500:4,1500:1,2500:3"]) == 0
+    assert sorted(ref.read_text().splitlines()) == sorted(vsn.read_text().splitlines())
+    err = capsys.readouterr().err
+    assert "latency: p50" in err and "final parallelism: wordcount 3" in err
+    assert "reconfiguration wordcount epoch 1: 2 -> 4" in err
 
 
 def test_reference_rejects_parallel_options(tmp_path, capsys):
