@@ -39,9 +39,12 @@ def run_demo(rows: int = 100_000, seed: int = 7, out_dir: str = "out/demo",
         table.add_row(query, f"{r.total_in:,}", f"{len(s['items']):,}", f"{r.elapsed:.2f}",
                       f"{r.throughput:,.0f}")
     console.print(table)
-    tags = sorted(summary["longest-hashtag"]["items"], key=lambda it: -it[1]["chars"])[:5]
-    console.print("longest texts per hashtag (top 5 over all windows): " + ", ".join(
-        f"{p['hashtag']} {p['chars']} chars" for _, p in tags))
+    longest: dict[str, int] = {}
+    for _, p in summary["longest-hashtag"]["items"]:
+        longest[p["hashtag"]] = max(longest.get(p["hashtag"], 0), p["chars"])
+    tags = sorted(longest.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
+    console.print("hashtags with the longest texts (over all windows): " + ", ".join(
+        f"{tag} {chars} chars" for tag, chars in tags))
     words = summary["wordcount"]["items"]
     if words:
         per_window: dict[int, int] = {}

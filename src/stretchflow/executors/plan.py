@@ -37,21 +37,27 @@ class Inlet:
         self._lock = threading.Lock()
         self._controls: dict[Hashable, list[Any]] = {}
         self._has_controls = False
+        self._latest: dict[Hashable, int] = {}  # T[i] of Alg. 5: each producer's latest ts
         self._producers = set(producers)
         self._closed: set[Hashable] = set()
 
     # -- addSTRETCH (Alg. 5) -------------------------------------------------------------------
     def push(self, pid: Hashable, items: list[tuple[int, int, Any]]) -> None:
-        """Adds a producer's sorted items; pending control tuples go first, stamped with the
-        timestamp of the first new item (T[i] <- t.τ, then the control tuples, then t)."""
+        """Adds a producer's sorted items; pending control tuples go first.
+
+        Alg. 5 stamps a control tuple with the timestamp of the tuple t it precedes, so the
+        switch (Alg. 4 L10: a watermark beyond γ) waits for a tuple after t. Stamped with the
+        producer's previous timestamp instead — still no later than anything it adds next,
+        and no earlier than any watermark it has caused — the switch happens at t itself."""
         if self._has_controls:
             with self._lock:
                 ctrls = self._controls.pop(pid, None)
                 self._has_controls = bool(self._controls)
             if ctrls:
-                stamp = items[0][0]
+                stamp = self._latest.get(pid, items[0][0])
                 self.esg.add_batch([(stamp, CONTROL, c) for c in ctrls], pid)
         self.esg.add_batch(items, pid)
+        self._latest[pid] = items[-1][0]
 
     def send_control(self, control: Any) -> bool:
         """Queues a control tuple for every producer still adding; False if none is left."""
