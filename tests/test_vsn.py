@@ -75,7 +75,9 @@ def test_scalejoin_matches_reference(seed, p0, data):
     left, right = (t.to_pylist() for t in bandjoin(rows, seed=seed, rate=50))
     schedule = data.draw(schedules(2 * rows))
     n = max([p0] + [p for _, p in schedule])
-    assert_same_as_reference("scalejoin", [left, right], {"window": 400, "band": 3000},
+    keys = data.draw(st.sampled_from([1000, 7, 32]))
+    assert_same_as_reference("scalejoin", [left, right],
+                             {"window": 400, "band": 3000, "keys": keys},
                              parallelism=p0, max_parallelism=n, reconfigure=schedule)
 
 

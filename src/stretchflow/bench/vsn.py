@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import time
-from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -66,12 +65,12 @@ def forward(rows: int = 40_000, paced_rate: float = 2000.0,
                    flow.source(sf.io.iterable(right, name="right"))]
         build_query("forward", streams).collect()
         res = flow.run(engine="vsn", parallelism=p)
-        n_paced = int(paced_rate * 5)
+        # live sources: each replayed in event time at half the paced rate, 5 s long
+        pl, pr = (t.to_pylist() for t in bandjoin(int(paced_rate * 2.5), seed=seed,
+                                                   rate=paced_rate / 2))
         flow = sf.Flow("forward-paced")
-        streams = [flow.source(sf.io.iterable(left[:n_paced // 2], name="left")
-                               .at_rate(paced_rate / 2)),
-                   flow.source(sf.io.iterable(right[:n_paced // 2], name="right")
-                               .at_rate(paced_rate / 2))]
+        streams = [flow.source(sf.io.iterable(pl, name="left").replay()),
+                   flow.source(sf.io.iterable(pr, name="right").replay())]
         build_query("forward", streams).collect()
         paced = flow.run(engine="vsn", parallelism=p)
         out[str(p)] = {"throughput_tuples_per_s": res.throughput,
@@ -104,31 +103,26 @@ def wordcount_vs_reference(rows: int = 100_000, repeats: int = 3,
 
 
 def scalejoin_1t(left: list[dict], right: list[dict], window: int, band: int) -> int:
-    """A hand-written single-thread band join: merge by ts, purge, compare. Returns matches."""
-    wl: deque = deque()
-    wr: deque = deque()
+    """A hand-written single-thread band join (1T): merge the inputs by ts; for each tuple,
+    purge the opposite window and compare against all of it in one numpy call; store the
+    tuple. No engine, no keys. Returns the number of matches."""
+    from ..queries.scalejoin import Columns
+
+    wl, wr = Columns(), Columns()
     i = j = matches = 0
     while i < len(left) or j < len(right):
         if j >= len(right) or (i < len(left) and left[i]["ts"] <= right[j]["ts"]):
             t = left[i]
             i += 1
-            ts, x, y = t["ts"], t["x"], t["y"]
-            while wr and wr[0][0] < ts - window:
-                wr.popleft()
-            for _, a, b in wr:
-                if abs(x - a) <= band and abs(y - b) <= band:
-                    matches += 1
-            wl.append((ts, x, y))
+            wr.purge(t["ts"] - window)
+            matches += len(wr.band_match(t["x"], t["y"], band))
+            wl.append(t["ts"], t["x"], t["y"], t["id"])
         else:
             t = right[j]
             j += 1
-            ts, a, b = t["ts"], t["a"], t["b"]
-            while wl and wl[0][0] < ts - window:
-                wl.popleft()
-            for _, x, y in wl:
-                if abs(x - a) <= band and abs(y - b) <= band:
-                    matches += 1
-            wr.append((ts, a, b))
+            wl.purge(t["ts"] - window)
+            matches += len(wl.band_match(t["a"], t["b"], band))
+            wr.append(t["ts"], t["a"], t["b"], t["id"])
     return matches
 
 
@@ -146,22 +140,23 @@ def _comparisons(left: list[dict], right: list[dict], window: int) -> int:
     return total
 
 
-def scalejoin(rows: int = 1500, window: int = 30_000, rate: float = 100.0, band: int = 10,
-              parallelisms: tuple[int, ...] = (1, 2, 4), seed: int = 1) -> dict[str, Any]:
+def scalejoin(rows: int = 20_000, window: int = 200_000, rate: float = 100.0, band: int = 10,
+              keys: int = 2, parallelisms: tuple[int, ...] = (1, 2),
+              seed: int = 1) -> dict[str, Any]:
     left, right = (t.to_pylist() for t in bandjoin(rows, seed=seed, rate=rate))
     comps = _comparisons(left, right, window)
     t0 = time.perf_counter()
     matches = scalejoin_1t(left, right, window, band)
     t_1t = time.perf_counter() - t0
-    out: dict[str, Any] = {"rows_per_stream": rows, "window_ms": window, "comparisons": comps,
-                           "matches": matches,
+    out: dict[str, Any] = {"rows_per_stream": rows, "window_ms": window, "keys": keys,
+                           "comparisons": comps, "matches": matches,
                            "1T": {"elapsed_s": t_1t, "comparisons_per_s": comps / t_1t}}
     for p in parallelisms:
         flow = sf.Flow("scalejoin")
         streams = [flow.source(sf.io.iterable(left, name="left")),
                    flow.source(sf.io.iterable(right, name="right"))]
-        col = build_query("scalejoin", streams, window=window, band=band).collect()
-        res = flow.run(engine="vsn", parallelism=p)
+        col = build_query("scalejoin", streams, window=window, band=band, keys=keys).collect()
+        res = flow.run(engine="vsn", parallelism=p, max_parallelism=max(parallelisms))
         if len(col.items) != matches:
             raise RuntimeError(f"scalejoin at Π={p} found {len(col.items)} matches, 1T {matches}")
         out[f"vsn{p}"] = {"elapsed_s": res.elapsed, "comparisons_per_s": comps / res.elapsed}
@@ -187,7 +182,7 @@ def run(quick: bool = False, out_dir: str | None = None, progress: Any = None) -
     w = wordcount_vs_reference(rows=20_000 if quick else 100_000, repeats=1 if quick else 3)
     paths.append(write_result("vsn-wordcount", {"quick": quick}, w, out_dir))
     say("scalejoin")
-    s = scalejoin(rows=300 if quick else 1500, parallelisms=(1, 2) if quick else (1, 2, 4))
+    s = scalejoin(rows=2000 if quick else 20_000, window=30_000 if quick else 200_000)
     paths.append(write_result("vsn-scalejoin", {"quick": quick}, s, out_dir))
     return paths
 

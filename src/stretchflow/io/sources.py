@@ -43,12 +43,24 @@ class Source:
 
     #: replay speed in tuples per second of wall-clock time (None: as fast as possible)
     rate: float | None = None
+    #: replay in event time: ms of event time per ms of wall-clock time (None: no pacing)
+    speed: float | None = None
 
     def items(self) -> Iterator[Item]:
         """The source's tuples in timestamp order (explicit watermarks included)."""
         raw = self._raw()
         out = _check_sorted(self, raw) if self.sorted else _reorder(self, raw)
+        if self.speed:
+            return _replayed(out, self.speed)
         return _paced(out, self.rate) if self.rate else out
+
+    def replay(self, speed: float = 1.0) -> Source:
+        """Replays this source in event time: a tuple comes (ts − first ts) / speed ms after
+        the first, so several sources stay aligned in event time as live sources would."""
+        if speed <= 0:
+            raise ValueError(f"speed must be positive, got {speed}")
+        self.speed = speed
+        return self
 
     def at_rate(self, rate: float) -> Source:
         """Replays this source at ``rate`` tuples per second (a load generator for
@@ -109,6 +121,20 @@ def _paced(items: Iterator[Item], rate: float) -> Iterator[Item]:
     t0 = clock()
     for n, item in enumerate(items):
         ahead = n / rate - (clock() - t0)
+        if ahead > 0:
+            sleep(ahead)
+        yield item
+
+
+def _replayed(items: Iterator[Item], speed: float) -> Iterator[Item]:
+    import time
+
+    clock, sleep = time.perf_counter, time.sleep
+    t0 = first = None
+    for item in items:
+        if first is None:
+            t0, first = clock(), item[0]
+        ahead = (item[0] - first) / speed / 1000 - (clock() - t0)
         if ahead > 0:
             sleep(ahead)
         yield item

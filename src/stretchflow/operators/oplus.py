@@ -163,6 +163,10 @@ class OPlus:
     update = staticmethod(default_update)
     output: Callable[[WindowSet], Payloads] | None = None  # default: emit nothing
     slide = staticmethod(default_slide)
+    #: True if k applications of f_S equal one slide by k·WA (a purge by the new left
+    #: boundary, as Table I's default): with the default f_O, a single window set may then jump
+    #: to its new position at once instead of stepping WA at a time
+    slide_collapses = False
 
     def f_mu(self, key: Hashable, n: int) -> int:
         """f_μ: the instance (0..n-1) responsible for ``key`` (default: stable hash mod n)."""
@@ -346,7 +350,7 @@ class OPlusInstance:
         f_o = op.output
         # With Table I's f_O and f_S, k slides of a single window set equal one slide of k·WA:
         # nothing is emitted and the purge is monotone, so jump straight to the new position.
-        collapse = single and f_o is None and op.default_slide
+        collapse = single and f_o is None and (op.default_slide or op.slide_collapses)
         out = self.out
         while heap and heap[0][0] + ws_ <= wm:
             l, g = heapq.heappop(heap)  # ρ, the earliest left boundary in σ

@@ -84,8 +84,8 @@ QUERIES: dict[str, Query] = {
         ),
         Query(
             "scalejoin", "band join of two streams, ScaleJoin (Op. 10)", 2, 2,
-            {"window": 300_000, "band": 10},
-            lambda s, window, band: s[0].oplus(ScaleJoin(window, band), s[1]),
+            {"window": 300_000, "band": 10, "keys": 1000},
+            lambda s, window, band, keys: s[0].oplus(ScaleJoin(window, band, keys), s[1]),
             ("ts", "id", "x", "y | a", "b", "c", "d"), ("ts", "left", "right"),
         ),
         Query(

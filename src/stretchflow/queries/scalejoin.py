@@ -19,19 +19,75 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ..operators.oplus import OPlus, WindowSet
 
 
-class ScaleJoinState(list):
-    """ζ of a ScaleJoin window instance: stored tuples ``(ts, payload)`` (purged by Table I's
-    default f_S) and the tuple counter ``c``. Never empty: ``c`` carries the round-robin position
-    for the whole stream, so the window set is shifted, never removed and recreated at 0."""
+class Columns:
+    """The stored tuples of one input in one key, as numpy columns that grow by doubling: ts
+    (int64), the two band attributes (float64: exact for integers below 2**53, and for
+    floats) and the ids (objects: any value); purging advances a head index."""
 
-    __slots__ = ("c",)
+    __slots__ = ("ts", "uv", "ids", "head", "tail")
+
+    def __init__(self, capacity: int = 16):
+        self.ts = np.zeros(capacity, dtype=np.int64)
+        self.uv = np.zeros((2, capacity), dtype=np.float64)
+        self.ids = np.empty(capacity, dtype=object)
+        self.head = 0
+        self.tail = 0
+
+    def __len__(self) -> int:
+        return self.tail - self.head
+
+    def append(self, ts: int, u: float, v: float, ident: Any) -> None:
+        t = self.tail
+        if t == len(self.ts):
+            h = self.head
+            live = t - h
+            cap = max(16, 2 * live)
+            ts_, uv, ids = (np.zeros(cap, dtype=np.int64), np.zeros((2, cap)),
+                            np.empty(cap, dtype=object))
+            ts_[:live] = self.ts[h:t]
+            uv[:, :live] = self.uv[:, h:t]
+            ids[:live] = self.ids[h:t]
+            self.ts, self.uv, self.ids, self.head, self.tail = ts_, uv, ids, 0, live
+            t = live
+        self.ts[t] = ts
+        self.uv[0, t] = u
+        self.uv[1, t] = v
+        self.ids[t] = ident
+        self.tail = t + 1
+
+    def purge(self, horizon: int) -> None:
+        """Drops the tuples with ts < horizon (they are stored in ts order)."""
+        h, t = self.head, self.tail
+        if h < t and self.ts[h] < horizon:
+            self.head = h + int(np.searchsorted(self.ts[h:t], horizon))
+
+    def band_match(self, u: float, v: float, band: float) -> list:
+        """Ids of the stored tuples within ``band`` of (u, v) in both attributes: one
+        vectorized comparison over the key's share of the window (numpy releases the GIL)."""
+        h, t = self.head, self.tail
+        if h == t:
+            return []
+        uv = self.uv
+        hit = np.abs(uv[0, h:t] - u) <= band
+        hit &= np.abs(uv[1, h:t] - v) <= band
+        return self.ids[h:t][hit].tolist() if hit.any() else []
+
+
+class ScaleJoinState:
+    """ζ of a ScaleJoin window instance: the tuple counter ``c`` and the stored tuples of its
+    input. Never empty: ``c`` carries the round-robin position for the whole stream, so the
+    window set is shifted, never removed and recreated at 0."""
+
+    __slots__ = ("c", "stored")
 
     def __init__(self) -> None:
-        super().__init__()
         self.c = 0
+        self.stored = Columns()
 
     def __bool__(self) -> bool:
         return True
@@ -39,7 +95,13 @@ class ScaleJoinState(list):
 
 class ScaleJoin(OPlus):
     """Band join: left ``{ts,id,x,y}`` with right ``{ts,id,a,b,...}`` where |x−a| <= band,
-    |y−b| <= band and |tsL−tsR| <= window; outputs ``{left: idL, right: idR}``."""
+    |y−b| <= band and |tsL−tsR| <= window; outputs ``{left: idL, right: idR}``.
+
+    ``n_keys`` is the number of storage keys (Op. 10: 1000). Any number gives the same output;
+    it sets how finely the window is spread over keys, hence over instances, and how many
+    comparisons one vectorized call makes (window / n_keys)."""
+
+    slide_collapses = True  # f_S purges by the new left boundary
 
     def __init__(self, window: int | str = 300_000, band: int = 10, n_keys: int = 1000,
                  name: str = "scalejoin"):
@@ -48,6 +110,8 @@ class ScaleJoin(OPlus):
         self.window = parse_duration(window)
         super().__init__(size=self.window + DELTA, slide=DELTA, inputs=2, window_type="single",
                          name=name)
+        if n_keys < 1:
+            raise ValueError(f"scalejoin: n_keys must be >= 1, got {n_keys}")
         self.band = band
         self.n_keys = n_keys
         self._keys = frozenset(range(n_keys))
@@ -62,30 +126,31 @@ class ScaleJoin(OPlus):
         this, opp = ws.states[i], ws.states[1 - i]
         this.c += 1
         opp.c += 1
-        horizon = ts - self.window
-        n = 0
-        for t_opp, _ in opp:  # purge (Op. 10 L21–L22)
-            if t_opp >= horizon:
-                break
-            n += 1
-        if n:
-            del opp[:n]
+        store = opp.stored
+        store.purge(ts - self.window)  # Op. 10 L21–L22
         out = None
-        if opp:
-            band = self.band
+        if store.tail > store.head:  # match (L23–L24)
             if i == 0:
-                x, y = value["x"], value["y"]
-                for _, r in opp:
-                    if abs(x - r["a"]) <= band and abs(y - r["b"]) <= band:
-                        (out := out or []).append({"left": value["id"], "right": r["id"]})
+                ids = store.band_match(value["x"], value["y"], self.band)
+                if ids:
+                    me = value["id"]
+                    out = [{"left": me, "right": r} for r in ids]
             else:
-                a, b = value["a"], value["b"]
-                for _, left in opp:
-                    if abs(left["x"] - a) <= band and abs(left["y"] - b) <= band:
-                        (out := out or []).append({"left": left["id"], "right": value["id"]})
+                ids = store.band_match(value["a"], value["b"], self.band)
+                if ids:
+                    me = value["id"]
+                    out = [{"left": r, "right": me} for r in ids]
         if this.c % self.n_keys == ws.key:  # store t in exactly one key (L26–L27)
-            this.append((ts, value))
+            if i == 0:
+                this.stored.append(ts, value["x"], value["y"], value["id"])
+            else:
+                this.stored.append(ts, value["a"], value["b"], value["id"])
         return out
+
+    def slide(self, ws: WindowSet) -> None:  # type: ignore[override]
+        """f_S: purge the tuples that fell before the new left boundary."""
+        for st in ws.states:
+            st.stored.purge(ws.l)
 
     def f_mu(self, key: Any, n: int) -> int:
         return key % n
@@ -116,4 +181,4 @@ class Forward(OPlus):
         return key % n
 
 
-__all__ = ["Forward", "ScaleJoin", "ScaleJoinState"]
+__all__ = ["Columns", "Forward", "ScaleJoin", "ScaleJoinState"]
