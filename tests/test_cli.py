@@ -153,3 +153,15 @@ def test_demo_runs(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "longest-hashtag" in out and "wordcount" in out and "tuples/s" in out
     assert (tmp_path / "wordcount.jsonl").exists()
+
+
+@pytest.mark.slow
+def test_bench_vsn_quick_writes_every_result(tmp_path):
+    assert main(["bench", "vsn", "--quick", "--out", str(tmp_path)]) == 0
+    names = {p.name for p in tmp_path.glob("vsn-*.json")}
+    assert names == {"vsn-reconfiguration.json", "vsn-forward.json", "vsn-wordcount.json",
+                     "vsn-scalejoin.json"}
+    rec = json.loads((tmp_path / "vsn-reconfiguration.json").read_text())["metrics"]
+    assert rec["applied"] == rec["requested"] and rec["duration_ms"]["n"] == rec["applied"]
+    sj = json.loads((tmp_path / "vsn-scalejoin.json").read_text())["metrics"]
+    assert sj["comparisons"] > 0 and "vsn2" in sj

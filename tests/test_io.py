@@ -163,3 +163,18 @@ def test_iterable_factory_can_run_twice():
 def test_ts_function():
     got = items_of(sf.io.iterable([(1, "a"), (2, "b")], ts=lambda r: r[0]))
     assert got == [(1, (1, "a")), (2, (2, "b"))]
+
+
+def test_replay_and_rate_pace_without_changing_items():
+    import time
+
+    recs = [{"ts": t} for t in range(0, 60, 3)]
+    plain = items_of(sf.io.iterable(recs))
+    t0 = time.perf_counter()
+    assert items_of(sf.io.iterable(recs).replay(speed=1.0)) == plain
+    assert time.perf_counter() - t0 >= 0.055  # the last tuple is 57 ms of event time later
+    t0 = time.perf_counter()
+    assert items_of(sf.io.iterable(recs).at_rate(400)) == plain
+    assert time.perf_counter() - t0 >= 19 / 400 - 0.002
+    with pytest.raises(ValueError):
+        sf.io.iterable(recs).replay(speed=0)
