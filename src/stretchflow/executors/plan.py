@@ -2,8 +2,10 @@
 
 Every consumer of a stream — an O+ or a sink — reads one *inlet*: an Elastic ScaleGate whose
 sources are the threads that produce the consumer's inputs (source threads, upstream operator
-instances) and whose readers are the consumer's threads. Items in an inlet are
-``(ts, i, payload)``: ``i`` is the consumer's input index, ``-1`` marks a control tuple.
+instances) and whose readers are the consumer's threads. Items in an inlet are the producers'
+``(ts, payload)`` tuples, passed on without copying; for a consumer with several inputs the
+payload is wrapped in :class:`Tagged` with its input index. Control tuples carry a
+:class:`~stretchflow.executors.vsn.Control` payload, watermarks the ``WATERMARK`` marker.
 
 Stateless operators never get threads of their own: they run on the thread that produced
 their input (STRETCH §7, "stateless operators in a chain run on the upstream threads"). A
@@ -24,15 +26,25 @@ from ..flow import Flow, Node
 from ..operators.stateless import Filter, FlatMap, Map
 
 Item = tuple[int, Any]
-CONTROL = -1  # input index of control tuples in an inlet
+
+
+class Tagged:
+    """A payload bound for input ``i`` of a consumer that has several inputs."""
+
+    __slots__ = ("i", "p")
+
+    def __init__(self, i: int, p: Any):
+        self.i = i
+        self.p = p
 
 
 class Inlet:
     """The ESG a consumer reads, with Alg. 5's per-source queues of control tuples."""
 
     def __init__(self, name: str, producers: list[Hashable], readers: list[Hashable],
-                 capacity: int):
+                 capacity: int, n_inputs: int = 1):
         self.name = name
+        self.tagged = n_inputs > 1
         self.esg = ElasticScaleGate(producers, readers, capacity=capacity)
         self._lock = threading.Lock()
         self._controls: dict[Hashable, list[Any]] = {}
@@ -42,7 +54,7 @@ class Inlet:
         self._closed: set[Hashable] = set()
 
     # -- addSTRETCH (Alg. 5) -------------------------------------------------------------------
-    def push(self, pid: Hashable, items: list[tuple[int, int, Any]]) -> None:
+    def push(self, pid: Hashable, items: list[tuple[int, Any]]) -> None:
         """Adds a producer's sorted items; pending control tuples go first.
 
         Alg. 5 stamps a control tuple with the timestamp of the tuple t it precedes, so the
@@ -55,7 +67,7 @@ class Inlet:
                 self._has_controls = bool(self._controls)
             if ctrls:
                 stamp = self._latest.get(pid, items[0][0])
-                self.esg.add_batch([(stamp, CONTROL, c) for c in ctrls], pid)
+                self.esg.add_batch([(stamp, c) for c in ctrls], pid)
         self.esg.add_batch(items, pid)
         self._latest[pid] = items[-1][0]
 
@@ -105,7 +117,11 @@ class Pusher:
             return
         for kind, target, arg in self.targets:
             if kind == "inlet":
-                target.push(self.pid, [(ts, arg, p) for ts, p in batch])
+                if target.tagged:
+                    batch_i = [(ts, p if p is WATERMARK else Tagged(arg, p)) for ts, p in batch]
+                    target.push(self.pid, batch_i)
+                else:
+                    target.push(self.pid, batch)
             else:
                 out = apply_chain(target, batch)
                 if out:
@@ -171,7 +187,7 @@ class PhysicalPlan:
         for node in flow.nodes:
             if node.kind == "oplus":
                 self.inlets[node] = Inlet(node.name, self._producers_of(node), reader_ids(node),
-                                          capacity)
+                                          capacity, len(node.inputs))
         for k, (node, sink) in enumerate(flow.sinks):
             self.inlets[("sink", k)] = Inlet(f"sink {sink.name}", self._producers_into(node),
                                              [("sink", k)], capacity)

@@ -41,7 +41,7 @@ from ..errors import FlowDefinitionError, OperatorError, StretchflowError
 from ..eventtime import WATERMARK
 from ..flow import Flow, Node
 from ..operators.oplus import SharedState
-from .plan import CONTROL, Inlet, PhysicalPlan, Pusher
+from .plan import Inlet, PhysicalPlan, Pusher, Tagged
 from .reference import RunResult
 
 BATCH = 256  # tuples an instance takes from ESG_in at once, and a source adds at once
@@ -337,8 +337,9 @@ class VSNInstance:
         process, advance = inst.process, inst.advance
         pending = self.pending
         n = 0
-        for idx, (ts, i, p) in enumerate(items):
-            if i == CONTROL:  # isControl / prepareReconfig (Alg. 6)
+        for idx, (ts, p) in enumerate(items):
+            kind = type(p)
+            if kind is Control:  # isControl / prepareReconfig (Alg. 6)
                 if p.epoch > self.e:
                     self.pending = pending = p
                     self.gamma = ts
@@ -352,12 +353,14 @@ class VSNInstance:
             try:
                 if p is WATERMARK:
                     advance(ts)
+                elif kind is Tagged:
+                    process(ts, p.p, p.i)
                 else:
-                    process(ts, p, i)
+                    process(ts, p, 0)
             except StretchflowError:
                 raise
             except Exception as e:
-                raise OperatorError(self.vop.name, ts, p, e) from e
+                raise OperatorError(self.vop.name, ts, p.p if kind is Tagged else p, e) from e
         self.processed += n
         return True
 
@@ -569,7 +572,7 @@ class VSNExecutor:
                 if items is END:
                     return
                 now = time.perf_counter()
-                out = [(ts, p) for ts, _, p in items if p is not WATERMARK]
+                out = [item for item in items if item[1] is not WATERMARK]
                 if out:
                     sink.write(out)
                     if len(lat) < 200_000:
