@@ -478,36 +478,8 @@ class ElasticScaleGate:
         Raises:
             ValueError: ``reader`` never was a reader.
         """
-        with self._lock:
-            r = self._readers.get(reader)
-            if r is None:
-                if reader in self._retired:
-                    return END
-                raise self._unknown_reader(reader)
-            deadline = None
-            while True:
-                if self._aborted is not None:
-                    raise Aborted("the buffer was aborted") from self._aborted
-                pos = r.pos
-                i = pos - self._base
-                if i < len(self._log):
-                    t = self._log[i]
-                    r.pos = pos + 1
-                    r.wm = t[0]
-                    if pos == self._min_pos:
-                        self._reader_moved(pos + 1)
-                    return t
-                if not self._sources:
-                    return END
-                if timeout is not None:
-                    if deadline is None:
-                        deadline = time.monotonic() + timeout
-                    if not self._wait_readable(deadline):
-                        return None
-                else:
-                    self._wait_readable(None)
-                if self._readers.get(reader) is not r:
-                    return END
+        out = self.get_batch(reader, 1, timeout)
+        return out if out is None or out is END else out[0]
 
     def get_batch(self, reader: Hashable, max_items: int, timeout: float | None = None) -> Any:
         """Return a list of 1..``max_items`` ready tuples for ``reader``, blocking for the first.

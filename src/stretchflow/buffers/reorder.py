@@ -146,11 +146,12 @@ class AtomicRef(Generic[V]):
             lock.release()
 
 
-class AtomicInt:
+class AtomicInt(AtomicRef[int]):
     """An integer with atomic load/store/fetch_add/compare_and_set.
 
     Built on a :class:`threading.Lock` held only for the one operation, so it
-    is correct without the GIL and never blocks across user code.
+    is correct without the GIL and never blocks across user code. Unlike
+    :class:`AtomicRef`, compare-and-set compares by value.
 
     >>> a = AtomicInt(5)
     >>> a.fetch_add(2), a.load()
@@ -159,27 +160,10 @@ class AtomicInt:
     (True, False, 0)
     """
 
-    __slots__ = ("_lock", "_value")
+    __slots__ = ()
 
     def __init__(self, value: int = 0) -> None:
-        self._lock = threading.Lock()
-        self._value = value
-
-    def load(self) -> int:
-        lock = self._lock
-        lock.acquire()
-        try:
-            return self._value
-        finally:
-            lock.release()
-
-    def store(self, value: int) -> None:
-        lock = self._lock
-        lock.acquire()
-        try:
-            self._value = value
-        finally:
-            lock.release()
+        super().__init__(value)
 
     def fetch_add(self, delta: int = 1) -> int:
         """Add ``delta``; return the value *before* the addition."""
