@@ -249,3 +249,49 @@ def test_schedules_under_frequent_thread_switches(frequent_switches, query, seed
     n = max([p0] + [p for _, p in schedule])
     assert_same_as_reference(query, [recs], QUERY_PARAMS[query], parallelism=p0,
                              max_parallelism=n, reconfigure=schedule)
+
+
+class Scripted:
+    """A controller that asks for the parallelisms it is given, one per period."""
+
+    def __init__(self, *targets):
+        from stretchflow.elastic.controller import Decision
+
+        self.decisions = [Decision(p, "scripted") for p in targets]
+        self.seen = []
+
+    def observe(self, metrics):
+        self.seen.append(metrics)
+        return self.decisions.pop(0) if self.decisions else None
+
+    def reset(self):
+        pass
+
+
+def test_controller_drives_reconfiguration_with_balanced_f_mu():
+    recs = tweet_records(6, 3000, rate=500)
+    ref, _ = run_query("wordcount", [recs], QUERY_PARAMS["wordcount"])
+    flow = sf.Flow()
+    src = sf.io.iterable(recs).at_rate(3000)  # about one second: several controller periods
+    col = build_query("wordcount", [flow.source(src)], **QUERY_PARAMS["wordcount"]).collect()
+    ctl = Scripted(3, 1)
+    res = VSNExecutor(flow, parallelism=2, max_parallelism=4, controller=ctl,
+                      period=0.2).run()
+    assert multiset(col.items) == multiset(ref)
+    assert ctl.seen and ctl.seen[0].parallelism == 2
+    assert len(ctl.seen[0].per_instance_load) == 2
+    applied = [r for r in res.extra["reconfigurations"] if r["applied"]]
+    assert [r["parallelism_after"] for r in applied] == [3, 1]
+    assert set(applied[0]["key_groups_per_instance"]) == {0, 1, 2}
+
+
+def test_threshold_controller_by_name():
+    recs = tweet_records(7, 2000, rate=500)
+    ref, _ = run_query("wordcount", [recs], QUERY_PARAMS["wordcount"])
+    flow = sf.Flow()
+    src = sf.io.iterable(recs).at_rate(4000)
+    col = build_query("wordcount", [flow.source(src)], **QUERY_PARAMS["wordcount"]).collect()
+    res = flow.run(engine="vsn", parallelism=4, max_parallelism=8, controller="threshold",
+                   period=0.2)
+    assert multiset(col.items) == multiset(ref)
+    assert res.extra["metrics"], "the controller saw no period"

@@ -178,11 +178,12 @@ class VSNOperator:
                                  f"function (group, parallelism) -> instance")
             from ..elastic.threshold import pack_key_groups
 
-            loads = [0.0] * G
+            loads = dict.fromkeys(range(G), 0.0)
             for vi in self.instances:
                 for g, h in enumerate(vi.inst.group_hits):
                     loads[g] += h
-            return tuple(pack_key_groups(loads, p).mapping)
+            mapping = pack_key_groups(loads, p).mapping
+            return tuple(mapping[g] for g in range(G))
         assign = tuple(f_mu(g, p) for g in range(G)) if callable(f_mu) else tuple(f_mu)
         if len(assign) != G or any(not 0 <= a < p for a in assign):
             raise ValueError(f"{self.name}: f_mu must map each of the {G} key groups to an "
