@@ -156,12 +156,15 @@ def test_demo_runs(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_bench_vsn_quick_writes_every_result(tmp_path):
-    assert main(["bench", "vsn", "--quick", "--out", str(tmp_path)]) == 0
-    names = {p.name for p in tmp_path.glob("vsn-*.json")}
-    assert names == {"vsn-reconfiguration.json", "vsn-forward.json", "vsn-wordcount.json",
-                     "vsn-scalejoin.json"}
-    rec = json.loads((tmp_path / "vsn-reconfiguration.json").read_text())["metrics"]
-    assert rec["applied"] == rec["requested"] and rec["duration_ms"]["n"] == rec["applied"]
+def test_bench_all_quick_writes_every_result_and_plot(tmp_path, capsys):
+    assert main(["bench", "list"]) == 0
+    listed = {line.split()[0] for line in capsys.readouterr().out.splitlines()}
+    assert main(["bench", "all", "--quick", "--out", str(tmp_path)]) == 0
+    assert {p.stem for p in tmp_path.glob("*.json")} == listed
+    assert {p.stem for p in tmp_path.glob("*.png")} == listed
+    rec = json.loads((tmp_path / "vsn-reconfiguration.json").read_text())
+    assert rec["plot"] == "vsn-reconfiguration.png"
+    m = rec["metrics"]
+    assert m["applied"] == m["requested"] and m["duration_ms"]["n"] == m["applied"]
     sj = json.loads((tmp_path / "vsn-scalejoin.json").read_text())["metrics"]
     assert sj["comparisons"] > 0 and "vsn2" in sj

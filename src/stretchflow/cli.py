@@ -200,31 +200,43 @@ def _number(v: str) -> Any:
 def cmd_bench(args: argparse.Namespace) -> int:
     import json
 
-    if args.target == "vsn":
-        from .bench import vsn
+    from .bench import BENCHMARKS
+
+    target = args.target
+    if target == "list":
+        for name, (what, paper, _) in BENCHMARKS.items():
+            print(f"{name:22} {paper:12} {what}")
+        return 0
+    if target == "run":
+        if not args.name or args.name not in BENCHMARKS:
+            raise ValueError(f"bench run needs one of: {', '.join(BENCHMARKS)}")
+        names = [args.name]
+    elif target == "all":
+        names = list(BENCHMARKS)
+    elif target == "vsn":
+        names = [n for n in BENCHMARKS if n.startswith("vsn-")]
+    elif target == "reference":
+        from .bench import reference
 
         with err.status("benchmark") as status:
-            paths = vsn.run(quick=args.quick, out_dir=args.out,
-                            progress=lambda msg: status.update(f"vsn: {msg}"))
-        for p in paths:
-            print(p)
+            path = reference.run(query=args.query, rows=args.rows, seed=args.seed,
+                                 repeats=args.repeats, out_dir=args.out,
+                                 progress=lambda msg: status.update(msg))
+        m = json.loads(path.read_text())["metrics"]
+        err.print(
+            f"reference {m['reference']['tuples_per_s']['median']:,.0f} tuples/s, "
+            f"1T {m['1T']['tuples_per_s']['median']:,.0f} tuples/s, "
+            f"ratio {m['ratio_reference_over_1T']['median']:.2f} (median of {args.repeats})"
+        )
+        print(path)
         return 0
-    if args.target != "reference":
-        raise ValueError(f"unknown benchmark {args.target!r}; available: reference, vsn")
-    from .bench import reference
-
+    else:
+        raise ValueError(f"unknown bench command {target!r}: use list, run NAME, all, "
+                         f"reference or vsn")
     with err.status("benchmark") as status:
-        path = reference.run(query=args.query, rows=args.rows, seed=args.seed,
-                             repeats=args.repeats, out_dir=args.out,
-                             progress=lambda msg: status.update(msg))
-    doc = json.loads(path.read_text())
-    m = doc["metrics"]
-    err.print(
-        f"reference {m['reference']['tuples_per_s']['median']:,.0f} tuples/s, "
-        f"1T {m['1T']['tuples_per_s']['median']:,.0f} tuples/s, "
-        f"ratio {m['ratio_reference_over_1T']['median']:.2f} (median of {args.repeats})"
-    )
-    print(path)
+        for k, name in enumerate(names, 1):
+            status.update(f"{name} ({k}/{len(names)}){' --quick' if args.quick else ''}")
+            print(BENCHMARKS[name][2](args.quick, args.out))
     return 0
 
 
@@ -282,7 +294,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.set_defaults(fn=cmd_generate)
 
     b = sub.add_parser("bench", help="run a benchmark; writes JSON to benchmarks/results/")
-    b.add_argument("target", help="reference | vsn")
+    b.add_argument("target", help="list | run NAME | all | reference | vsn")
+    b.add_argument("name", nargs="?", help="with run: the benchmark (see bench list)")
     b.add_argument("--quick", action="store_true", help="small inputs (a smoke test)")
     b.add_argument("--query", default="wordcount")
     b.add_argument("--rows", type=int, default=200_000)

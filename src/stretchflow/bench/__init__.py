@@ -1,1 +1,53 @@
-"""Benchmarks: each writes JSON (machine, versions, parameters, min/median/max metrics)."""
+"""Benchmarks: each writes JSON (machine, versions, parameters, min/median/max metrics) and a
+PNG plot to ``benchmarks/results/``. ``BENCHMARKS`` is what ``stretchflow bench list`` shows."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .common import write_result
+
+
+def _reference(quick: bool, out_dir: str | None) -> Path:
+    from . import reference
+
+    return reference.run(rows=20_000 if quick else 200_000, repeats=1 if quick else 3,
+                         out_dir=out_dir)
+
+
+def _vsn(kind: str) -> Callable[[bool, str | None], Path]:
+    def run(quick: bool, out_dir: str | None) -> Path:
+        from . import vsn
+
+        fn, full, small = {
+            "reconfiguration": (vsn.reconfiguration, {"cycles": 4}, {"cycles": 1}),
+            "forward": (vsn.forward, {}, {"rows": 5000, "parallelisms": (1, 2)}),
+            "wordcount": (vsn.wordcount_vs_reference, {}, {"rows": 20_000, "repeats": 1}),
+            "scalejoin": (vsn.scalejoin, {}, {"rows": 2000, "window": 30_000}),
+        }[kind]
+        kw = small if quick else full
+        return write_result(f"vsn-{kind}", {"quick": quick, **_jsonable(kw)}, fn(**kw),
+                            out_dir)
+
+    return run
+
+
+def _jsonable(kw: dict[str, Any]) -> dict[str, Any]:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in kw.items()}
+
+
+#: name -> (what it measures, the paper's experiment, run(quick, out_dir) -> JSON path)
+BENCHMARKS: dict[str, tuple[str, str, Callable[[bool, str | None], Path]]] = {
+    "reference-wordcount": ("reference executor vs a hand-written loop (1T)", "issue #2",
+                            _reference),
+    "vsn-reconfiguration": ("VSN reconfiguration time, 1..16 instances and back",
+                            "STRETCH Q4", _vsn("reconfiguration")),
+    "vsn-forward": ("Op. 15 throughput and latency vs parallelism", "STRETCH Q2",
+                    _vsn("forward")),
+    "vsn-wordcount": ("VSN at parallelism 1 vs the reference executor", "STRETCH Q1",
+                      _vsn("wordcount")),
+    "vsn-scalejoin": ("ScaleJoin comparisons/s vs parallelism, with a 1T join", "STRETCH Q3",
+                      _vsn("scalejoin")),
+}

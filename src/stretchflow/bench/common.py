@@ -70,5 +70,10 @@ def write_result(name: str, params: dict[str, Any], metrics: dict[str, Any],
         "metrics": metrics,
         **extra,
     }
+    from .plots import plot
+
+    png = path.with_suffix(".png")
+    if plot(name, metrics, png) is not None:
+        doc["plot"] = png.name
     path.write_text(json.dumps(doc, indent=2) + "\n")
     return path

@@ -21,7 +21,7 @@ import stretchflow as sf
 
 from ..io.generators import bandjoin, tweets
 from ..queries import build_query
-from .common import summarize, write_result
+from .common import summarize
 
 STEPS = (1, 2, 4, 8, 16, 8, 4, 2, 1)
 
@@ -168,24 +168,4 @@ def scalejoin(rows: int = 20_000, window: int = 200_000, rate: float = 100.0, ba
     return out
 
 
-def run(quick: bool = False, out_dir: str | None = None, progress: Any = None) -> list[Path]:
-    """Runs every VSN benchmark; returns the JSON files written."""
-    say = progress or (lambda msg: None)
-    paths = []
-    say("reconfiguration")
-    r = reconfiguration(cycles=1 if quick else 4)
-    paths.append(write_result("vsn-reconfiguration", {"quick": quick}, r, out_dir))
-    say("forward")
-    f = forward(rows=5000 if quick else 40_000, parallelisms=(1, 2) if quick else (1, 2, 4, 8))
-    paths.append(write_result("vsn-forward", {"quick": quick}, f, out_dir))
-    say("wordcount vs reference")
-    w = wordcount_vs_reference(rows=20_000 if quick else 100_000, repeats=1 if quick else 3)
-    paths.append(write_result("vsn-wordcount", {"quick": quick}, w, out_dir))
-    say("scalejoin")
-    s = scalejoin(rows=2000 if quick else 20_000, window=30_000 if quick else 200_000)
-    paths.append(write_result("vsn-scalejoin", {"quick": quick}, s, out_dir))
-    return paths
-
-
-__all__ = ["forward", "reconfiguration", "run", "scalejoin", "scalejoin_1t",
-           "wordcount_vs_reference"]
+__all__ = ["forward", "reconfiguration", "scalejoin", "scalejoin_1t", "wordcount_vs_reference"]
