@@ -61,10 +61,23 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
         for flag, value, default in (("--parallelism", args.parallelism, None),
                                      ("--max-parallelism", args.max_parallelism, None),
                                      ("--reconfigure", args.reconfigure, None),
-                                     ("--controller", args.controller, None)):
+                                     ("--controller", args.controller, None),
+                                     ("--scheduler", args.scheduler, None)):
             if value != default and not (flag == "--parallelism" and value == 1):
                 raise ValueError(f"{flag} does not apply to the sequential reference engine")
         return opts
+    if args.engine == "ordered":
+        for flag, value in (("--max-parallelism", args.max_parallelism),
+                            ("--reconfigure", args.reconfigure),
+                            ("--controller", args.controller)):
+            if value is not None:
+                raise ValueError(f"{flag} does not apply to the ordered engine")
+        if args.parallelism is not None:
+            opts["workers"] = args.parallelism
+        opts["scheduler"] = args.scheduler or "qst"
+        return opts
+    if args.scheduler is not None:
+        raise ValueError("--scheduler applies to the ordered engine only")
     if args.parallelism is not None:
         opts["parallelism"] = args.parallelism
     if args.max_parallelism is not None:
@@ -278,6 +291,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--reconfigure", metavar="SCHEDULE",
                    help="COUNT:P,...: after the COUNT-th input tuple request parallelism P")
     r.add_argument("--controller", help="elasticity controller (threshold, level)")
+    r.add_argument("--scheduler", choices=("qst", "lp", "et", "ct"),
+                   help="ordered engine: scheduling heuristic (default qst); --parallelism "
+                        "sets its worker threads")
     r.add_argument("-q", "--quiet", action="store_true")
     r.set_defaults(fn=cmd_run)
 

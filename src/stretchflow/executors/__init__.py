@@ -10,7 +10,6 @@ from ..errors import EngineUnavailableError
 ENGINES = ("reference", "vsn", "sn", "ordered", "spark")
 _PLANNED = {
     "sn": "issue #4, the SN executor",
-    "ordered": "issue #7, the ordered multicore executor",
     "spark": "issue #5, the Spark engine",
 }
 
@@ -25,9 +24,13 @@ def get_engine(name: str) -> Callable[..., Any]:
         from .vsn import run
 
         return run
+    if name == "ordered":
+        from .ordered import run
+
+        return run
     if name in _PLANNED:
         raise EngineUnavailableError(
             f"engine {name!r} is not built yet (planned in {_PLANNED[name]}); "
-            f"available engines: reference, vsn"
+            f"available engines: reference, vsn, ordered"
         )
     raise EngineUnavailableError(f"unknown engine {name!r}; engines: {', '.join(ENGINES)}")
