@@ -18,10 +18,10 @@ demo: venv
 	$(BIN)/stretchflow demo
 
 test: venv
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider --doctest-modules src/stretchflow tests
 
 test-fast: venv
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow" tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow" --doctest-modules src/stretchflow tests
 
 lint: venv
 	$(BIN)/ruff check src tests

@@ -1,0 +1,19 @@
+"""The README's example flow runs as written."""
+
+import re
+from pathlib import Path
+
+from stretchflow.io.generators import tweets, write_table
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_readme_example_flow(tmp_path, monkeypatch, capsys):
+    code = re.search(r"## A flow in ten lines\n\n```python\n(.*?)```", README.read_text(),
+                     re.S).group(1)
+    monkeypatch.chdir(tmp_path)
+    write_table(tweets(3000, seed=2), tmp_path / "tweets.jsonl")
+    exec(compile(code, "README.md", "exec"), {})
+    assert "engine='reference'" in capsys.readouterr().out
+    lines = (tmp_path / "longest.jsonl").read_text().splitlines()
+    assert lines and all('"hashtag":"#' in line for line in lines)
