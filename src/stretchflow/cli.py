@@ -62,7 +62,8 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
                                      ("--max-parallelism", args.max_parallelism, None),
                                      ("--reconfigure", args.reconfigure, None),
                                      ("--controller", args.controller, None),
-                                     ("--scheduler", args.scheduler, None)):
+                                     ("--scheduler", args.scheduler, None),
+                                     ("--channels", args.channels, None)):
             if value != default and not (flag == "--parallelism" and value == 1):
                 raise ValueError(f"{flag} does not apply to the sequential reference engine")
         return opts
@@ -78,6 +79,10 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
         return opts
     if args.scheduler is not None:
         raise ValueError("--scheduler applies to the ordered engine only")
+    if args.channels is not None:
+        if args.engine != "sn":
+            raise ValueError("--channels applies to the sn engine only")
+        opts["channels"] = args.channels
     if args.parallelism is not None:
         opts["parallelism"] = args.parallelism
     if args.max_parallelism is not None:
@@ -291,6 +296,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--reconfigure", metavar="SCHEDULE",
                    help="COUNT:P,...: after the COUNT-th input tuple request parallelism P")
     r.add_argument("--controller", help="elasticity controller (threshold, level)")
+    r.add_argument("--channels", choices=("threads", "processes"),
+                   help="sn engine: what runs a channel (this build: threads)")
     r.add_argument("--scheduler", choices=("qst", "lp", "et", "ct"),
                    help="ordered engine: scheduling heuristic (default qst); --parallelism "
                         "sets its worker threads")

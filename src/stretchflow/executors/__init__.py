@@ -9,7 +9,6 @@ from ..errors import EngineUnavailableError
 
 ENGINES = ("reference", "vsn", "sn", "ordered", "spark")
 _PLANNED = {
-    "sn": "issue #4, the SN executor",
     "spark": "issue #5, the Spark engine",
 }
 
@@ -28,9 +27,13 @@ def get_engine(name: str) -> Callable[..., Any]:
         from .ordered import run
 
         return run
+    if name == "sn":
+        from .sn import run
+
+        return run
     if name in _PLANNED:
         raise EngineUnavailableError(
             f"engine {name!r} is not built yet (planned in {_PLANNED[name]}); "
-            f"available engines: reference, vsn, ordered"
+            f"available engines: reference, vsn, ordered, sn"
         )
     raise EngineUnavailableError(f"unknown engine {name!r}; engines: {', '.join(ENGINES)}")

@@ -402,7 +402,7 @@ class VSNInstance:
     def join(self, acting: VSNInstance, ctrl: Control) -> None:
         """Connects this pool instance at the triggering tuple (called in the barrier action)."""
         self.inst.W = acting.W_bar  # Lemma 3
-        self.inst._last_l = acting.inst._last_l
+        self.inst.saw_time(acting.W_bar)
         self.inst.set_assignment(list(ctrl.assign))
         self.e = ctrl.epoch
         self.pending = None

@@ -306,6 +306,16 @@ class OPlusInstance:
         """End of input: every open window instance expires (DESIGN, Semantics)."""
         self._expire(math.inf)
 
+    def saw_time(self, ts: float) -> None:
+        """Records that the operator as a whole has seen a tuple at ``ts``, also when this
+        instance did not: at the end of input a single window set keeps sliding up to the
+        latest window any tuple fell in, whichever instance or channel read that tuple."""
+        if ts == -math.inf:
+            return  # nothing seen yet
+        latest = ts - ts % self.op.WA
+        if latest > self._last_l:
+            self._last_l = latest
+
     def flush_pending(self) -> None:
         """Releases every held f_U output (an instance leaving the operator, Alg. 4)."""
         self._emit_pending(math.inf)
