@@ -49,7 +49,7 @@ from ..errors import FlowDefinitionError, OperatorError, StretchflowError
 from ..eventtime import WATERMARK
 from ..flow import Flow, Node
 from ..operators.oplus import OPlus, OPlusInstance, SharedState
-from ..operators.stateless import Filter, FlatMap, Map
+from ..operators.stateless import apply_batch
 from .reference import RunResult
 from .scheduler import Candidate, OpStats, Scheduler
 
@@ -380,29 +380,8 @@ class _Executor:
     def _run_stateless(self, task: tuple[Any, ...], t0: float) -> None:
         _, st, first, batch = task
         op = st.node.spec
-        fn, kind = op.fn, type(op)
-        out: list[Item] = []
-        append = out.append
-        n_data = 0
-        for ts, p in batch:
-            if p is WATERMARK or p is END:
-                append((ts, p))
-                continue
-            n_data += 1
-            try:
-                if kind is Map:
-                    append((ts, fn(p)))
-                elif kind is Filter:
-                    if fn(p):
-                        append((ts, p))
-                else:
-                    assert kind is FlatMap
-                    for q in fn(p):
-                        append((ts, q))
-            except StretchflowError:
-                raise
-            except Exception as e:
-                raise OperatorError(op.name, ts, p, e) from e
+        out = apply_batch(op, batch, (WATERMARK, END))
+        n_data = sum(1 for _, p in batch if p is not WATERMARK and p is not END)
         dt = time.perf_counter() - t0
         with self.cond:
             # deposit the unit of serials [first, first+len(batch)), release in serial order

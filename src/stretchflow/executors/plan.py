@@ -20,10 +20,9 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from ..buffers.esg import ElasticScaleGate
-from ..errors import OperatorError, StretchflowError
 from ..eventtime import WATERMARK
 from ..flow import Flow, Node
-from ..operators.stateless import Filter, FlatMap, Map
+from ..operators.stateless import apply_batch
 
 Item = tuple[int, Any]
 
@@ -123,7 +122,7 @@ class Pusher:
                 else:
                     target.push(self.pid, batch)
             else:
-                out = apply_chain(target, batch)
+                out = apply_batch(target, batch)
                 if out:
                     arg.push(out)
 
@@ -142,30 +141,6 @@ class Pusher:
             else:
                 found.extend(arg.inlets())
         return found
-
-
-def apply_chain(op: Map | FlatMap | Filter, batch: list[Item]) -> list[Item]:
-    """A stateless operator over a batch; watermarks pass through, timestamps are kept."""
-    fn, kind, out = op.fn, type(op), []
-    append = out.append
-    ts = p = None
-    try:
-        for ts, p in batch:
-            if p is WATERMARK:
-                append((ts, p))
-            elif kind is Map:
-                append((ts, fn(p)))
-            elif kind is Filter:
-                if fn(p):
-                    append((ts, p))
-            else:
-                for q in fn(p):
-                    append((ts, q))
-    except StretchflowError:
-        raise
-    except Exception as e:
-        raise OperatorError(op.name, ts, p, e) from e
-    return out
 
 
 class PhysicalPlan:

@@ -50,8 +50,7 @@ from ..errors import FlowDefinitionError, OperatorError, StretchflowError
 from ..eventtime import WATERMARK
 from ..flow import Flow, Node
 from ..operators.oplus import OPlus, OPlusInstance, SharedState
-from ..operators.stateless import Filter, FlatMap, Map
-from .plan import apply_chain
+from ..operators.stateless import Filter, FlatMap, Map, apply_batch
 from .reference import RunResult
 
 Stateless = Map | FlatMap | Filter
@@ -600,7 +599,7 @@ class _Executor:
         for sink, chain in self.plan.sinks:
             out = items
             for op in chain:
-                out = apply_chain(op, out)
+                out = apply_batch(op, out)
                 if not out:
                     break
             if out:
@@ -622,7 +621,7 @@ def _input(items: Iterator[tuple[int, Any]], chain: list[Stateless], i: int,
         counter[0] = n
         out = [(ts, p)]
         for op in chain:
-            out = apply_chain(op, out)
+            out = apply_batch(op, out)
             if not out:
                 yield ts, i, _DROPPED, 1
                 break
