@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
@@ -32,18 +32,10 @@ from stretchflow.buffers.reorder import (
     ReorderBuffer,
     SerialCounter,
 )
+from threadutil import JOIN, join_all, start
 
-JOIN = 30.0
-
-
-@pytest.fixture(autouse=True)
-def _frequent_thread_switches() -> Iterator[None]:
-    # Under the GIL threads interleave only every switch interval (5 ms by
-    # default); switching far more often exposes many more interleavings.
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-5)
-    yield
-    sys.setswitchinterval(old)
+# every test runs with the interpreter switching threads every 10 µs (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("frequent_switches")
 
 
 def test_doctests() -> None:
@@ -51,18 +43,6 @@ def test_doctests() -> None:
     assert result.attempted > 0 and result.failed == 0
 
 
-def start(fn: Callable[[], object]) -> threading.Thread:
-    t = threading.Thread(target=fn, daemon=True)
-    t.start()
-    return t
-
-
-def join_all(threads: Sequence[threading.Thread], timeout: float = JOIN) -> None:
-    deadline = time.monotonic() + timeout
-    for t in threads:
-        t.join(max(0.0, deadline - time.monotonic()))
-    stuck = [t.name for t in threads if t.is_alive()]
-    assert not stuck, f"threads did not finish (deadlock?): {stuck}"
 
 
 # -- partitioners --------------------------------------------------------------
