@@ -422,8 +422,7 @@ class VSNInstance:
             self.pusher.push(out)
 
     def _finish(self) -> None:
-        if self.pending is not None:
-            self.pending = None
+        self.pending = None  # a reconfiguration still pending can no longer trigger
         try:
             self.inst.finish()
         except StretchflowError:
@@ -663,10 +662,7 @@ class VSNExecutor:
         elapsed = time.perf_counter() - t0
         if self.error is not None:
             raise self.error
-        counts = {n.name: 0 for n in self.flow.nodes if n.kind == "source"}
-        for n in self.flow.nodes:
-            if n.kind == "source":
-                counts[n.name] = n.spec.read if n.spec.read else 0
+        counts = {n.name: n.spec.read for n in self.flow.nodes if n.kind == "source"}
         lat = sorted(self.latencies)
         return RunResult(
             engine="vsn",
