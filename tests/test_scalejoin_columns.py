@@ -1,6 +1,6 @@
 """ScaleJoin's column store: growth, purge and the vectorized band comparison."""
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stretchflow.queries.scalejoin import Columns
@@ -25,3 +25,73 @@ def test_columns_match_a_plain_list(steps, horizon, u, v, band):
     assert len(cols) == len(plain)
     assert sorted(cols.band_match(u, v, band)) == sorted(
         p[3] for p in plain if abs(p[1] - u) <= band and abs(p[2] - v) <= band)
+
+
+@st.composite
+def join_inputs(draw):
+    """Interleaved left/right tuples with non-decreasing ts (ties included) and small values
+    so that band matches are frequent."""
+    n = draw(st.integers(1, 120))
+    out, ts = [], 0
+    for k in range(n):
+        ts += draw(st.integers(0, 3))
+        i = draw(st.integers(0, 1))
+        a, b = draw(st.integers(0, 12)), draw(st.integers(0, 12))
+        rec = {"ts": ts, "id": k, "x": a, "y": b} if i == 0 else \
+            {"ts": ts, "id": k, "a": a, "b": b}
+        out.append((ts, rec, i))
+    return out
+
+
+def _outputs(inst):
+    return sorted((ts, p["left"], p["right"]) for ts, p in inst.take())
+
+
+@settings(deadline=None)  # the first example compiles the numba kernel
+@given(join_inputs(), st.integers(1, 5), st.integers(1, 40), st.integers(0, 3),
+       st.lists(st.integers(1, 30), min_size=1, max_size=10))
+def test_runs_through_update_many_equal_tuple_at_a_time(items, n_keys, window, band, cuts):
+    """process_batch (ScaleJoin.update_many over runs, numpy matrices) gives the outputs and
+    final stores of processing each tuple with f_U, for any split of the input into runs."""
+    from stretchflow.queries.scalejoin import ScaleJoin
+
+    op = ScaleJoin(window=window, band=band, n_keys=n_keys)
+    one, many = op.instance(), op.instance()
+    for ts, rec, i in items:
+        one.process(ts, rec, i)
+    pos, c = 0, 0
+    while pos < len(items):
+        step = cuts[c % len(cuts)]
+        many.process_batch(items[pos:pos + step])
+        pos += step
+        c += 1
+    assert _outputs(many) == _outputs(one)  # outputs released so far (up to W)
+    one.finish()
+    many.finish()
+    assert _outputs(many) == _outputs(one)
+    for l_, d in one.sigma.items():
+        for key, ws in d.items():
+            other = many.sigma[l_][key]
+            for s1, s2 in zip(ws.states, other.states, strict=True):
+                assert s1.c == s2.c
+                h1, h2 = s1.stored, s2.stored
+                assert h1.ids[h1.head:h1.tail].tolist() == h2.ids[h2.head:h2.tail].tolist()
+
+
+def test_a_bad_record_in_a_run_is_named():
+    """A run's failure names the tuple that failed, not the run's first tuple."""
+    import pytest
+
+    import stretchflow as sf
+    from stretchflow.errors import OperatorError
+    from stretchflow.queries import build_query
+
+    left = [{"ts": t, "id": t, "x": 1, "y": 1} for t in range(50)]
+    right = [{"ts": t, "id": t, "a": 1, "b": 1} for t in range(50)]
+    right[30] = {"ts": 30, "id": 30, "a": 1}  # no "b"
+    flow = sf.Flow("bad")
+    streams = [flow.source(sf.io.iterable(left, name="L")),
+               flow.source(sf.io.iterable(right, name="R"))]
+    build_query("scalejoin", streams, window=10, band=1).collect()
+    with pytest.raises(OperatorError, match=r"ts=30 payload=\{'ts': 30, 'id': 30, 'a': 1\}"):
+        flow.run(engine="vsn", parallelism=2)

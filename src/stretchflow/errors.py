@@ -43,6 +43,17 @@ class OperatorError(StretchflowError):
         )
 
 
+class RunTupleError(Exception):
+    """Raised by an O+'s ``update_many`` to say which tuple of a run its failure came from,
+    so that the executor's :class:`OperatorError` names that tuple, not the run's first."""
+
+    def __init__(self, ts: Any, payload: Any, cause: BaseException):
+        super().__init__(str(cause))
+        self.ts = ts
+        self.payload = payload
+        self.cause = cause
+
+
 class EngineUnavailableError(StretchflowError):
     """The requested execution engine is not available in this build."""
 

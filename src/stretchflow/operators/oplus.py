@@ -168,6 +168,18 @@ class OPlus:
     #: to its new position at once instead of stepping WA at a time
     slide_collapses = False
 
+    #: optional f_U over a run of tuples of one key, ``update_many(ws, run) -> [(ts, payload)]``
+    #: with ``run`` a :class:`Run`; used by :meth:`OPlusInstance.process_batch` (see there for
+    #: the contract). It lets a numpy kernel cover many tuples per call.
+    update_many: Callable[[WindowSet, Run], list[tuple[int, Any]] | None] | None = None
+
+    @property
+    def batchable(self) -> bool:
+        """Whether runs of tuples may go through ``update_many``: a single window set whose
+        slides emit nothing and collapse (so no slide between the tuples of a run is missed)."""
+        return (self.update_many is not None and self.WT == "single" and self.output is None
+                and (self.default_slide or self.slide_collapses))
+
     def f_mu(self, key: Hashable, n: int) -> int:
         """f_μ: the instance (0..n-1) responsible for ``key`` (default: stable hash mod n)."""
         from ..elastic.consistent_hash import stable_hash
@@ -191,6 +203,21 @@ class OPlus:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r}, WA={self.WA}, WS={self.WS}, I={self.I})"
+
+
+class Run:
+    """A run of tuples handed to ``update_many``: parallel lists of timestamps, f_U values and
+    input indices in processing order, and a ``cache`` the operator may fill with columns
+    derived from them. Keys that see the very same tuples share one Run (and its cache); a Run
+    belongs to one instance, hence to one thread."""
+
+    __slots__ = ("ts", "values", "inputs", "cache")
+
+    def __init__(self) -> None:
+        self.ts: list[int] = []
+        self.values: list[Any] = []
+        self.inputs: list[int] = []
+        self.cache: dict[str, Any] = {}
 
 
 class SharedState:
@@ -286,15 +313,102 @@ class OPlusInstance:
     def process(self, ts: int, value: Any, i: int = 0) -> None:
         """processSN(t): updateW, expire and forward, then handleInputTuple."""
         if ts > self.W:
-            self.W = ts
-            latest = ts - ts % self.op.WA  # latestWinL, tracked for every tuple (see finish)
-            if latest > self._last_l:
-                self._last_l = latest
-            if self._lheap and self._lheap[0][0] + self.op.WS <= ts:
-                self._expire(ts)
-            elif self._pending and self._pending[0][0] <= ts:
-                self._emit_pending(ts)
+            self._update_w(ts)
         self._handle(ts, value, i)
+
+    def _update_w(self, ts: int) -> None:
+        """updateW (Alg. 2 L25–L29) for a tuple with ts > W: expire what it closes."""
+        self.W = ts
+        latest = ts - ts % self.op.WA  # latestWinL, tracked for every tuple (see finish)
+        if latest > self._last_l:
+            self._last_l = latest
+        if self._lheap and self._lheap[0][0] + self.op.WS <= ts:
+            self._expire(ts)
+        elif self._pending and self._pending[0][0] <= ts:
+            self._emit_pending(ts)
+
+    def process_batch(self, items: list[tuple[int, Any, int]]) -> None:
+        """process(ts, value, i) for a run of data tuples (timestamps non-decreasing), through
+        the operator's ``update_many`` when it is :attr:`OPlus.batchable`.
+
+        The watermark moves to the run's first timestamp, each key's tuples of the run go to
+        ``update_many`` in one call, then the watermark moves to the run's last timestamp.
+        Between the tuples of a run the window set therefore does not slide: ``update_many``
+        must give the outputs and final state that f_U on each tuple would, with f_S applied
+        before it (for a purging f_S, its own per-tuple horizon). Outputs carry the closing time
+        of the window the producing tuple fell in. Only WT ``single`` with Table I's f_O
+        qualifies, where a slide emits nothing and k slides equal one."""
+        op = self.op
+        if not op.batchable:
+            for ts, v, i in items:
+                self.process(ts, v, i)
+            return
+        ts0 = items[0][0]
+        if ts0 > self.W:
+            self._update_w(ts0)
+        runs = self._runs(items)
+        wa, ws_ = op.WA, op.WS
+        l1 = ((ts0 - ws_) // wa + 1) * wa  # every window set sits at earliestWinL(ts0) now
+        update_many = op.update_many
+        for k, g, sg, run in runs:
+            out = update_many(self._check_create(k, g, sg, l1), run)
+            if out:
+                for ts, p in out:
+                    self._emit_later(((ts - ws_) // wa + 1) * wa + ws_, (p,))
+        last = items[-1][0]
+        if last > self.W:
+            self._update_w(last)
+
+    def _check_create(self, k: Hashable, g: int, sg: dict, l: int) -> WindowSet:
+        """σ.check&Create(k, l) in group g (inlined in _handle, the per-tuple hot path)."""
+        d = sg.get(l)
+        if d is None:
+            d = sg[l] = {}
+            heapq.heappush(self._lheap, (l, g))
+        w = d.get(k)
+        if w is None:
+            op = self.op
+            w = d[k] = WindowSet(k, l, l + op.WS, [op.init() for _ in range(op.I)])
+        return w
+
+    def _runs(self, items: list[tuple[int, Any, int]]) -> list[tuple[Any, int, dict, Run]]:
+        """``(key, g, σ_g, Run)`` per owned key of the run's tuples. Tuples whose f_MK returns
+        the same (non-dict) object route identically, so while every tuple does, all keys
+        share one Run: f_MK's routing is done once, not once per tuple."""
+        op = self.op
+        keys_of = op.keys
+        first = items[0]
+        ks0 = keys_of(first[1], first[2])
+        if ks0 and not isinstance(ks0, dict):
+            shared = Run()
+            for ts, v, i in items:
+                if keys_of(v, i) is not ks0:
+                    break
+                shared.ts.append(ts)
+                shared.values.append(v)
+                shared.inputs.append(i)
+            else:
+                routed = self._route(ks0, first[1])
+                hits = self.group_hits
+                if hits is not None:
+                    extra = len(items) - 1
+                    for _, _, g, _ in routed:
+                        hits[g] += extra
+                return [(k, g, sg, shared) for k, _, g, sg in routed]
+        per_key: dict[Any, tuple[Any, int, dict, Run]] = {}
+        for ts, v, i in items:
+            ks = keys_of(v, i)
+            if not ks:
+                continue
+            for k, val, g, sg in self._route(ks, v):
+                e = per_key.get(k)
+                if e is None:
+                    e = per_key[k] = (k, g, sg, Run())
+                run = e[3]
+                run.ts.append(ts)
+                run.values.append(val)
+                run.inputs.append(i)
+        return list(per_key.values())
 
     def advance(self, w: int) -> None:
         """An explicit watermark: expire what it closes, release outputs up to it."""

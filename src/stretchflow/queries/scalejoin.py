@@ -21,7 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from ..operators.oplus import OPlus, WindowSet
+from ..errors import RunTupleError
+from ..operators.oplus import OPlus, Run, WindowSet
+from .band_kernel import band_pairs
 
 
 class Columns:
@@ -76,6 +78,69 @@ class Columns:
         hit = np.abs(uv[0, h:t] - u) <= band
         hit &= np.abs(uv[1, h:t] - v) <= band
         return self.ids[h:t][hit].tolist() if hit.any() else []
+
+
+def run_columns(ts: list[int], values: list[Any], inputs: list[int]) -> tuple[np.ndarray, ...]:
+    """(ts, input, u, v, id) columns of a run of ScaleJoin tuples: u, v are (x, y) for left
+    tuples and (a, b) for right ones."""
+    n = len(ts)
+    u = np.empty(n)
+    v = np.empty(n)
+    ids = np.empty(n, dtype=object)
+    for k, (val, i) in enumerate(zip(values, inputs, strict=True)):
+        try:
+            if i == 0:
+                u[k], v[k] = val["x"], val["y"]
+            else:
+                u[k], v[k] = val["a"], val["b"]
+            ids[k] = val["id"]
+        except Exception as e:  # the failing tuple, not the run, is what the user must see
+            raise RunTupleError(ts[k], val, e) from e
+    return np.asarray(ts, dtype=np.int64), np.asarray(inputs, dtype=np.int8), u, v, ids
+
+
+def join_run(stores: tuple[Columns, Columns], cols: tuple[np.ndarray, ...], keep: np.ndarray,
+             band: float, window: int) -> list[tuple[int, dict]]:
+    """Op. 10's f_U (L21–L27) for a run of tuples of both inputs, vectorized: tuple k is
+    compared with the opposite input's stored tuples with ts >= ts_k − window — those stored
+    before the run, then the run's own earlier tuples of the opposite input that ``keep``
+    marks for storage — and the tuples ``keep`` marks are appended to their input's store.
+    Returns ``[(ts_k, {"left", "right"}), ...]``. The same outputs and stores as the
+    tuple-at-a-time f_U in the same order of tuples."""
+    ts, inp, u, v, ids = cols
+    out: list[tuple[int, dict]] = []
+    for i in (0, 1):
+        q = np.flatnonzero(inp == i)
+        if not len(q):
+            continue
+        qts, qu, qv = ts[q], u[q], v[q]
+        opp = stores[1 - i]
+        opp.purge(int(qts[0]) - window)  # Op. 10 L21–L22, for the run's earliest horizon
+        h, t = opp.head, opp.tail
+        # before the run: the stored tuples with ts >= ts_k − window
+        lo = np.searchsorted(opp.ts[h:t], qts - window)
+        rows, c1 = band_pairs(opp.uv[0, h:t], opp.uv[1, h:t], lo, np.full(len(q), t - h),
+                              qu, qv, band)
+        matched = opp.ids[h:t][c1]
+        cand = np.flatnonzero((inp != i) & keep)  # the run's own stored opposite tuples,
+        if len(cand):  # those before tuple k and with ts >= ts_k − window
+            lo = np.searchsorted(ts[cand], qts - window)
+            hi = np.searchsorted(cand, q)
+            r2, c2 = band_pairs(u[cand], v[cand], lo, hi, qu, qv, band)
+            if len(r2):
+                rows = np.concatenate((rows, r2))
+                matched = np.concatenate((matched, ids[cand[c2]]))
+        if len(rows):
+            pts, pids = qts[rows].tolist(), ids[q[rows]].tolist()
+            if i == 0:
+                out += [(t_, {"left": a, "right": b})
+                        for t_, a, b in zip(pts, pids, matched.tolist(), strict=True)]
+            else:
+                out += [(t_, {"left": b, "right": a})
+                        for t_, a, b in zip(pts, pids, matched.tolist(), strict=True)]
+    for k in np.flatnonzero(keep).tolist():  # L26–L27
+        stores[inp[k]].append(int(ts[k]), u[k], v[k], ids[k])
+    return out
 
 
 class ScaleJoinState:
@@ -147,6 +212,21 @@ class ScaleJoin(OPlus):
                 this.stored.append(ts, value["a"], value["b"], value["id"])
         return out
 
+    def update_many(self, ws: WindowSet, run: Run) -> list[tuple[int, dict]]:  # type: ignore[override]
+        """f_U for a run of tuples (OPlusInstance.process_batch): every key of the instance
+        sees the same run, so the columns are built once per run (``run.cache``)."""
+        cols = run.cache.get("scalejoin")
+        if cols is None:
+            cols = run.cache["scalejoin"] = run_columns(run.ts, run.values, run.inputs)
+        st0, st1 = ws.states
+        c0 = st0.c
+        n = len(run.ts)
+        st0.c += n
+        st1.c += n
+        keep = np.zeros(n, dtype=bool)  # tuple k is stored here iff (c0 + k + 1) % n_keys == key
+        keep[(ws.key - c0 - 1) % self.n_keys::self.n_keys] = True
+        return join_run((st0.stored, st1.stored), cols, keep, self.band, self.window)
+
     def slide(self, ws: WindowSet) -> None:  # type: ignore[override]
         """f_S: purge the tuples that fell before the new left boundary."""
         for st in ws.states:
@@ -181,4 +261,4 @@ class Forward(OPlus):
         return key % n
 
 
-__all__ = ["Columns", "Forward", "ScaleJoin", "ScaleJoinState"]
+__all__ = ["Columns", "Forward", "ScaleJoin", "ScaleJoinState", "join_run", "run_columns"]
