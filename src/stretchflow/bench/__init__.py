@@ -34,6 +34,13 @@ def _vsn(kind: str) -> Callable[[bool, str | None], Path]:
     return run
 
 
+def _hedge(quick: bool, out_dir: str | None) -> Path:
+    from .hedge import hedge
+
+    kw = {"seconds": 30.0} if quick else {}
+    return write_result("vsn-hedge", {"quick": quick, **kw}, hedge(**kw), out_dir)
+
+
 def _jsonable(kw: dict[str, Any]) -> dict[str, Any]:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in kw.items()}
 
@@ -50,4 +57,6 @@ BENCHMARKS: dict[str, tuple[str, str, Callable[[bool, str | None], Path]]] = {
                       _vsn("wordcount")),
     "vsn-scalejoin": ("ScaleJoin comparisons/s vs parallelism, with a 1T join", "STRETCH Q3",
                       _vsn("scalejoin")),
+    "vsn-hedge": ("hedge self-join on bursty trades, threshold controller, over time",
+                  "STRETCH Q6", _hedge),
 }

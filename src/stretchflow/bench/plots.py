@@ -17,13 +17,20 @@ def _pyplot() -> Any:
 
 def plot(name: str, metrics: dict[str, Any], path: Path) -> Path | None:
     """Draws the figure of benchmark ``name`` into ``path``; None if it has no figure."""
-    draw = _FIGURES.get(name)
-    if draw is None:
-        return None
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=110)
-    draw(ax, metrics)
-    ax.grid(True, axis="y", alpha=0.3)
+    if name in _TIMELINES:
+        draw_all = _TIMELINES[name]
+        fig, axes = plt.subplots(3, 1, figsize=(6.4, 6.4), dpi=110, sharex=True)
+        draw_all(axes, metrics)
+        for ax in axes:
+            ax.grid(True, axis="y", alpha=0.3)
+    else:
+        draw = _FIGURES.get(name)
+        if draw is None:
+            return None
+        fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=110)
+        draw(ax, metrics)
+        ax.grid(True, axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -92,4 +99,26 @@ _FIGURES = {
     "vsn-forward": _forward,
     "vsn-scalejoin": _scalejoin,
     "vsn-wordcount": _wordcount,
+}
+
+
+def _hedge(axes: Any, m: dict[str, Any]) -> None:
+    """Input rate, instances and latency over time (the paper's Figure 13 panels)."""
+    rate = m["input_rate_per_s"]
+    axes[0].plot(range(len(rate)), rate, lw=0.8)
+    axes[0].set_ylabel("input (t/s)")
+    axes[0].set_title(f"Q6 hedge self-join, WS {m['window_ms'] // 1000} s, threshold controller")
+    ts = [e["time"] for e in m["metrics"]]
+    axes[1].step(ts, [e["parallelism"] for e in m["metrics"]], where="post")
+    axes[1].set_ylabel("instances")
+    axes[1].set_ylim(0, m["max_parallelism"] + 0.5)
+    lat = m["latency_p50_per_s"]
+    axes[2].plot([t for t, _ in lat], [v for _, v in lat], lw=0.8, color="tab:red")
+    axes[2].set_ylabel("latency p50 (ms)")
+    axes[2].set_yscale("log")
+    axes[2].set_xlabel("time (s)")
+
+
+_TIMELINES = {
+    "vsn-hedge": _hedge,
 }

@@ -524,7 +524,8 @@ class VSNExecutor:
         self.period = period
         self.on_start = on_start
         self.read = 0
-        self.latencies: list[float] = []
+        self.latencies: list[tuple[float, float]] = []  # (wall-clock time, latency ms)
+        self.t_start = 0.0
         self.metrics_log: list[dict[str, Any]] = []
 
     def _producer_ids(self, node: Node) -> list[Hashable]:
@@ -615,7 +616,7 @@ class VSNExecutor:
                         for ts, _ in out[:: max(1, len(out) // 16)]:
                             t_in = entered(ts - 1)
                             if t_in is not None:
-                                lat.append((now - t_in) * 1000)
+                                lat.append((now, (now - t_in) * 1000))
         except BaseException as e:  # noqa: BLE001
             self.fail(e)
 
@@ -625,7 +626,7 @@ class VSNExecutor:
         try:
             last = {vop: (time.perf_counter(), [vi.busy for vi in vop.instances],
                           sum(vi.processed for vi in vop.instances)) for vop in self.ops.values()}
-            t_start = time.perf_counter()
+            t_start = self.t_start  # the run's start, as latency_series
             while not stop.wait(self.period):
                 for vop in self.ops.values():
                     t0, busy0, n0 = last[vop]
@@ -642,6 +643,7 @@ class VSNExecutor:
                                 max_parallelism=vop.n)
                     self.metrics_log.append({"operator": vop.name, "time": m.time,
                                              "parallelism": m.parallelism,
+                                             "input_rate": m.input_rate,
                                              "loads": list(loads)})
                     decision = self.controller.observe(m)
                     if decision is not None and not vop.done:
@@ -679,7 +681,7 @@ class VSNExecutor:
         if self.controller is not None:
             ctl = threading.Thread(target=self._control_loop, args=(stop,), daemon=True,
                                    name="controller")
-        t0 = time.perf_counter()
+        t0 = self.t_start = time.perf_counter()
         for t in threads:
             t.start()
         if ctl is not None:
@@ -699,7 +701,9 @@ class VSNExecutor:
         if self.error is not None:
             raise self.error
         counts = {n.name: n.spec.read for n in self.flow.nodes if n.kind == "source"}
-        lat = sorted(self.latencies)
+        lat = sorted(ms for _, ms in self.latencies)
+        step = max(1, len(self.latencies) // 2000)
+        series = [(round(t - t0, 3), round(ms, 3)) for t, ms in self.latencies[::step]]
         return RunResult(
             engine="vsn",
             elapsed=elapsed,
@@ -709,6 +713,7 @@ class VSNExecutor:
                 "parallelism": {v.name: v.parallelism for v in self.ops.values()},
                 "reconfigurations": [r.as_dict() for v in self.ops.values() for r in v.log],
                 "latency_ms": _percentiles(lat),
+                "latency_series": series,  # (seconds since start, ms), at most ~2000
                 "instances": {v.name: [{"j": vi.j, "tuples": vi.processed,
                                         "busy_s": round(vi.busy, 4)} for vi in v.instances]
                               for v in self.ops.values()},

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..flow import Stream
+from .hedge import Hedge
 from .longest_hashtag import longest_hashtag
 from .scalejoin import Forward, ScaleJoin
 from .wordcount import paircount, wordcount
@@ -89,10 +90,26 @@ QUERIES: dict[str, Query] = {
             ("ts", "id", "x", "y | a", "b", "c", "d"), ("ts", "left", "right"),
         ),
         Query(
+            "hedge", "hedge self-join of trades over a window (STRETCH Q6)", 1, 1,
+            {"window": 30_000, "lower": -1.05, "upper": -0.95, "keys": 1000},
+            lambda s, window, lower, upper, keys: _one(s, Hedge(window, lower, upper, keys)),
+            ("ts", "id", "price", "avg_price"), ("ts", "l_id", "l_price", "r_id", "r_price"),
+            {"lower": float, "upper": float},
+        ),
+        Query(
             "forward", "every input tuple, merged in timestamp order (Op. 15)", 2, 64,
             {},
             lambda s: s[0].oplus(Forward(len(s)), *s[1:]),
             ("ts", "..."), ("ts", "..."),
+        ),
+        Query(
+            "traffic-congestion", "per-area sliding-window join of bus and SCATS reports", 2, 2,
+            {"window": 5000, "slide": 100, "flow_threshold": 50.0},
+            lambda s, **p: __import__("stretchflow.queries.traffic", fromlist=["congestion"])
+            .congestion(s[0], s[1], **p),
+            ("ts", "bus", "area", "congested | ts", "sensor", "area", "flow"),
+            ("ts", "area", "bus", "bus_ts", "sensor", "sensor_ts", "flow"),
+            {"flow_threshold": float},
         ),
     )
 }
@@ -109,5 +126,5 @@ def build_query(name: str, streams: list[Stream], **params: Any) -> Stream:
     return q.build(streams, **{**q.params, **params})
 
 
-__all__ = ["QUERIES", "Forward", "Query", "ScaleJoin", "build_query", "longest_hashtag",
+__all__ = ["QUERIES", "Forward", "Hedge", "Query", "ScaleJoin", "build_query", "longest_hashtag",
            "paircount", "wordcount"]
