@@ -46,6 +46,7 @@ from .reference import RunResult
 
 BATCH = 256  # tuples an instance takes from ESG_in at once, and a source adds at once
 BATCH_DELAY = 0.001  # seconds a source holds a partial batch
+SLOW_GAP = 0.0002  # seconds between two items of a source after which it counts as slow
 BARRIER_TIMEOUT = 120.0
 
 
@@ -550,12 +551,18 @@ class VSNExecutor:
             count = 0
             batch: list = []
             clock = time.perf_counter
-            started = clock()
+            started = arrived = clock()
             for item in node.spec.items():
                 if self.error is not None:
                     return
+                now = clock()
+                # a source that made us wait for this item is slow (paced, live): holding its
+                # tuples for a fuller batch would only add latency, to outputs and to the
+                # control tuples that wait for its next push (Alg. 5)
+                slow = now - arrived >= SLOW_GAP
+                arrived = now
                 if not batch:
-                    started = clock()
+                    started = now
                 batch.append(item)
                 if item[1] is not WATERMARK:
                     count += 1
@@ -566,10 +573,9 @@ class VSNExecutor:
                             batch = []
                             for p in due:
                                 self.reconfigure(p, wait=False)
-                # a batch goes out when full or BATCH_DELAY old: a slow source's tuples (and
-                # the control tuples queued for it) are not held back for a full batch
+                # a batch goes out when full, BATCH_DELAY old, or its source is slow
                 n = len(batch)
-                if n >= BATCH or (n and clock() - started >= BATCH_DELAY):
+                if n and (n >= BATCH or slow or now - started >= BATCH_DELAY):
                     pusher.push(batch)
                     self.clock.record(batch[-1][0])
                     batch = []
