@@ -507,7 +507,9 @@ class VSNExecutor:
         if any(p > n for _, p in schedule):
             raise FlowDefinitionError(f"--reconfigure asks for more than max_parallelism={n}")
         self.schedule = schedule
-        self.G = n_groups or max(128, 16 * n)
+        # key groups let f_μ move keys between instances; with one instance at most there is
+        # nothing to move, and one group keeps the per-key routing as cheap as the reference
+        self.G = n_groups or (max(128, 16 * n) if n > 1 else 1)
         self.error: BaseException | None = None
         self._error_lock = threading.Lock()
         self.ops: dict[Node, VSNOperator] = {

@@ -271,7 +271,9 @@ class OPlusInstance:
         self._last_l = -math.inf  # latest window left boundary any tuple fell in
         self.out: list[tuple[int, Any]] = []
         self.assign: list[int] | None = None
-        self.group_hits: list[int] | None = None  # tuples per owned key group, if measured
+        self.group_hits: list[int] | None = None  # sampled tuples per owned group, if measured
+        self._tick = 0
+        self._owns_all = False
         self.set_assignment(assign)
 
     @property
@@ -288,6 +290,7 @@ class OPlusInstance:
             raise ValueError("several key groups need an assignment of groups to instances")
         self.assign = assign
         j = self.j
+        self._owns_all = assign is not None and all(a == j for a in assign)
         self._lheap = [(l, g) for g, sg in enumerate(self.groups)
                        if assign is None or assign[g] == j for l in sg]
         heapq.heapify(self._lheap)
@@ -299,14 +302,24 @@ class OPlusInstance:
         if assign is None:
             sg = self.groups[0]
             return [(k, v, 0, sg) for k, v in pairs]
-        G, j, groups, hits = self.state.G, self.j, self.groups, self.group_hits
-        out = []
-        for k, v in pairs:
-            g = hash(k) % G
-            if assign[g] == j:
-                out.append((k, v, g, groups[g]))
-                if hits is not None:  # the load of each key group, for a balancing f_μ
-                    hits[g] += 1
+        G, groups = self.state.G, self.groups
+        if G == 1:
+            sg = groups[0]
+            out = [(k, v, 0, sg) for k, v in pairs] if self._owns_all else []
+        elif self._owns_all:
+            out = [(k, v, g, groups[g]) for k, v in pairs for g in (hash(k) % G,)]
+        else:
+            j = self.j
+            out = [(k, v, g, groups[g]) for k, v in pairs for g in (hash(k) % G,)
+                   if assign[g] == j]
+        hits = self.group_hits
+        if hits is not None and out:
+            # the load of each key group, for a balancing f_μ; one tuple in 8 is a fair
+            # sample and keeps the count off the per-tuple path
+            self._tick += 1
+            if not self._tick & 7:
+                for e in out:
+                    hits[e[2]] += 1
         return out
 
     # -- Alg. 2 -------------------------------------------------------------------------------
@@ -389,11 +402,6 @@ class OPlusInstance:
                 shared.inputs.append(i)
             else:
                 routed = self._route(ks0, first[1])
-                hits = self.group_hits
-                if hits is not None:
-                    extra = len(items) - 1
-                    for _, _, g, _ in routed:
-                        hits[g] += extra
                 return [(k, g, sg, shared) for k, _, g, sg in routed]
         per_key: dict[Any, tuple[Any, int, dict, Run]] = {}
         for ts, v, i in items:
