@@ -431,3 +431,48 @@ def test_hybrid_stress_16_workers_50k_skewed() -> None:
         max_delay=0.00002,
     )
     assert time.monotonic() - t0 < JOIN
+
+
+# -- what the ordered executor's scheduler asks of the queues --------------------------------
+
+
+def test_unclaimed_counts_master_ids_not_delegated_items() -> None:
+    q: HybridQueue[str] = HybridQueue(num_buckets=4, partitioner=lambda k: k % 4, max_batch=1)
+    q.put_many([("a0", 0), ("a1", 0), ("b0", 1)])
+    assert q.unclaimed() == 3
+    lease = q.take(timeout=0)  # takes a0 and absorbs a1's id (delegated to itself)
+    assert lease is not None and lease.items == ["a0"] and q.unclaimed() == 1
+    other = q.take(timeout=0)
+    assert other is not None and other.items == ["b0"] and q.unclaimed() == 0
+    assert q.take(timeout=0) is None
+    assert q.release(other) is None
+    nxt = q.release(lease)
+    assert nxt is not None and nxt.items == ["a1"]
+
+
+def test_limit_caps_a_lease() -> None:
+    q: HybridQueue[int] = HybridQueue(num_buckets=2, partitioner=lambda k: 0, max_batch=50)
+    q.put_many([(i, 0) for i in range(10)])
+    lease = q.take(timeout=0, limit=3)  # 1 id claimed + 3 absorbed (limit), 3 items leased
+    assert lease is not None and lease.items == [0, 1, 2] and q.unclaimed() == 6
+    other = q.take(timeout=0, limit=2)  # bucket 0 is active: every id is delegated to it
+    assert other is None and q.unclaimed() == 0
+    rest = q.release(lease, limit=4)  # 7 items owed to the active worker, 4 at a time
+    assert rest is not None and rest.items == [3, 4, 5, 6]
+    pq: PartitionedQueue[int] = PartitionedQueue(num_buckets=2, partitioner=lambda k: k % 2)
+    for i in range(6):
+        pq.put(i, key=i)
+    pl = pq.take(0, timeout=0, limit=2)
+    assert pl is not None and pl.items == [0, 2]
+
+
+def test_ready_names_an_unleased_non_empty_bucket() -> None:
+    pq: PartitionedQueue[int] = PartitionedQueue(num_buckets=4, partitioner=lambda k: k)
+    assert pq.ready(range(4)) is None
+    pq.put(1, key=1)
+    pq.put(3, key=3)
+    assert pq.ready([0, 1]) == 1 and pq.ready([2, 3]) == 3
+    lease = pq.take(1, timeout=0)
+    assert pq.ready([0, 1]) is None
+    assert lease is not None
+    pq.release(lease)

@@ -429,3 +429,52 @@ def test_stress_16_workers_50k_items(kind: type[ReorderBuffer]) -> None:
         kind, n_items=50_000, n_workers=16, capacity=256, seed=11, max_delay=0.00002, batch=2
     )
     assert time.monotonic() - t0 < JOIN
+
+
+# -- batched deposits (the executor hands over a lease's units at once) ----------------------
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_try_send_many_releases_in_order_and_returns_what_did_not_fit(
+        kind: type[ReorderBuffer]) -> None:
+    out: list[int] = []
+    buf = kind(out.extend, capacity=4)
+    assert buf.try_send_many([(3, [3]), (2, [2]), (9, [9])]) == [(9, [9])]
+    assert out == []
+    # 5 does not fit before the batch's release step has moved `next` (non-blocking buffer);
+    # the lock-based one releases per unit, so there it fits
+    left = buf.try_send_many([(1, [1]), (4, []), (5, [5])])
+    assert left in ([], [(5, [5])]) and out == [1, 2, 3] + ([] if left else [5])
+    assert buf.try_send_many(left) == []
+    assert out == [1, 2, 3, 5] and buf.next_serial == 6
+    with pytest.raises(ValueError):
+        buf.try_send_many([(2, [2])])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_try_send_many_under_threads(kind: type[ReorderBuffer]) -> None:
+    out: list[int] = []
+    n, batch = 4000, 7
+    buf = kind(out.extend, capacity=64)
+    serials = SerialCounter()
+    lock = threading.Lock()
+
+    def worker() -> None:
+        while True:
+            with lock:  # draw a run of serials, as a worker leasing inputs would
+                run = serials.take(batch)
+            units = [(s, [s]) for s in run if s <= n]
+            if not units:
+                return
+            pending = units
+            while pending:  # retry what did not fit (the executor stashes and retries)
+                pending = buf.try_send_many(pending)
+                if pending:
+                    time.sleep(0)
+
+    ts = [threading.Thread(target=worker) for _ in range(6)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(JOIN)
+    assert out == list(range(1, n + 1))

@@ -411,12 +411,14 @@ class PartitionedQueue(_KeyedQueue[T]):
         """
         return range(worker, num_buckets, num_workers)
 
-    def take(self, bucket: int, timeout: float | None = None) -> Lease[T] | None:
-        """Lease up to ``max_batch`` items of ``bucket``; block while it is empty.
+    def take(self, bucket: int, timeout: float | None = None,
+             limit: int | None = None) -> Lease[T] | None:
+        """Lease up to ``max_batch`` (or ``limit``) items of ``bucket``; block while empty.
 
         Returns ``None`` on timeout, or once the queue is closed and the bucket
         empty. Raises :class:`RuntimeError` if the bucket is already leased.
         """
+        cap = self.max_batch if limit is None else max(1, limit)
         deadline = _deadline(timeout)
         with self._lock:
             if self._leased[bucket]:
@@ -428,7 +430,19 @@ class PartitionedQueue(_KeyedQueue[T]):
                 if self._leased[bucket]:
                     raise RuntimeError(f"bucket {bucket} is already leased by another worker")
             self._leased[bucket] = True
-            return Lease(self, bucket, self._popleft_locked(bucket, min(len(q), self.max_batch)))
+            return Lease(self, bucket, self._popleft_locked(bucket, min(len(q), cap)))
+
+    def ready(self, buckets: Iterable[int]) -> int | None:
+        """The first of ``buckets`` that has items and no lease, else ``None``.
+
+        A scheduler's schedulability test for the worker owning ``buckets``
+        (ordered-multicore §6: a non-empty worklist the worker may serve).
+        """
+        with self._lock:
+            for b in buckets:
+                if self._queues[b] and not self._leased[b]:
+                    return b
+            return None
 
     def release(self, lease: Lease[T]) -> None:
         """Give the bucket back (the owner then calls ``take`` again)."""
@@ -497,13 +511,25 @@ class HybridQueue(_KeyedQueue[T]):
         with self._lock:
             return self._closed and not self._master
 
-    def take(self, timeout: float | None = None) -> Lease[T] | None:
+    def unclaimed(self) -> int:
+        """Bucket ids in the master queue: items no worker has claimed or been delegated.
+
+        The schedulability test of ordered-multicore §6 for a PS operator: items that are
+        only owed to an active worker (delegated) need no new worker, so a scheduler that
+        counted them would send workers to ``take`` in vain.
+        """
+        with self._lock:
+            return len(self._master)
+
+    def take(self, timeout: float | None = None, limit: int | None = None) -> Lease[T] | None:
         """Become the active worker of some bucket and lease its next items.
 
         Blocks while the master queue is empty. Returns ``None`` on timeout
         (``timeout=0`` polls) or when the queue is closed and drained (see
-        :attr:`finished`).
+        :attr:`finished`). ``limit`` caps this lease below ``max_batch`` (a
+        scheduler's time slice, ordered-multicore §6).
         """
+        cap = self.max_batch if limit is None else max(1, min(limit, self.max_batch))
         deadline = _deadline(timeout)
         master, count = self._master, self._count
         with self._lock:
@@ -528,7 +554,7 @@ class HybridQueue(_KeyedQueue[T]):
             # delegated anyway -- our own bucket's, or an active bucket's -- as
             # a worker running L9-10 right now would. It only lengthens
             # batches; it stops at the first id that needs a new worker.
-            budget = self.max_batch
+            budget = cap
             while master and budget:
                 q = master[0]
                 if q != p and count[q] == 0:
@@ -536,9 +562,9 @@ class HybridQueue(_KeyedQueue[T]):
                 master.popleft()
                 count[q] += 1
                 budget -= 1
-            return self._lease_locked(p)
+            return self._lease_locked(p, cap)
 
-    def release(self, lease: Lease[T]) -> Lease[T] | None:
+    def release(self, lease: Lease[T], limit: int | None = None) -> Lease[T] | None:
         """Report a lease's items processed (Fig. 7 L14).
 
         Returns the next lease of the *same* bucket when items were delegated
@@ -553,7 +579,8 @@ class HybridQueue(_KeyedQueue[T]):
             left = self._count[p] - len(lease.items)  # L14: fetch_sub(k) > k
             self._count[p] = left
             if left > 0:
-                return self._lease_locked(p)
+                cap = self.max_batch if limit is None else max(1, min(limit, self.max_batch))
+                return self._lease_locked(p, cap)
             return None
 
     def consume(self, operate: Callable[[int, list[T]], object]) -> int:
@@ -571,11 +598,11 @@ class HybridQueue(_KeyedQueue[T]):
                 lease = self.release(lease)
         return done
 
-    def _lease_locked(self, p: int) -> Lease[T]:
+    def _lease_locked(self, p: int, cap: int) -> Lease[T]:
         # count[p] items of p are owed and none is leased (the active worker
         # released its last batch), and each was in partitionQueues[p] before
         # its id entered the master queue, so these pops succeed (L12).
-        k = min(self._count[p], self.max_batch)
+        k = min(self._count[p], cap)
         return Lease(self, p, self._popleft_locked(p, k))
 
     def _on_append_locked(self, b: int) -> None:

@@ -314,6 +314,16 @@ class ReorderBuffer(Generic[T]):
         """
         raise NotImplementedError
 
+    def try_send_many(self, units: Sequence[tuple[int, Sequence[T]]]
+                      ) -> list[tuple[int, Sequence[T]]]:
+        """Deposit several ``(serial, items)`` units, then release what became ready.
+
+        The same as ``try_send`` for each unit in turn, but the release step runs once for
+        the batch (a worker that processed a run of inputs hands over all their units at
+        once). Returns the units that did not fit in the ring (not kept), in order.
+        """
+        return [u for u in units if not self.try_send(u[0], u[1])]
+
     def send(self, serial: int, items: Sequence[T] = (), timeout: float | None = None) -> None:
         """Deposit unit ``serial``, blocking while it is too far ahead (flow control).
 
@@ -456,6 +466,11 @@ class LockReorderBuffer(ReorderBuffer[T]):
         with self._lock:
             return self._send_locked(serial, items)
 
+    def try_send_many(self, units: Sequence[tuple[int, Sequence[T]]]
+                      ) -> list[tuple[int, Sequence[T]]]:
+        with self._lock:  # Fig. 2 per unit, one lock acquisition for the batch
+            return [u for u in units if not self._send_locked(u[0], u[1])]
+
     def send(self, serial: int, items: Sequence[T] = (), timeout: float | None = None) -> None:
         with self._lock:
             if self._send_locked(serial, items):
@@ -545,6 +560,16 @@ class NonBlockingReorderBuffer(ReorderBuffer[T]):
         success = self._try_add(serial, items)
         self._send_pending_outputs()
         return success
+
+    def try_send_many(self, units: Sequence[tuple[int, Sequence[T]]]
+                      ) -> list[tuple[int, Sequence[T]]]:
+        # try_add (L13-20) for each unit, then one send_pending_outputs (L22-42) for all:
+        # the drain releases every deposited unit that is ready, whoever deposited it
+        self._check_error()
+        try_add = self._try_add
+        rejected = [u for u in units if not try_add(u[0], u[1])]
+        self._send_pending_outputs()
+        return rejected
 
     def send(self, serial: int, items: Sequence[T] = (), timeout: float | None = None) -> None:
         deadline = _deadline(timeout)

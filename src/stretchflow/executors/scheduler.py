@@ -40,13 +40,13 @@ class OpStats:
     cost: float = 1e-5  # c_i, seconds per input tuple; a small prior until measured
     selectivity: float = 1.0  # s_i, outputs per input
     workers: int = 0  # w_i, workers currently running a slice of this operator
-    tuples_in: int = 0
-    tuples_out: int = 0
+    tuples_in: float = 0  # float: an O+ instance reports 1/p of the inputs it went through
+    tuples_out: float = 0
     busy: float = 0.0  # total worker time on the operator
     window_busy: float = 0.0  # Tw_i: worker time in the current CT window
     measured: bool = False
 
-    def record(self, n_in: int, n_out: int, seconds: float) -> None:
+    def record(self, n_in: float, n_out: float, seconds: float) -> None:
         """One finished slice: ``n_in`` inputs gave ``n_out`` outputs in ``seconds``."""
         self.tuples_in += n_in
         self.tuples_out += n_out
@@ -170,7 +170,7 @@ class Scheduler:
         n = int(self.time_slice / max(stats.cost, 1e-9))
         return max(1, min(self.max_batch, n))
 
-    def finished_slice(self, stats: OpStats, n_in: int, n_out: int, seconds: float) -> None:
+    def finished_slice(self, stats: OpStats, n_in: float, n_out: float, seconds: float) -> None:
         """Records a slice and refreshes the cumulative selectivities."""
         stats.record(n_in, n_out, seconds)
         self.refresh()
