@@ -393,3 +393,24 @@ def test_remote_bottleneck_settles_at_smallest_sufficient_level(seed: int) -> No
     # nothing, so P5 returns to 4 and it stays there.
     assert path[:6] == [1, 2, 3, 4, 6, 4]
     assert set(path[5:]) == {4}
+
+
+def test_max_levels_caps_the_level_table() -> None:
+    # L* = 3: levels 0..2 are 1, 2, 3 channels, whatever the maximum parallelism
+    region = SyntheticRegion(seed=1)
+    ctl = LevelController(max_levels=3)
+    path = simulate([10000.0] * 20, region, ctl)
+    assert ctl.levels == (1, 2, 3)
+    assert max(path) == 3 and path[-1] == 3
+    with pytest.raises(ValueError):
+        LevelController(max_levels=0)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_high_threshold_under_provisions(seed: int) -> None:
+    # App. B.3: a threshold of 0.9 tolerates heavy congestion and settles lower than 0.2
+    loads = [10000.0] * 30
+    low = simulate(loads, SyntheticRegion(seed=seed), LevelController(threshold=0.2))
+    high = simulate(loads, SyntheticRegion(seed=seed), LevelController(threshold=0.9))
+    assert high[-1] < low[-1]
+    assert direction_changes(high[10:]) == 0 and direction_changes(low[10:]) == 0

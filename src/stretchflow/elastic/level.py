@@ -146,6 +146,9 @@ class LevelController(Controller):
             of the ideal linear gain between two levels (module docstring).
         levels: explicit channel counts per level (strictly increasing,
             starting at 1), overriding ``rapid_scaling``.
+        max_levels: L*, the number of levels (Alg. 1); the level table is cut
+            to its first ``max_levels`` entries. ``None`` (default) takes every
+            level up to the maximum parallelism.
     """
 
     name = "level"
@@ -160,6 +163,7 @@ class LevelController(Controller):
         rapid_scaling: bool = True,
         gain_margin: float = 0.2,
         levels: Sequence[int] | None = None,
+        max_levels: int | None = None,
     ) -> None:
         if not 0.0 <= threshold < 1.0:
             raise ValueError(f"threshold must be in [0, 1), got {threshold!r}")
@@ -167,6 +171,8 @@ class LevelController(Controller):
             raise ValueError(f"alpha must be in [0, 1], got {alpha!r}")
         if gain_margin < 0:
             raise ValueError(f"gain_margin must be >= 0, got {gain_margin!r}")
+        if max_levels is not None and max_levels < 1:
+            raise ValueError(f"max_levels must be >= 1, got {max_levels!r}")
         if max_parallelism is not None and max_parallelism < 1:
             raise ValueError(f"max_parallelism must be >= 1, got {max_parallelism!r}")
         if levels is not None:
@@ -179,6 +185,8 @@ class LevelController(Controller):
         self.rapid_scaling = rapid_scaling
         self.gain_margin = gain_margin
         self.max_parallelism = max_parallelism
+        self.max_levels = max_levels
+        self.period = period
         self._explicit_levels = levels
         # Alg. 1: s turns α into a fraction of one channel's ideal throughput.
         self.sensitivity = 0.1 + (1.0 - alpha) * 0.9
@@ -251,6 +259,8 @@ class LevelController(Controller):
             self._levels = tuple(table)
         else:
             self._levels = level_table(cap, rapid_scaling=self.rapid_scaling)
+        if self.max_levels is not None:
+            self._levels = self._levels[: self.max_levels]
         self._reset_state()
 
     def _align(self, parallelism: int) -> None:

@@ -1,0 +1,453 @@
+"""``stretchflow bench sn``: the SN executor's benchmarks, scaled to a 2-core machine.
+
+* ``sn-q1`` (STRETCH journal Q1, §8.2): wordcount and paircount with distance 3, 10 and
+  unbounded, VSN against SN (thread channels) at Π = 1, 2, 4: throughput and SN's
+  duplication factor (a tuple whose keys live on k channels is sent k times).
+* ``sn-speedup`` (elastic-scaling App. B.1, Fig. 11): a partitioned operator with 1000 keys
+  and a tunable pure-Python per-tuple cost (a loop of ``cost`` integer multiplications), SN
+  with process channels at 1, 2, 3, 4 channels and with thread channels for contrast:
+  throughput and speed-up over one channel. On 2 cores the ideal is 2x at 2 channels; threads
+  stay near 1x (the GIL).
+* ``sn-settle`` (App. B.1, the "elastic" bars): the channel count the level controller settles
+  on for each cost, input at full speed, process channels.
+* ``sn-adapt`` (App. B.2, Figs. 13–16): sine and step loads (a paced source whose rate follows
+  the profile), channels, offered and handled rate over time with the level controller.
+* ``sn-thresholds`` (App. B.3, Fig. 17): the step load with congestion thresholds 0, 0.2, 0.9.
+* ``sn-migration`` (App. B.4, Fig. 18): migration time and bytes moved against the number of
+  keys and of channels, process channels with the SQLite store and threads with the memory
+  store.
+
+Scaling (the paper: 8-core hosts, 5 s periods, 5000 t/s mean load, 250 s phases): here the
+adaptation period is 1 s (0.5 s quick), the loads are set relative to the measured capacity
+of one channel at the chosen cost, and phases last tens of periods — the controller's
+behaviour is a function of periods, not of seconds. Every run is repeated (``repeats``) and
+reported as min/median/max.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import stretchflow as sf
+
+from .common import summarize, write_result
+
+KEYS = 1000
+
+
+# -- workloads -------------------------------------------------------------------------------
+def burn(cost: int, seed: int) -> int:
+    """``cost`` integer multiplications in pure Python (holds the GIL throughout)."""
+    x = seed | 1
+    for _ in range(cost):
+        x = (x * 1103515245 + 12345) & 0xFFFFFFFF
+    return x
+
+
+def _records(n: int, keys: int = KEYS) -> list[dict[str, int]]:
+    # one tuple per ms, keys round-robin: every key gets the same load
+    return [{"ts": t, "k": (t * 7919) % keys} for t in range(n)]
+
+
+def _costly_flow(source: Any, cost: int, size: int = 1000) -> tuple[sf.Flow, Any]:
+    flow = sf.Flow("costly")
+
+    def update(a: int, t: dict) -> int:
+        return a + (burn(cost, t["ts"]) & 1)
+
+    col = flow.source(source).aggregate(
+        size=size, keys=lambda t: {t["k"]}, init=lambda: 0, update=update,
+        output=lambda k, a: {"k": k, "n": a}, name="costly").collect()
+    return flow, col
+
+
+def _paced(profile: Callable[[float], float], duration: float,
+           keys: int = KEYS) -> Callable[[], Iterator[dict[str, int]]]:
+    """A source whose rate (tuples/s) follows ``profile(seconds since start)``; it sleeps
+    between small bursts, so the splitter waits for input (not blocked) when channels keep
+    up. Event time is wall time in ms since the start."""
+
+    def gen() -> Iterator[dict[str, int]]:
+        t0 = time.perf_counter()
+        sent = 0.0
+        n = 0
+        last = t0
+        while True:
+            now = time.perf_counter()
+            el = now - t0
+            if el >= duration:
+                return
+            sent += profile(el) * (now - last)  # tuples owed so far
+            last = now
+            while n < sent:
+                yield {"ts": int(el * 1000), "k": (n * 7919) % keys}
+                n += 1
+            time.sleep(0.002)
+
+    return gen
+
+
+def _timed(seconds: float, keys: int = KEYS) -> Callable[[], Iterator[dict[str, int]]]:
+    """A source at full speed for ``seconds`` (event time: ms since the start)."""
+
+    def gen() -> Iterator[dict[str, int]]:
+        t0 = time.perf_counter()
+        n = 0
+        while True:
+            el = time.perf_counter() - t0
+            if el >= seconds:
+                return
+            ts = int(el * 1000)
+            for _ in range(256):
+                yield {"ts": ts, "k": (n * 7919) % keys}
+                n += 1
+
+    return gen
+
+
+# -- sn-q1 -----------------------------------------------------------------------------------
+def q1(rows: int = 8_000, parallelisms: tuple[int, ...] = (1, 2, 4),
+       distances: tuple[int | None, ...] = (3, 10, None), repeats: int = 3,
+       seed: int = 1) -> dict[str, Any]:
+    from ..io.generators import tweets  # heavy (pyarrow); channel processes skip it
+    from ..queries import build_query
+
+    recs = tweets(rows, seed=seed, rate=1000).to_pylist()
+    cases: list[tuple[str, dict[str, Any]]] = [("wordcount", {})]
+    cases += [("paircount", {"distance": d}) for d in distances]
+    out: dict[str, Any] = {"rows": rows}
+    for query, params in cases:
+        label = query if query == "wordcount" else f"paircount-d{params['distance'] or 'inf'}"
+        row: dict[str, Any] = {}
+        for engine in ("vsn", "sn"):
+            for p in parallelisms:
+                tps, dup = [], 0.0
+                for _ in range(repeats):
+                    flow = sf.Flow(label)
+                    build_query(query, [flow.source(sf.io.iterable(recs))], **params).collect()
+                    res = flow.run(engine=engine, parallelism=p, max_parallelism=max(parallelisms))
+                    tps.append(rows / res.elapsed)
+                    if engine == "sn":
+                        dup = res.extra["duplication_factor"]
+                row[f"{engine}{p}"] = {"tuples_per_s": summarize(tps)}
+                if engine == "sn":
+                    row[f"{engine}{p}"]["duplication_factor"] = dup
+        out[label] = row
+    return out
+
+
+def _plot_q1(path: Path, m: dict[str, Any]) -> None:
+    plt = _pyplot()
+    labels = [k for k in m if k != "rows"]
+    fig, ax = plt.subplots(figsize=(7.5, 3.8), dpi=110)
+    keys = list(m[labels[0]])
+    width = 0.8 / len(keys)
+    for n, key in enumerate(keys):
+        vals = [m[lab][key]["tuples_per_s"]["median"] for lab in labels]
+        ax.bar([x + n * width for x in range(len(labels))], vals, width, label=key)
+    ax.set_xticks([x + 0.4 - width / 2 for x in range(len(labels))], labels)
+    ax.set_ylabel("throughput (tuples/s)")
+    ax.set_title("Q1: VSN vs SN (threads); SN duplicates tuples with multi-key f_MK")
+    ax.legend(fontsize=7, ncol=2)
+    _save(fig, path)
+
+
+# -- sn-speedup ------------------------------------------------------------------------------
+def _cpu_s() -> float:
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def speedup(rows: int = 5_000, cost: int = 5_000, channels: tuple[int, ...] = (1, 2, 3, 4),
+            repeats: int = 3, transports: tuple[str, ...] = ("processes", "threads"),
+            batch: int = 64) -> dict[str, Any]:
+    recs = _records(rows)
+    out: dict[str, Any] = {"rows": rows, "cost": cost, "keys": KEYS}
+    for transport in transports:
+        res_t: dict[str, Any] = {}
+        for n in channels:
+            tps, parent_us, startup = [], [], []
+            for _ in range(repeats):
+                flow, col = _costly_flow(sf.io.iterable(recs), cost)
+                c0 = _cpu_s()
+                res = flow.run(engine="sn", parallelism=n, channels=transport, batch=batch)
+                # steady state: not the processes' start (reported apart)
+                tps.append(rows / (res.elapsed - res.extra["startup_s"]))
+                startup.append(res.extra["startup_s"])
+                # this process's CPU per tuple (splitter, merger, pickling; with threads also
+                # the channels): what stands between the channels and a linear speed-up
+                parent_us.append((_cpu_s() - c0) / rows * 1e6)
+            res_t[str(n)] = {"tuples_per_s": summarize(tps), "startup_s": summarize(startup),
+                             "parent_cpu_us_per_tuple": summarize(parent_us)}
+        base = res_t[str(channels[0])]["tuples_per_s"]["median"]
+        for n in channels:
+            res_t[str(n)]["speedup"] = res_t[str(n)]["tuples_per_s"]["median"] / base
+        out[transport] = res_t
+    return out
+
+
+def _plot_speedup(path: Path, m: dict[str, Any]) -> None:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=110)
+    for transport in ("processes", "threads"):
+        if transport in m:
+            ns = [int(n) for n in m[transport]]
+            ax.plot(ns, [m[transport][str(n)]["speedup"] for n in ns], "o-", label=transport)
+    ns = [int(n) for n in m.get("processes", m.get("threads", {}))]
+    ax.plot(ns, [min(n, 2) for n in ns], "k--", label="ideal on 2 cores")
+    ax.set_xlabel("channels")
+    ax.set_ylabel("speed-up over 1 channel")
+    ax.set_title(f"partitioned operator, {m['keys']} keys, cost {m['cost']}")
+    ax.legend()
+    _save(fig, path)
+
+
+# -- sn-settle -------------------------------------------------------------------------------
+def settle(costs: tuple[int, ...] = (0, 200, 2_000, 8_000), seconds: float = 12.0,
+           period: float = 1.0, max_parallelism: int = 4, batch: int = 32) -> dict[str, Any]:
+    out: dict[str, Any] = {"period_s": period, "seconds": seconds}
+    for cost in costs:
+        flow, _ = _costly_flow(sf.io.iterable(_timed(seconds)), cost, size=10_000)
+        res = flow.run(engine="sn", parallelism=1, max_parallelism=max_parallelism,
+                       channels="processes", controller="level", batch=batch, queue_size=4,
+                       controller_options={"period": period}, metrics_interval=period / 2)
+        path = [m["parallelism"] for m in res.extra["metrics"]]
+        final = res.extra["parallelism"]["costly"]
+        tail = path[len(path) // 2:] or [final]
+        # settled: where it spent most of the second half (a P5 probe up and back is a visit)
+        out[str(cost)] = {"settled": max(set(tail), key=tail.count),
+                          "final": final, "channels_over_time": path,
+                          "migrations": len(res.extra["reconfigurations"]),
+                          "tuples_per_s": res.extra["tuples_routed"] / res.elapsed}
+    return out
+
+
+def _plot_settle(path: Path, m: dict[str, Any]) -> None:
+    plt = _pyplot()
+    costs = [c for c in m if c not in ("period_s", "seconds")]
+    fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=110)
+    ax.bar(costs, [m[c]["settled"] for c in costs])
+    ax.set_xlabel("per-tuple cost (multiplications)")
+    ax.set_ylabel("settled channels")
+    ax.set_title("level controller, input at full speed, process channels")
+    _save(fig, path)
+
+
+# -- sn-adapt / sn-thresholds ----------------------------------------------------------------
+def _capacity(cost: int, rows: int = 2_000) -> float:
+    """Tuples/s one process channel sustains at ``cost`` (measured, so loads scale with it)."""
+    flow, _ = _costly_flow(sf.io.iterable(_records(rows)), cost)
+    res = flow.run(engine="sn", parallelism=1, channels="processes", batch=64)
+    return rows / res.elapsed
+
+
+def _profiles(cap: float, phase: float) -> dict[str, Callable[[float], float]]:
+    # App. B.2's shapes relative to one channel's capacity: mean 0.9 cap (5000 t/s in the
+    # paper), amplitude 0.45 cap; step 0.9 → 1.8 → 0.36 → 0.9 cap (5000/10000/2000/5000)
+    def sine(el: float) -> float:
+        return cap * (0.9 + 0.45 * math.sin(2 * math.pi * el / (4 * phase)))
+
+    def step(el: float) -> float:
+        k = int(el // phase) % 4
+        return cap * (0.9, 1.8, 0.36, 0.9)[k]
+
+    return {"sine": sine, "step": step}
+
+
+def _adaptive_run(profile: Callable[[float], float], seconds: float, cost: int,
+                  period: float, threshold: float = 0.2) -> dict[str, Any]:
+    flow, _ = _costly_flow(sf.io.iterable(_paced(profile, seconds)), cost, size=10_000)
+    res = flow.run(engine="sn", parallelism=1, max_parallelism=4, channels="processes",
+                   controller="level", batch=32, queue_size=4,
+                   controller_options={"period": period, "threshold": threshold},
+                   metrics_interval=period / 2)
+    ms = res.extra["metrics"]
+    offered = [profile(m["time"]) for m in ms]
+    # App. B.2's "handles the load": per period, the part of the offered rate processed
+    # (a backlog drained after a rise may exceed the offer; it is capped at 1)
+    handled = [min(1.0, m["throughput"] / o) if o > 0 else 1.0
+               for o, m in zip(offered, ms, strict=True)]
+    return {"time": [round(m["time"], 3) for m in ms],
+            "channels": [m["parallelism"] for m in ms],
+            "offered": [round(o, 1) for o in offered],
+            "throughput": [round(m["throughput"], 1) for m in ms],
+            "congestion": [round(m["congestion"], 3) for m in ms],
+            "handled_fraction": sum(handled) / len(handled) if handled else None,
+            "migrations": len(res.extra["reconfigurations"]),
+            "migration_time_ms": res.extra["migration_time_ms"]}
+
+
+def adapt(cost: int = 2_000, phase: float = 8.0, cycles: int = 1,
+          period: float = 1.0) -> dict[str, Any]:
+    cap = _capacity(cost)
+    out: dict[str, Any] = {"cost": cost, "capacity_1_channel": cap, "phase_s": phase,
+                           "period_s": period}
+    for name, prof in _profiles(cap, phase).items():
+        out[name] = _adaptive_run(prof, 4 * phase * cycles, cost, period)
+    return out
+
+
+def thresholds(cost: int = 2_000, phase: float = 8.0, period: float = 1.0,
+               values: tuple[float, ...] = (0.0, 0.2, 0.9)) -> dict[str, Any]:
+    cap = _capacity(cost)
+    prof = _profiles(cap, phase)["step"]
+    out: dict[str, Any] = {"cost": cost, "capacity_1_channel": cap, "phase_s": phase,
+                           "period_s": period}
+    for th in values:
+        out[str(th)] = _adaptive_run(prof, 4 * phase, cost, period, threshold=th)
+    return out
+
+
+def _plot_runs(path: Path, m: dict[str, Any], title: str) -> None:
+    plt = _pyplot()
+    runs = [k for k, v in m.items() if isinstance(v, dict) and "channels" in v]
+    fig, axes = plt.subplots(len(runs), 1, figsize=(6.4, 2.4 * len(runs)), dpi=110,
+                             squeeze=False)
+    for ax, name in zip(axes[:, 0], runs, strict=True):
+        r = m[name]
+        ax.step(r["time"], r["channels"], where="post", color="tab:red", label="channels")
+        ax.set_ylabel("channels")
+        ax2 = ax.twinx()
+        ax2.plot(r["time"], r["offered"], color="tab:gray", label="offered t/s")
+        ax2.plot(r["time"], r["throughput"], color="tab:blue", label="throughput t/s")
+        ax2.set_ylabel("tuples/s")
+        ax.set_title(f"{title} {name}: handled {r['handled_fraction'] or 0:.2f}", fontsize=9)
+    axes[-1, 0].set_xlabel("time (s)")
+    _save(fig, path)
+
+
+# -- sn-migration ----------------------------------------------------------------------------
+def migration(keys: tuple[int, ...] = (1_000, 10_000, 50_000),
+              channels: tuple[int, ...] = (1, 2, 3, 4),
+              transports: tuple[tuple[str, str], ...] = (("processes", "sqlite"),
+                                                         ("threads", "memory"))
+              ) -> dict[str, Any]:
+    """For each key count: load K keys' state, then migrate 1→2→…→max→…→1; each step's time
+    and bytes moved (App. B.4: linear in the state, smaller per step with more channels)."""
+    out: dict[str, Any] = {}
+    steps = list(channels[1:]) + list(reversed(channels[:-1]))
+    for transport, store in transports:
+        res_t: dict[str, Any] = {}
+        for k in keys:
+            rows = k * 2
+            recs = _records(rows, keys=k)
+            gap = rows // (len(steps) + 1)
+            schedule = [(gap * (i + 1), p) for i, p in enumerate(steps)]
+            flow, _ = _costly_flow(sf.io.iterable(recs), 0, size=10 * rows)
+            res = flow.run(engine="sn", parallelism=channels[0], max_parallelism=max(channels),
+                           channels=transport, store=store, reconfigure=schedule, batch=256)
+            res_t[str(k)] = [{"from": r["parallelism_before"], "to": r["parallelism_after"],
+                              "duration_ms": round(r["duration_ms"], 2),
+                              "bytes_moved": r["bytes_moved"],
+                              "groups_moved": r["groups_moved"]}
+                             for r in res.extra["reconfigurations"] if r["applied"]]
+        out[f"{transport}-{store}"] = res_t
+    return out
+
+
+def _plot_migration(path: Path, m: dict[str, Any]) -> None:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=110)
+    for name, by_keys in m.items():
+        for k, steps in by_keys.items():
+            labels = [f"{s['from']}->{s['to']}" for s in steps]
+            ax.plot(labels, [s["duration_ms"] for s in steps], "o-", label=f"{name} {k} keys")
+    ax.set_xlabel("migration (channels)")
+    ax.set_ylabel("time (ms)")
+    ax.set_yscale("log")
+    ax.set_title("SN migration time")
+    ax.legend(fontsize=7)
+    _save(fig, path)
+
+
+# -- plumbing --------------------------------------------------------------------------------
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig: Any, path: Path) -> None:
+    fig.tight_layout()
+    fig.savefig(path)
+    _pyplot().close(fig)
+
+
+def _write(name: str, params: dict[str, Any], metrics: dict[str, Any],
+           draw: Callable[[Path, dict[str, Any]], None], out_dir: str | None) -> Path:
+    from .common import RESULTS_DIR
+
+    d = Path(out_dir) if out_dir is not None else RESULTS_DIR
+    d.mkdir(parents=True, exist_ok=True)
+    png = d / f"{name}.png"
+    draw(png, metrics)
+    return write_result(name, params, metrics, out_dir, plot=png.name)
+
+
+def run_q1(quick: bool, out_dir: str | None = None) -> Path:
+    params = (dict(rows=3_000, parallelisms=(1, 2), distances=(3,), repeats=1) if quick
+              else dict(rows=8_000, parallelisms=(1, 2, 4), distances=(3, 10, None),
+                        repeats=3))
+    return _write("sn-q1", params, q1(**params), _plot_q1, out_dir)
+
+
+def run_speedup(quick: bool, out_dir: str | None = None) -> Path:
+    params = (dict(rows=1_000, cost=5_000, channels=(1, 2), repeats=1) if quick
+              else dict(rows=5_000, cost=5_000, channels=(1, 2, 3, 4), repeats=3))
+    return _write("sn-speedup", params, speedup(**params), _plot_speedup, out_dir)
+
+
+def run_settle(quick: bool, out_dir: str | None = None) -> Path:
+    params = (dict(costs=(200, 4_000), seconds=4.0, period=0.4) if quick
+              else dict(costs=(0, 200, 2_000, 8_000), seconds=15.0, period=1.0))
+    return _write("sn-settle", params, settle(**params), _plot_settle, out_dir)
+
+
+def run_adapt(quick: bool, out_dir: str | None = None) -> Path:
+    params = (dict(cost=2_000, phase=2.0, period=0.4) if quick
+              else dict(cost=2_000, phase=10.0, period=1.0))
+    return _write("sn-adapt", params, adapt(**params),
+                  lambda p, m: _plot_runs(p, m, "load"), out_dir)
+
+
+def run_thresholds(quick: bool, out_dir: str | None = None) -> Path:
+    params = (dict(cost=2_000, phase=1.6, period=0.4) if quick
+              else dict(cost=2_000, phase=10.0, period=1.0))
+    return _write("sn-thresholds", params, thresholds(**params),
+                  lambda p, m: _plot_runs(p, m, "threshold"), out_dir)
+
+
+def run_migration(quick: bool, out_dir: str | None = None) -> Path:
+    params = (dict(keys=(1_000, 10_000), channels=(1, 2, 3)) if quick
+              else dict(keys=(1_000, 10_000, 50_000), channels=(1, 2, 3, 4)))
+    return _write("sn-migration", params, migration(**params), _plot_migration, out_dir)
+
+
+#: merged by the lead into ``stretchflow.bench.BENCHMARKS``
+BENCHMARKS: dict[str, tuple[str, str, Callable[[bool, str | None], Path]]] = {
+    "sn-q1": ("throughput of wordcount and paircount (d = 3, 10, unbounded), VSN vs SN at "
+              "P = 1, 2, 4, with SN's duplication factor", "STRETCH journal Q1 (§8.2)", run_q1),
+    "sn-speedup": ("speed-up vs channels of a CPU-bound partitioned operator (1000 keys), "
+                   "process and thread channels", "elastic-scaling App. B.1, Fig. 11",
+                   run_speedup),
+    "sn-settle": ("channels the level controller settles on vs per-tuple cost",
+                  "elastic-scaling App. B.1 (elastic)", run_settle),
+    "sn-adapt": ("channels over time under sine and step loads, level controller",
+                 "elastic-scaling App. B.2, Figs. 13-16", run_adapt),
+    "sn-thresholds": ("step load with congestion thresholds 0, 0.2, 0.9",
+                      "elastic-scaling App. B.3, Fig. 17", run_thresholds),
+    "sn-migration": ("migration time and bytes vs keys and channels",
+                     "elastic-scaling App. B.4, Fig. 18", run_migration),
+}
+
+__all__ = ["BENCHMARKS", "adapt", "burn", "migration", "q1", "settle", "speedup",
+           "thresholds"]

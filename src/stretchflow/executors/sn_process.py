@@ -1,0 +1,429 @@
+"""Process channels for the SN executor (``channels="processes"``).
+
+Each channel is a process of a ``multiprocessing`` context (``forkserver`` by default, or
+``spawn``; never ``fork``, which is unsafe once threads run) driving the same
+:class:`~stretchflow.executors.sn.ChannelCore` as a thread channel, so processSN (STRETCH Alg. 2)
+and the channel's side of the migration protocol (elastic-scaling Alg. 4) are shared code. What
+this module adds is the transport:
+
+* **Shipping the O+.** User functions are often lambdas or closures, which the standard pickle
+  cannot send, so the O+ spec travels by cloudpickle (the ``cloudpickle`` package, or the copy
+  bundled with pyspark); one that cannot be pickled stops the run before it starts with a
+  :class:`FlowDefinitionError` naming the operator.
+* **Batches.** The splitter's per-channel batches (lists of tuples) go through one bounded
+  ``multiprocessing`` queue per channel, pickled once per batch; the bound is the flow control
+  whose blocking the congestion index measures. Each channel answers on its own bounded
+  queue; a relay thread per channel in the parent forwards outputs to the merger and
+  migration replies to the splitter, in the order the channel sent them.
+* **Stable key groups.** ``hash(str)`` is salted per process, so the splitter and the channel
+  processes would disagree on a key's group. Both use
+  :func:`~stretchflow.elastic.consistent_hash.stable_hash` instead: the splitter directly, the
+  channels through :func:`stable_instance`, the operator's own instance class with an f_μ
+  lookup that uses it (``operators/oplus.py`` itself keeps ``hash``, right for threads of
+  one process).
+* **Migration** (Alg. 4) through an SQLite backing store that every process opens by path:
+  the splitter sends ``migrate`` to every old and new channel; each releases its held outputs,
+  donates the groups it loses and replies ``donated``; once all replied (the vertical barrier)
+  the splitter sends ``collect`` to the channels that stay and ``leave`` to the others, and
+  waits for every ``collected`` (the horizontal barrier) before it resumes.
+* **Failures.** A channel that raises sends the error to the parent, which raises the same
+  exception there (an :class:`OperatorError` keeps its operator, timestamp and payload; the
+  child's traceback is attached as a note). A channel that dies without a word (killed,
+  crashed) is noticed by its relay thread. Either way the run stops, every channel process is
+  terminated and nothing waits forever; channels also exit when the parent process is gone.
+"""
+
+from __future__ import annotations
+
+import functools
+import multiprocessing as mp
+import pickle
+import queue
+import sys
+import threading
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from ..elastic.consistent_hash import stable_hash
+from ..elastic.migration import SQLiteStateStore
+from ..errors import FlowDefinitionError, OperatorError
+from ..operators.oplus import OPlus, OPlusInstance, SharedState, key_pairs
+from .sn import _WAIT, ChannelCore, _Stopped
+
+__all__ = ["ProcessTransport", "StableGroupRoute", "ship", "stable_group_function",
+           "stable_instance"]
+
+_PARENT_CHECK = 1.0  # seconds a channel process waits before checking that its parent lives
+
+
+def _cloudpickle() -> Any:
+    try:
+        import cloudpickle
+    except ImportError:  # pyspark bundles a copy
+        from pyspark import cloudpickle
+    return cloudpickle
+
+
+def ship(op: OPlus) -> bytes:
+    """The O+ spec as bytes a channel process can load (cloudpickle: lambdas and closures
+    included), or a :class:`FlowDefinitionError` naming the operator."""
+    try:
+        return _cloudpickle().dumps(op, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as e:  # noqa: BLE001 - whatever the pickler objects to
+        raise FlowDefinitionError(
+            f"the sn engine cannot ship operator {op.name!r} to a channel process "
+            f"(channels='processes'): {type(e).__name__}: {e}; use channels='threads' or "
+            "make its functions and captured values picklable") from e
+
+
+def _preload_modules(op: OPlus) -> list[str]:
+    names = [__name__, "stretchflow.queries", type(op).__module__]
+    for value in vars(op).values():
+        mod = getattr(value, "__module__", None) if callable(value) else None
+        if isinstance(mod, str) and mod != "__main__" and mod in sys.modules:
+            names.append(mod)
+    return list(dict.fromkeys(names))
+
+
+def stable_group_function(n_groups: int) -> Callable[[Any], int]:
+    """``key -> stable_hash(key) % n_groups``, the same in every process, memoized (keys
+    repeat, and blake2 over the key's canonical bytes costs far more than a dict lookup)."""
+
+    @functools.lru_cache(maxsize=1 << 16)
+    def group_of(key: Any) -> int:
+        return stable_hash(key) % n_groups
+
+    return group_of
+
+
+class StableGroupRoute:
+    """Mixin over an :class:`OPlusInstance` class: key groups from a process-independent hash.
+
+    Operators may specialize their instances (``op.instance`` returns e.g. an
+    ``AggregateInstance``); :func:`stable_instance` keeps that class and only swaps the f_μ
+    lookup, which every instance class reaches through ``_route``."""
+
+    _group_of: Callable[[Any], int]
+
+    def _route(self, ks: Any, value: Any) -> list[tuple[Any, Any, int, dict]]:
+        # OPlusInstance._route with stable groups (f_μ by group, as the splitter routes)
+        pairs = key_pairs(ks, value)
+        assign, group_of = self.assign, self._group_of  # type: ignore[attr-defined]
+        j, groups, hits = self.j, self.groups, self.group_hits  # type: ignore[attr-defined]
+        out = []
+        for k, v in pairs:
+            g = group_of(k)
+            if assign[g] == j:
+                out.append((k, v, g, groups[g]))
+                if hits is not None:
+                    hits[g] += 1
+        return out
+
+
+@functools.cache
+def _stable_class(cls: type) -> type:
+    return type(f"StableGroup{cls.__name__}", (StableGroupRoute, cls), {})
+
+
+def stable_instance(op: OPlus, sigma: SharedState, j: int, assign: list[int],
+                    group_of: Callable[[Any], int]) -> OPlusInstance:
+    """``op.instance(sigma, j, assign)`` routing keys to groups with ``group_of``."""
+    inst = op.instance(sigma, j, assign)
+    inst.__class__ = _stable_class(type(inst))
+    inst._group_of = group_of  # type: ignore[attr-defined]
+    # the instance may have indexed σ by group already: σ is empty at this point, so there
+    # is nothing to re-route
+    return inst
+
+
+# -- errors across the process boundary --------------------------------------------------------
+def _exc_blob(e: BaseException | None) -> tuple:
+    if e is None:
+        return ("none",)
+    try:
+        blob = pickle.dumps(e)
+        pickle.loads(blob)  # some exceptions pickle but cannot be rebuilt
+        return ("pickle", blob)
+    except Exception:  # noqa: BLE001
+        return ("text", type(e).__name__, str(e))
+
+
+def _exc_from(blob: tuple) -> BaseException | None:
+    if blob[0] == "none":
+        return None
+    if blob[0] == "pickle":
+        return pickle.loads(blob[1])
+    # an exception type the parent cannot rebuild: same name and message, so the
+    # OperatorError text built from it reads exactly as in the channel
+    return type(blob[1], (Exception,), {})(blob[2])
+
+
+def _picklable(value: Any) -> Any:
+    try:
+        pickle.dumps(value)
+        return value
+    except Exception:  # noqa: BLE001
+        return repr(value)
+
+
+def _export(e: BaseException) -> tuple:
+    tb = traceback.format_exc()
+    if isinstance(e, OperatorError):
+        return ("operator", e.operator, e.ts, _picklable(e.payload), _exc_blob(e.__cause__), tb)
+    return ("other", _exc_blob(e), tb)
+
+
+def _import(j: int, data: tuple) -> BaseException:
+    if data[0] == "operator":
+        _, name, ts, payload, cause_blob, tb = data
+        cause = _exc_from(cause_blob) or RuntimeError("unknown cause")
+        err: BaseException = OperatorError(name, ts, payload, cause)
+        err.__cause__ = cause
+    else:
+        _, blob, tb = data
+        err = _exc_from(blob) or RuntimeError(f"sn channel process {j} failed")
+    err.add_note(f"raised in sn channel process {j}:\n{tb}")
+    return err
+
+
+# -- messages are pickled by the sender, not by the queue's feeder thread ---------------------
+# A multiprocessing queue pickles in a background thread that only prints an error and drops
+# the message if it cannot be pickled: a lost batch (or a lost output) would go unnoticed.
+# Pickling in the sending thread turns that into an ordinary exception that stops the run.
+def _dumps(msg: Any) -> bytes:
+    return pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+class _PickledQueue:
+    """The splitter's end of a channel's input queue: put/put_nowait pickle once."""
+
+    def __init__(self, q: Any):
+        self.q = q
+        self._pending: tuple[Any, bytes] | None = None  # put_nowait found the queue full
+
+    def put_nowait(self, msg: Any) -> None:
+        data = _dumps(msg)
+        try:
+            self.q.put_nowait(data)
+        except queue.Full:
+            self._pending = (msg, data)  # the blocking retry reuses the bytes
+            raise
+
+    def put(self, msg: Any, timeout: float | None = None) -> None:
+        pending = self._pending
+        data = pending[1] if pending is not None and pending[0] is msg else _dumps(msg)
+        self.q.put(data, timeout=timeout)
+        self._pending = None
+
+
+# -- the channel process -----------------------------------------------------------------------
+def _channel_main(blob: bytes, j: int, n_groups: int, assign: list[int], store_path: str,
+                  inq: Any, outq: Any) -> None:
+    """A channel process: processSN on its key groups until ``end`` or ``leave``."""
+    parent = mp.parent_process()
+    store: SQLiteStateStore | None = None
+
+    def orphaned() -> bool:
+        return parent is not None and not parent.is_alive()
+
+    def put(msg: Any) -> None:
+        data = _dumps(msg)
+        while True:
+            try:
+                outq.put(data, timeout=_PARENT_CHECK)
+                return
+            except queue.Full:
+                if orphaned():
+                    raise SystemExit(1) from None
+
+    def get() -> Any:
+        while True:
+            try:
+                return pickle.loads(inq.get(timeout=_PARENT_CHECK))
+            except queue.Empty:
+                if orphaned():
+                    raise SystemExit(1) from None
+
+    try:
+        op = pickle.loads(blob)
+        core = ChannelCore(j, op, stable_instance(op, SharedState(n_groups), j, assign,
+                                                  stable_group_function(n_groups)))
+        put(("ready", j))  # the O+ and the modules its functions need are loaded
+        while True:
+            msg = get()
+            kind = msg[0]
+            if kind == "batch":
+                put(core.batch(msg))
+            elif kind == "migrate":  # Alg. 4: release held outputs, donate, then wait
+                _, epoch, old, new = msg
+                out = core.release()
+                if out is not None:
+                    put(out)
+                if store is None:
+                    store = SQLiteStateStore(store_path)
+                nbytes, moved = core.donate(store, epoch, old, new)
+                put(("donated", j, nbytes, moved))
+            elif kind == "collect":  # past the vertical barrier
+                _, epoch, old, new = msg
+                if store is None:
+                    store = SQLiteStateStore(store_path)
+                core.collect(store, epoch, old, new)
+                put(("collected", j))
+            elif kind == "leave":
+                put(("leave", j))
+                return
+            else:  # "end"
+                put(core.end(msg[1]))
+                return
+    except SystemExit:
+        raise
+    except BaseException as e:  # noqa: BLE001 - reported to the parent, which stops the run
+        try:
+            put(("error", j, _export(e)))
+        except BaseException:  # noqa: BLE001 - the parent is gone or the queue broke
+            pass
+        raise SystemExit(1) from None
+    finally:
+        if store is not None:
+            store.close()
+
+
+# -- the parent's side -------------------------------------------------------------------------
+class ProcessTransport:
+    """Starts channel processes for one run and runs Alg. 4 with them (see module doc)."""
+
+    def __init__(self, op: OPlus, n_groups: int, start_method: str = "forkserver"):
+        if start_method not in ("forkserver", "spawn"):
+            raise ValueError(f"process channels start with 'forkserver' or 'spawn', not "
+                             f"{start_method!r} (fork is unsafe once threads run)")
+        self.blob = ship(op)
+        self.G = n_groups
+        self.group_of = stable_group_function(n_groups)
+        self.ctx = mp.get_context(start_method)
+        if start_method == "forkserver":
+            # the server imports the engine and the modules the O+'s functions come from once
+            # (only when it starts: the first run of this process); each channel is then a
+            # cheap fork of it instead of a fresh interpreter importing them again
+            self.ctx.set_forkserver_preload(_preload_modules(op))
+        self.ctlq: queue.Queue = queue.Queue()  # "donated" / "collected" replies
+        self.ex: Any = None
+
+    def open(self, ex: Any) -> None:
+        self.ex = ex
+        self.store_path = ex.store.path
+
+    def channel(self, ex: Any, j: int) -> ProcessChannel:
+        return ProcessChannel(self, ex, j)
+
+    def wait_ready(self, ex: Any) -> None:
+        """Blocks until every running channel has loaded the O+ (imports can take a while
+        in a fresh process), so the run's first measurements are not start-up time."""
+        for ch in list(ex.channels.values()):
+            while not ch.ready.wait(_WAIT):
+                if ex.run.stop.is_set():
+                    raise _Stopped
+
+    def migrate(self, ex: Any, epoch: int, old: list[int], new: list[int], old_p: int,
+                p: int) -> tuple[int, int]:
+        """Alg. 4 from the splitter: pulse, vertical barrier, collect/leave, wait for all."""
+        run = ex.run
+        participants = max(old_p, p)
+        for j in range(participants):
+            run.put(ex.channels[j].q, ("migrate", epoch, old, new))
+        nbytes = moved = 0
+        for _ in range(participants):  # the vertical barrier: every donation is stored
+            msg = run.get(self.ctlq)
+            if msg[0] != "donated":
+                raise RuntimeError(f"sn migration {epoch}: unexpected reply {msg[0]!r}")
+            nbytes += msg[2]
+            moved += msg[3]
+        for j in range(participants):
+            run.put(ex.channels[j].q, ("collect", epoch, old, new) if j < p else ("leave",))
+        for _ in range(p):
+            msg = run.get(self.ctlq)
+            if msg[0] != "collected":
+                raise RuntimeError(f"sn migration {epoch}: unexpected reply {msg[0]!r}")
+        return nbytes, moved
+
+
+class ProcessChannel:
+    """One channel process, its two queues, and the relay thread reading its replies."""
+
+    def __init__(self, transport: ProcessTransport, ex: Any, j: int):
+        ctx = transport.ctx
+        self.j = j
+        self.transport = transport
+        self.run = ex.run
+        self.outq = ex.outq
+        self.inq = ctx.Queue(maxsize=ex.queue_size)
+        self.q = _PickledQueue(self.inq)  # what the splitter puts to
+        self.resq = ctx.Queue(maxsize=ex.queue_size * 4)
+        self.proc = ctx.Process(
+            target=_channel_main, name=f"sn-channel-{j}", daemon=True,
+            args=(transport.blob, j, transport.G, list(ex.assign), transport.store_path,
+                  self.inq, self.resq))
+        self.relay = threading.Thread(target=self._relay_main, name=f"sn-relay-{j}",
+                                      daemon=True)
+        self.threads = [self.relay]
+        self.ready = threading.Event()
+
+    def start(self) -> None:
+        self.proc.start()
+        self.relay.start()
+
+    def close(self, failed: bool) -> None:
+        """Waits for the process to exit (terminates it after a failure or a timeout) and
+        drops the queues without waiting on data nobody will read."""
+        if self.proc.pid is not None:  # started
+            self._stop_process(failed)
+        for q in (self.inq, self.resq):
+            q.cancel_join_thread()  # a feeder blocked on a dead reader must not hang exit
+            q.close()
+
+    def _stop_process(self, failed: bool) -> None:
+        self.proc.join(timeout=0.2 if failed else 10)
+        if self.proc.is_alive():
+            self.proc.terminate()
+            self.proc.join(timeout=5)
+            if self.proc.is_alive():
+                self.proc.kill()
+                self.proc.join()
+
+    def _relay_main(self) -> None:
+        try:
+            self._relay()
+        except _Stopped:
+            pass
+        except BaseException as e:  # noqa: BLE001 - every failure stops the run
+            self.run.fail(e)
+
+    def _relay(self) -> None:
+        run, resq, j = self.run, self.resq, self.j
+        while True:
+            try:
+                msg = pickle.loads(resq.get(timeout=_WAIT))
+            except queue.Empty:
+                if run.stop.is_set():
+                    return
+                if self.proc.is_alive() or self.proc.exitcode is None:
+                    continue
+                try:  # it exited: what it sent last may still be in the pipe
+                    msg = pickle.loads(resq.get(timeout=1.0))
+                except queue.Empty:
+                    raise RuntimeError(
+                        f"sn channel process {j} exited (code {self.proc.exitcode}) without "
+                        "finishing its work") from None
+            kind = msg[0]
+            if kind == "error":
+                run.fail(_import(j, msg[2]))
+                return
+            if kind == "ready":
+                self.ready.set()
+                continue
+            if kind == "donated" or kind == "collected":
+                self.transport.ctlq.put(msg)
+                continue
+            run.put(self.outq, msg)
+            if kind == "final" or kind == "leave":
+                return
