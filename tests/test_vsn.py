@@ -295,3 +295,31 @@ def test_threshold_controller_by_name():
                    period=0.2)
     assert multiset(col.items) == multiset(ref)
     assert res.extra["metrics"], "the controller saw no period"
+
+
+def test_level_controller_expands_a_congested_operator():
+    """SASO's level controller on VSN (P1, expand on congestion): a source blocked on a full
+    ESG_in is congestion, measured from the ESG's blocked time, and the operator grows."""
+    import time as _time
+
+    from stretchflow.elastic import LevelController
+
+    class Slow(sf.OPlus):
+        def __init__(self):
+            super().__init__(size=10, slide=10, window_type="multi")
+
+        def keys(self, t, i):
+            return {t["k"]}
+
+        def update(self, ws, ts, value, i):
+            _time.sleep(0.0002)  # releases the GIL: more instances really go faster
+
+    rows = [{"ts": t // 20, "k": t % 64} for t in range(12_000)]
+    flow = sf.Flow("congested")
+    flow.source(sf.io.iterable(rows)).oplus(Slow()).collect()
+    res = flow.run(engine="vsn", parallelism=1, max_parallelism=4,
+                   controller=LevelController(max_parallelism=4, period=0.3), period=0.3,
+                   capacity=256)
+    congestion = [m.get("congestion", 0) for m in res.extra["metrics"]]
+    applied = [r for r in res.extra["reconfigurations"] if r["applied"]]
+    assert applied and applied[0]["parallelism_after"] > 1, (congestion, applied)

@@ -164,7 +164,7 @@ def _comparisons(left: list[dict], right: list[dict], window: int) -> int:
     return total
 
 
-def scalejoin(rows: int = 20_000, window: int = 200_000, rate: float = 100.0, band: int = 10,
+def scalejoin(rows: int = 40_000, window: int = 400_000, rate: float = 100.0, band: int = 10,
               keys: int = 2, parallelisms: tuple[int, ...] = (1, 2),
               seed: int = 1) -> dict[str, Any]:
     left, right = (t.to_pylist() for t in bandjoin(rows, seed=seed, rate=rate))

@@ -632,26 +632,36 @@ class VSNExecutor:
         from ..elastic.controller import Metrics
 
         try:
+            def blocked(vop: VSNOperator) -> float:
+                # congestion (elastic-scaling §5): time sources spent blocked on a full ESG_in
+                return vop.inlet.esg.stats()["source_wait_s"]
+
             last = {vop: (time.perf_counter(), [vi.busy for vi in vop.instances],
-                          sum(vi.processed for vi in vop.instances)) for vop in self.ops.values()}
+                          sum(vi.processed for vi in vop.instances), blocked(vop))
+                    for vop in self.ops.values()}
             t_start = self.t_start  # the run's start, as latency_series
             while not stop.wait(self.period):
                 for vop in self.ops.values():
-                    t0, busy0, n0 = last[vop]
+                    t0, busy0, n0, b0 = last[vop]
                     now = time.perf_counter()
                     busy = [vi.busy for vi in vop.instances]
                     n = sum(vi.processed for vi in vop.instances)
+                    b = blocked(vop)
                     dt = max(now - t0, 1e-9)
                     loads = tuple(min(1.0, (busy[j] - busy0[j]) / dt) for j in sorted(vop.O))
-                    last[vop] = (now, busy, n)
+                    last[vop] = (now, busy, n, b)
+                    # every connected instance reads every tuple: tuples of the operator's
+                    # input per second are the instances' sum over Π
+                    rate = (n - n0) / dt / max(1, vop.parallelism)
                     m = Metrics(time=now - t_start, period=dt, parallelism=vop.parallelism,
-                                throughput=(n - n0) / dt / max(1, vop.parallelism),
-                                input_rate=(n - n0) / dt / max(1, vop.parallelism),
-                                per_instance_load=loads, congestion=0.0,
+                                throughput=rate, input_rate=rate,
+                                per_instance_load=loads,
+                                congestion=min(1.0, (b - b0) / dt),
                                 max_parallelism=vop.n)
                     self.metrics_log.append({"operator": vop.name, "time": m.time,
                                              "parallelism": m.parallelism,
                                              "input_rate": m.input_rate,
+                                             "congestion": m.congestion,
                                              "loads": list(loads)})
                     decision = self.controller.observe(m)
                     if decision is not None and not vop.done:
