@@ -14,6 +14,7 @@ from ..flow import Stream
 from .hedge import Hedge
 from .longest_hashtag import longest_hashtag
 from .scalejoin import Forward, ScaleJoin
+from .traffic import congestion
 from .wordcount import paircount, wordcount
 
 
@@ -105,8 +106,7 @@ QUERIES: dict[str, Query] = {
         Query(
             "traffic-congestion", "per-area sliding-window join of bus and SCATS reports", 2, 2,
             {"window": 5000, "slide": 100, "flow_threshold": 50.0},
-            lambda s, **p: __import__("stretchflow.queries.traffic", fromlist=["congestion"])
-            .congestion(s[0], s[1], **p),
+            lambda s, **p: congestion(s[0], s[1], **p),
             ("ts", "bus", "area", "congested | ts", "sensor", "area", "flow"),
             ("ts", "area", "bus", "bus_ts", "sensor", "sensor_ts", "flow"),
             {"flow_threshold": float},
