@@ -79,10 +79,14 @@ def _forward(ax: Any, m: dict[str, Any]) -> None:
 
 
 def _scalejoin(ax: Any, m: dict[str, Any]) -> None:
-    names = ["1T"] + sorted(k for k in m if k.startswith("vsn") and k[3:].isdigit())
-    ax.bar(names, [m[n]["comparisons_per_s"] for n in names])
-    ax.set_ylabel("comparisons/s")
-    ax.set_title(f"ScaleJoin, window {m['window_ms'] // 1000} s, {m['keys']} keys")
+    names = ["1T", "1T-runs"] + sorted(k for k in m if k.startswith("vsn") and k[3:].isdigit())
+    med = [m[n]["comparisons_per_s"]["median"] for n in names]
+    lo = [a - m[n]["comparisons_per_s"]["min"] for a, n in zip(med, names, strict=True)]
+    hi = [m[n]["comparisons_per_s"]["max"] - a for a, n in zip(med, names, strict=True)]
+    ax.bar(names, med, yerr=[lo, hi], capsize=4)
+    ax.set_ylabel("comparisons/s (median, min-max)")
+    ax.set_title(f"ScaleJoin, window {m['window_ms'] // 1000} s, {m['keys']} keys; "
+                 f"kernel alone 2/1 threads: {m['kernel_alone']['ratio_2_over_1']:.2f}x")
 
 
 def _wordcount(ax: Any, m: dict[str, Any]) -> None:

@@ -164,36 +164,81 @@ def _comparisons(left: list[dict], right: list[dict], window: int) -> int:
     return total
 
 
+def kernel_threads(seconds: float = 1.0) -> dict[str, float]:
+    """The machine's ceiling for GIL-free work: the band kernel alone (no engine) in 1 and
+    2 threads, comparisons/s. On a VM the two vCPUs may not give 2x."""
+    import threading
+
+    import numpy as np
+
+    from ..queries.band_kernel import band_pairs
+
+    rng = np.random.default_rng(1)
+    u, v = rng.uniform(1, 10_000, 20_000), rng.uniform(1, 10_000, 20_000)
+    qu, qv = rng.uniform(1, 10_000, 256), rng.uniform(1, 10_000, 256)
+    lo, hi = np.zeros(256, dtype=np.int64), np.full(256, 20_000, dtype=np.int64)
+    band_pairs(u, v, lo, hi, qu, qv, 10.0)  # compiled before timing
+    out = {}
+    for n in (1, 2):
+        done = [0] * n
+
+        def work(k: int, stop: float, done: list[int]) -> None:
+            while time.perf_counter() < stop:
+                band_pairs(u, v, lo, hi, qu, qv, 10.0)
+                done[k] += 1
+
+        stop = time.perf_counter() + seconds
+        ts = [threading.Thread(target=work, args=(k, stop, done)) for k in range(n)]
+        t0 = time.perf_counter()
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        out[f"threads{n}"] = sum(done) * 256 * 20_000 / (time.perf_counter() - t0)
+    out["ratio_2_over_1"] = out["threads2"] / out["threads1"]
+    return out
+
+
 def scalejoin(rows: int = 40_000, window: int = 400_000, rate: float = 100.0, band: int = 10,
-              keys: int = 2, parallelisms: tuple[int, ...] = (1, 2),
+              keys: int = 2, parallelisms: tuple[int, ...] = (1, 2), repeats: int = 3,
               seed: int = 1) -> dict[str, Any]:
+    """Comparisons/s of VSN ScaleJoin at each Π and of the two 1T joins, ``repeats`` rounds
+    with every variant once per round; speed-ups are taken within a round."""
     left, right = (t.to_pylist() for t in bandjoin(rows, seed=seed, rate=rate))
     comps = _comparisons(left, right, window)
-    t0 = time.perf_counter()
-    matches = scalejoin_1t(left, right, window, band)
-    t_1t = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    if scalejoin_1t_runs(left, right, window, band) != matches:
-        raise RuntimeError("the run-at-a-time 1T join disagrees with the tuple-at-a-time one")
-    t_runs = time.perf_counter() - t0
+    rates: dict[str, list[float]] = {}
+    speedups: dict[str, list[float]] = {}
+    matches = None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        found = scalejoin_1t(left, right, window, band)
+        rates.setdefault("1T", []).append(comps / (time.perf_counter() - t0))
+        t0 = time.perf_counter()
+        if scalejoin_1t_runs(left, right, window, band) != found:
+            raise RuntimeError("the run-at-a-time 1T join disagrees with the tuple-at-a-time one")
+        rates.setdefault("1T-runs", []).append(comps / (time.perf_counter() - t0))
+        matches = found
+        for p in parallelisms:
+            flow = sf.Flow("scalejoin")
+            streams = [flow.source(sf.io.iterable(left, name="left")),
+                       flow.source(sf.io.iterable(right, name="right"))]
+            col = build_query("scalejoin", streams, window=window, band=band,
+                              keys=keys).collect()
+            res = flow.run(engine="vsn", parallelism=p, max_parallelism=max(parallelisms))
+            if len(col.items) != matches:
+                raise RuntimeError(f"scalejoin at Π={p} found {len(col.items)} matches, "
+                                   f"1T {matches}")
+            rates.setdefault(f"vsn{p}", []).append(comps / res.elapsed)
+        for p in parallelisms:
+            speedups.setdefault(f"vsn{p}", []).append(rates[f"vsn{p}"][-1] / rates["vsn1"][-1])
     out: dict[str, Any] = {"rows_per_stream": rows, "window_ms": window, "keys": keys,
-                           "comparisons": comps, "matches": matches,
-                           "1T": {"elapsed_s": t_1t, "comparisons_per_s": comps / t_1t},
-                           "1T-runs": {"elapsed_s": t_runs, "comparisons_per_s": comps / t_runs}}
-    for p in parallelisms:
-        flow = sf.Flow("scalejoin")
-        streams = [flow.source(sf.io.iterable(left, name="left")),
-                   flow.source(sf.io.iterable(right, name="right"))]
-        col = build_query("scalejoin", streams, window=window, band=band, keys=keys).collect()
-        res = flow.run(engine="vsn", parallelism=p, max_parallelism=max(parallelisms))
-        if len(col.items) != matches:
-            raise RuntimeError(f"scalejoin at Π={p} found {len(col.items)} matches, 1T {matches}")
-        out[f"vsn{p}"] = {"elapsed_s": res.elapsed, "comparisons_per_s": comps / res.elapsed}
-    base = out["vsn1"]["comparisons_per_s"] if "vsn1" in out else None
-    if base:
-        out["speedup_vs_vsn1"] = {f"vsn{p}": out[f"vsn{p}"]["comparisons_per_s"] / base
-                                  for p in parallelisms}
-        out["vsn1_over_1T"] = base / out["1T"]["comparisons_per_s"]
+                           "comparisons": comps, "matches": matches, "repeats": repeats}
+    for name, vals in rates.items():
+        out[name] = {"comparisons_per_s": summarize(vals)}
+    out["speedup_vs_vsn1"] = {k: summarize(v) for k, v in speedups.items()}
+    out["vsn1_over_1T_runs"] = (out["vsn1"]["comparisons_per_s"]["median"]
+                                / out["1T-runs"]["comparisons_per_s"]["median"])
+    out["kernel_alone"] = kernel_threads()
     return out
 
 

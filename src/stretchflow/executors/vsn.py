@@ -46,7 +46,6 @@ from .reference import RunResult
 
 BATCH = 256  # tuples an instance takes from ESG_in at once, and a source adds at once
 BATCH_DELAY = 0.001  # seconds a source holds a partial batch
-SLOW_GAP = 0.0002  # seconds between two items of a source after which it counts as slow
 BARRIER_TIMEOUT = 120.0
 
 
@@ -553,16 +552,15 @@ class VSNExecutor:
             count = 0
             batch: list = []
             clock = time.perf_counter
-            started = arrived = clock()
+            started = clock()
+            # a paced or replayed source (a live one) makes us wait for every item: holding
+            # its tuples for a fuller batch would only add latency, to outputs and to the
+            # control tuples that wait for its next push (Alg. 5)
+            live = bool(getattr(node.spec, "rate", None) or getattr(node.spec, "speed", None))
             for item in node.spec.items():
                 if self.error is not None:
                     return
                 now = clock()
-                # a source that made us wait for this item is slow (paced, live): holding its
-                # tuples for a fuller batch would only add latency, to outputs and to the
-                # control tuples that wait for its next push (Alg. 5)
-                slow = now - arrived >= SLOW_GAP
-                arrived = now
                 if not batch:
                     started = now
                 batch.append(item)
@@ -577,7 +575,7 @@ class VSNExecutor:
                                 self.reconfigure(p, wait=False)
                 # a batch goes out when full, BATCH_DELAY old, or its source is slow
                 n = len(batch)
-                if n and (n >= BATCH or slow or now - started >= BATCH_DELAY):
+                if n and (n >= BATCH or live or now - started >= BATCH_DELAY):
                     pusher.push(batch)
                     self.clock.record(batch[-1][0])
                     batch = []
