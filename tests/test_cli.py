@@ -83,14 +83,22 @@ def test_flow_file_without_flow(tmp_path, capsys):
     assert "must define `flow" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("engine", ["spark"])
-def test_engines_not_built_are_refused(tmp_path, capsys, engine):
+def test_spark_options_are_checked_before_any_session(tmp_path, capsys):
+    """Spark-only flags on another engine, and local-engine flags on spark, are refused with
+    exit code 2 before a Spark session is started."""
     inp = tmp_path / "in.jsonl"
     inp.write_text('{"ts": 1, "text": "a"}\n')
-    rc = main(["run", "wordcount", "--input", str(inp), "--output", str(tmp_path / "o.jsonl"),
-               "--engine", engine])
+    out = str(tmp_path / "o.jsonl")
+    rc = main(["run", "wordcount", "--input", str(inp), "--output", out, "--engine", "vsn",
+               "--master", "local[2]"])
+    assert rc == 2 and "--master applies to the spark engine only" in capsys.readouterr().err
+    rc = main(["run", "wordcount", "--input", str(inp), "--output", out, "--engine", "spark",
+               "--controller", "threshold"])
     assert rc == 2
-    assert f"engine {engine!r} is not built yet" in capsys.readouterr().err
+    assert "--controller does not apply to the spark engine" in capsys.readouterr().err
+    rc = main(["run", "wordcount", "--input", str(inp), "--output", out, "--engine", "spark",
+               "--spark-conf", "novalue", "--master", "local[1]"])
+    assert rc == 2 and "--spark-conf expects KEY=VALUE" in capsys.readouterr().err
 
 
 def test_run_vsn_with_schedule_matches_reference(tmp_path, capsys):

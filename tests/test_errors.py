@@ -111,10 +111,15 @@ def test_flow_without_sink():
         flow.run()
 
 
-def test_unbuilt_engine_is_refused():
+def test_spark_without_java_and_unknown_engine_are_refused(monkeypatch):
+    import stretchflow.spark.session as session
+
     flow = sf.Flow()
     flow.source(sf.io.iterable([])).collect()
-    with pytest.raises(sf.EngineUnavailableError, match="not built yet"):
+    monkeypatch.setattr(session, "_session", None)  # as in a fresh process
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(sf.EngineUnavailableError, match="needs a Java runtime"):
         flow.run(engine="spark")
     with pytest.raises(sf.EngineUnavailableError, match="unknown engine"):
         flow.run(engine="flink")

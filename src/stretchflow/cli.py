@@ -57,6 +57,33 @@ def parse_schedule(text: str | None) -> list[tuple[int, int]]:
 def engine_options(args: argparse.Namespace) -> dict[str, Any]:
     """The options the chosen engine receives; the reference engine is sequential."""
     opts: dict[str, Any] = {}
+    spark_flags = (("--master", args.master), ("--spark-conf", args.spark_conf),
+                   ("--key-groups", args.key_groups), ("--checkpoint", args.checkpoint))
+    if args.engine != "spark":
+        for flag, value in spark_flags:
+            if value is not None:
+                raise ValueError(f"{flag} applies to the spark engine only")
+    else:
+        for flag, value in (("--max-parallelism", args.max_parallelism),
+                            ("--reconfigure", args.reconfigure),
+                            ("--controller", args.controller), ("--scheduler", args.scheduler),
+                            ("--channels", args.channels)):
+            if value is not None:
+                raise ValueError(f"{flag} does not apply to the spark engine "
+                                 f"(rescale a streaming query with `stretchflow spark rescale`)")
+        if args.master is not None:
+            opts["master"] = args.master
+        if args.spark_conf:
+            from .executors.spark import parse_conf
+
+            opts["conf"] = parse_conf(args.spark_conf)
+        if args.key_groups is not None:
+            opts["key_groups"] = args.key_groups
+        if args.parallelism is not None:
+            opts["partitions"] = args.parallelism
+        if args.checkpoint is not None:
+            opts["checkpoint"] = args.checkpoint
+        return opts
     if args.engine == "reference":
         for flag, value, default in (("--parallelism", args.parallelism, None),
                                      ("--max-parallelism", args.max_parallelism, None),
@@ -137,7 +164,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise ValueError(f"query {target!r} needs --output (a path, or - for stdout)")
         typed = q.parse_params(params)
         flow = sf.Flow(target)
-        streams = [flow.source(sf.io.open_source(p)) for p in args.input]
+        if args.engine == "spark":
+            from .spark.sources import open_input
+
+            streams = [flow.source(open_input(p)) for p in args.input]
+        else:
+            streams = [flow.source(sf.io.open_source(p)) for p in args.input]
         build_query(target, streams, **typed).sink(args.output)
     result = _run_with_progress(flow, args.engine, opts, quiet=args.quiet)
     if not args.quiet:
@@ -198,7 +230,16 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if args.rate is not None:
         params["rate"] = args.rate
     if args.engine == "spark":
-        raise StretchflowError("generate --engine spark is not built yet (issue #5)")
+        from .spark.sources import generate_with_spark
+
+        paths = generate_with_spark(args.kind, rows=args.rows, seed=args.seed, out=args.out,
+                                    master=args.master, **params)
+        if not args.quiet:
+            for p in paths:
+                err.print(f"wrote {p}")
+        return 0
+    if args.master is not None:
+        raise ValueError("--master applies to generate --engine spark only")
     paths = generate(args.kind, rows=args.rows, seed=args.seed, out=args.out, **params)
     if not args.quiet:
         for p in paths:
@@ -258,6 +299,22 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_spark(args: argparse.Namespace) -> int:
+    """``stretchflow spark rescale CHECKPOINT N``: a stopped streaming query's state to N
+    partitions (it restarts from there with ``run ... --checkpoint CHECKPOINT``)."""
+    from .executors.spark import parse_conf
+    from .spark.rescale import rescale, state_partitions
+    from .spark.session import get_session
+
+    if args.action != "rescale":
+        raise ValueError(f"unknown spark command {args.action!r}: use rescale")
+    before = state_partitions(args.checkpoint)
+    spark = get_session(args.master, parse_conf(args.spark_conf))
+    rescale(spark, args.checkpoint, args.partitions)
+    err.print(f"{args.checkpoint}: state partitions {before} -> {args.partitions}")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
@@ -301,6 +358,14 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--scheduler", choices=("qst", "lp", "et", "ct"),
                    help="ordered engine: scheduling heuristic (default qst); --parallelism "
                         "sets its worker threads")
+    r.add_argument("--master", help="spark engine: master URL (local[*], spark://host:7077, "
+                                    "yarn, k8s://...)")
+    r.add_argument("--spark-conf", action="append", metavar="KEY=VALUE",
+                   help="spark engine: a Spark setting (repeat)")
+    r.add_argument("--key-groups", type=int, metavar="G",
+                   help="spark engine: key groups (default 4 x partitions)")
+    r.add_argument("--checkpoint", help="spark engine, directory inputs (streaming): the "
+                                        "checkpoint directory (reuse it to resume)")
     r.add_argument("-q", "--quiet", action="store_true")
     r.set_defaults(fn=cmd_run)
 
@@ -312,7 +377,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--rate", type=float, help="tuples per second of event time")
     g.add_argument("--param", action="append", metavar="NAME=VALUE",
                    help="generator parameter (see docs/cli.md)")
-    g.add_argument("--engine", default="local", choices=("local", "spark"))
+    g.add_argument("--engine", default="local", choices=("local", "spark"),
+                   help="spark: write Parquet through Spark (a directory of part files)")
+    g.add_argument("--master", help="with --engine spark: the Spark master URL")
     g.add_argument("-q", "--quiet", action="store_true")
     g.set_defaults(fn=cmd_generate)
 
@@ -332,6 +399,14 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--seed", type=int, default=7)
     d.add_argument("--out", default="out/demo")
     d.set_defaults(fn=cmd_demo)
+
+    k = sub.add_parser("spark", help="spark engine tools: rescale a streaming checkpoint")
+    k.add_argument("action", choices=("rescale",))
+    k.add_argument("checkpoint", help="checkpoint directory of a stopped streaming query")
+    k.add_argument("partitions", type=int, help="new number of state partitions")
+    k.add_argument("--master")
+    k.add_argument("--spark-conf", action="append", metavar="KEY=VALUE")
+    k.set_defaults(fn=cmd_spark)
 
     q = sub.add_parser("queries", help="list the built-in queries")
     q.set_defaults(fn=cmd_queries)

@@ -25,7 +25,7 @@ def _vsn(kind: str) -> Callable[[bool, str | None], Path]:
             "reconfiguration": (vsn.reconfiguration, {"cycles": 4}, {"cycles": 1}),
             "forward": (vsn.forward, {}, {"rows": 5000, "parallelisms": (1, 2)}),
             "wordcount": (vsn.wordcount_vs_reference, {}, {"rows": 20_000, "repeats": 1}),
-            "scalejoin": (vsn.scalejoin, {}, {"rows": 2000, "window": 30_000}),
+            "scalejoin": (vsn.scalejoin, {}, {"rows": 2000, "window": 30_000, "repeats": 1}),
         }[kind]
         kw = small if quick else full
         return write_result(f"vsn-{kind}", {"quick": quick, **_jsonable(kw)}, fn(**kw),
@@ -60,3 +60,17 @@ BENCHMARKS: dict[str, tuple[str, str, Callable[[bool, str | None], Path]]] = {
     "vsn-hedge": ("hedge self-join on bursty trades, threshold controller, over time",
                   "STRETCH Q6", _hedge),
 }
+
+
+def _register_suites() -> None:
+    """The experiments of the other executors, each defined next to its code."""
+    from . import ordered, sn, spark, ssg
+
+    for suite in (sn, ordered, ssg, spark):
+        for name, entry in suite.BENCHMARKS.items():
+            if name in BENCHMARKS:
+                raise RuntimeError(f"benchmark {name!r} is defined twice")
+            BENCHMARKS[name] = entry
+
+
+_register_suites()

@@ -8,9 +8,7 @@ from typing import Any
 from ..errors import EngineUnavailableError
 
 ENGINES = ("reference", "vsn", "sn", "ordered", "spark")
-_PLANNED = {
-    "spark": "issue #5, the Spark engine",
-}
+_PLANNED: dict[str, str] = {}
 
 
 def get_engine(name: str) -> Callable[..., Any]:
@@ -31,9 +29,13 @@ def get_engine(name: str) -> Callable[..., Any]:
         from .sn import run
 
         return run
+    if name == "spark":
+        from .spark import run
+
+        return run
     if name in _PLANNED:
         raise EngineUnavailableError(
             f"engine {name!r} is not built yet (planned in {_PLANNED[name]}); "
-            f"available engines: reference, vsn, ordered, sn"
+            f"available engines: {', '.join(ENGINES)}"
         )
     raise EngineUnavailableError(f"unknown engine {name!r}; engines: {', '.join(ENGINES)}")

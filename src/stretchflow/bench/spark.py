@@ -1,0 +1,193 @@
+"""Benchmarks of the Spark engine (issue #5) on ``local[2]`` against the local executors.
+
+* ``spark-wordcount``: the same generated tweets through the reference and sn executors and
+  through Spark as a batch job and as a streaming query (a directory of JSONL files,
+  ``maxFilesPerTrigger=1``); session start, throughput excluding the start, end-to-end time,
+  micro-batch durations; plus the streaming query with its stateful stage grouped by each raw
+  word (G so large that every word is its own group) against key groups.
+* ``spark-scalejoin``: band join (Q3's ScaleJoin) as a Spark batch job against the local
+  executors on the same input.
+
+Run: ``stretchflow bench run spark-wordcount [--quick]``. The session is started once per
+process; its start is measured by the first run and reported separately.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from .common import summarize, write_result
+
+
+def _session(master: str = "local[2]") -> tuple[Any, float]:
+    from ..spark.session import get_session
+
+    t0 = time.perf_counter()
+    spark = get_session(master, {"spark.sql.shuffle.partitions": "4"})
+    return spark, time.perf_counter() - t0
+
+
+def _wordcount_flow(src: Any) -> Any:
+    import stretchflow as sf
+
+    from ..queries import build_query
+
+    flow = sf.Flow("wordcount")
+    build_query("wordcount", [flow.source(src)]).sink(sf.io.Collector())
+    return flow
+
+
+def _stream_dir(recs: list[dict], d: Path, files: int) -> None:
+    from ..spark.streaming import end_marker
+
+    d.mkdir(parents=True)
+    base = time.time() - 100_000
+    step = -(-len(recs) // files)
+    k = 0
+    for j in range(0, len(recs), step):
+        p = d / f"part-{k:05d}.jsonl"
+        with open(p, "w") as f:
+            for r in recs[j:j + step]:
+                f.write(json.dumps(r) + "\n")
+        os.utime(p, (base + k, base + k))  # the file source orders files by mtime
+        k += 1
+    p = d / f"part-{k:05d}.jsonl"
+    p.write_text(end_marker(recs[-1]["ts"]))
+    os.utime(p, (base + k, base + k))
+
+
+def _stream(spark: Any, recs: list[dict], work: Path, files: int,
+            key_groups: int) -> dict[str, Any]:
+    import stretchflow as sf
+
+    from ..spark.streaming import run_stream
+
+    d = work / f"stream-{key_groups}"
+    _stream_dir(recs, d, files)
+    flow = _wordcount_flow(sf.io.jsonl(d))
+    t0 = time.perf_counter()
+    info = run_stream(flow, spark, work / f"ckpt-{key_groups}", key_groups, max_files=1)
+    elapsed = time.perf_counter() - t0
+    durs = [b["duration_ms"] for b in info["batches"] if b["rows"]]
+    # steady state: the data batches after the first (which pays query start and worker
+    # start-up); throughput = their rows over their summed durations
+    steady = info["batches"][1:]
+    s_rows = sum(b["rows"] for b in steady if b["rows"])
+    s_ms = sum(b["duration_ms"] for b in steady if b["rows"])
+    return {"tweets": len(recs), "files": files, "key_groups": key_groups,
+            "end_to_end_s": elapsed, "tweets_per_s_end_to_end": len(recs) / elapsed,
+            "tweets_per_s_steady": s_rows / (s_ms / 1000) if s_ms else None,
+            "micro_batch_ms": summarize(durs) if durs else None,
+            "outputs": flow.sinks[0][1].count}
+
+
+def wordcount(rows: int = 200_000, raw_rows: int = 5_000, files: int = 10,
+              seed: int = 1) -> dict[str, Any]:
+    import stretchflow as sf
+
+    from ..io.generators import tweets, write_table
+
+    spark, start_s = _session()
+    work = Path(tempfile.mkdtemp(prefix="sf-bench-spark-"))
+    try:
+        table = tweets(rows, seed=seed)
+        path = work / "tweets.jsonl"
+        write_table(table, path)
+        out: dict[str, Any] = {"rows": rows, "session_start_s": start_s}
+        for name, engine, opts in (("reference", "reference", {}),
+                                   ("sn2", "sn", {"parallelism": 2}),
+                                   ("spark_batch", "spark", {})):
+            flow = _wordcount_flow(sf.io.jsonl(path))
+            t0 = time.perf_counter()
+            res = flow.run(engine=engine, **opts)
+            wall = time.perf_counter() - t0
+            out[name] = {"tweets_per_s": res.throughput, "elapsed_s": res.elapsed,
+                         "end_to_end_s": wall, "outputs": res.tuples_out}
+        recs = table.to_pylist()
+        out["spark_stream_key_groups"] = _stream(spark, recs, work, files, 16)
+        # (nearly) each word its own group: G = 65536, the streaming maximum, far above the
+        # generator's vocabulary (10 000 words: ~7% of them share a group)
+        out["spark_stream_raw_key"] = _stream(spark, recs[:raw_rows], work,
+                                              max(2, files // 2), 1 << 16)
+        (work / "same").mkdir()
+        out["spark_stream_key_groups_same_input_as_raw"] = _stream(
+            spark, recs[:raw_rows], work / "same", max(2, files // 2), 16)
+        return out
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def scalejoin(rows: int = 4_000, window: int = 60_000, band: int = 10, keys: int = 4,
+              seed: int = 1) -> dict[str, Any]:
+    import stretchflow as sf
+
+    from ..io.generators import bandjoin
+    from ..queries import build_query
+
+    _, start_s = _session()
+    left, right = (t.to_pylist() for t in bandjoin(rows, seed=seed, rate=100.0))
+    out: dict[str, Any] = {"rows_per_input": rows, "window": window, "band": band,
+                           "keys": keys, "session_start_s": start_s}
+    for name, engine, opts in (("reference", "reference", {}),
+                               ("sn2", "sn", {"parallelism": 2}),
+                               ("spark_batch", "spark", {})):
+        flow = sf.Flow("scalejoin")
+        streams = [flow.source(sf.io.iterable(left, name="left")),
+                   flow.source(sf.io.iterable(right, name="right"))]
+        build_query("scalejoin", streams, window=window, band=band, keys=keys).collect()
+        t0 = time.perf_counter()
+        res = flow.run(engine=engine, **opts)
+        out[name] = {"tuples_per_s": res.throughput, "elapsed_s": res.elapsed,
+                     "end_to_end_s": time.perf_counter() - t0, "outputs": res.tuples_out}
+    return out
+
+
+def _plot(path: Path, bars: dict[str, float], ylabel: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=110)
+    ax.bar(list(bars), [v or 0 for v in bars.values()])
+    ax.set_ylabel(ylabel)
+    ax.grid(True, axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def run_wordcount(quick: bool, out_dir: str | None) -> Path:
+    params = ({"rows": 10_000, "raw_rows": 400, "files": 3} if quick else
+              {"rows": 200_000, "raw_rows": 5_000, "files": 10})
+    m = wordcount(**params)
+    path = write_result("spark-wordcount", {**params, "master": "local[2]"}, m, out_dir)
+    _plot(path.with_suffix(".png"), {
+        "reference": m["reference"]["tweets_per_s"], "sn (2)": m["sn2"]["tweets_per_s"],
+        "spark batch": m["spark_batch"]["tweets_per_s"],
+        "spark stream": m["spark_stream_key_groups"]["tweets_per_s_steady"],
+        "stream raw key": m["spark_stream_raw_key"]["tweets_per_s_steady"]}, "tweets/s")
+    return path
+
+
+def run_scalejoin(quick: bool, out_dir: str | None) -> Path:
+    params = {"rows": 1_000, "window": 30_000} if quick else {"rows": 4_000, "window": 60_000}
+    m = scalejoin(**params)
+    path = write_result("spark-scalejoin", {**params, "master": "local[2]"}, m, out_dir)
+    _plot(path.with_suffix(".png"), {k: m[k]["tuples_per_s"] for k in
+                                     ("reference", "sn2", "spark_batch")}, "tuples/s")
+    return path
+
+
+BENCHMARKS = {
+    "spark-wordcount": ("wordcount on Spark local[2] (batch, streaming, raw key vs key "
+                        "groups) vs local executors", "issue #5", run_wordcount),
+    "spark-scalejoin": ("ScaleJoin on Spark local[2] (batch) vs local executors", "Q3/#5",
+                        run_scalejoin),
+}

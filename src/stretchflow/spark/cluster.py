@@ -1,0 +1,83 @@
+"""A Spark standalone cluster (one master, workers) started from the pyspark installation.
+
+``with standalone(workers=1) as url: ...`` starts ``spark-class
+org.apache.spark.deploy.master.Master`` and ``...deploy.worker.Worker`` on 127.0.0.1 and
+stops them on exit; ``url`` is the ``spark://`` master URL to pass as ``--master``. For a real
+cluster start the same two classes on the machines (or use ``start-master.sh`` /
+``start-worker.sh`` of a Spark distribution): docs/spark.md.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from ..errors import EngineUnavailableError
+from .session import check_java
+
+
+def spark_home() -> Path:
+    """The pyspark installation (it bundles Spark's jars and ``bin/spark-class``)."""
+    import pyspark
+
+    return Path(pyspark.__file__).parent
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_port(port: int, proc: subprocess.Popen, what: str, timeout: float) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise EngineUnavailableError(f"the Spark {what} exited with code {proc.returncode}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.5)
+    raise EngineUnavailableError(f"the Spark {what} did not listen on port {port} in {timeout}s")
+
+
+@contextmanager
+def standalone(workers: int = 1, cores: int = 1, memory: str = "1g",
+               timeout: float = 120.0) -> Iterator[str]:
+    """Starts a standalone master and ``workers`` workers on 127.0.0.1; yields the master URL."""
+    check_java()
+    home = spark_home()
+    env = dict(os.environ, SPARK_HOME=str(home), PYSPARK_PYTHON=sys.executable,
+               SPARK_LOCAL_IP="127.0.0.1", SPARK_NO_DAEMONIZE="1")
+    cls = [str(home / "bin" / "spark-class")]
+    port = _free_port()
+    procs: list[subprocess.Popen] = []
+    try:
+        master = subprocess.Popen(
+            cls + ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
+                   str(port), "--webui-port", str(_free_port())],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        procs.append(master)
+        _wait_port(port, master, "master", timeout)
+        url = f"spark://127.0.0.1:{port}"
+        for _ in range(workers):
+            procs.append(subprocess.Popen(
+                cls + ["org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1",
+                       "--cores", str(cores), "--memory", memory, "--webui-port",
+                       str(_free_port())],
+                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        yield url
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()

@@ -1,0 +1,176 @@
+"""One SparkSession per process, with the settings the Spark engine relies on.
+
+Starting a session costs 17–26 s on two cores (notes/SPARK.md), so a process starts one and
+keeps it: :func:`get_session` returns the running session when its master matches, and asks
+for the same master again is free. Asking for a *different* master in the same process is an
+error (a JVM hosts one SparkContext).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from typing import Any
+
+from ..errors import EngineUnavailableError
+
+#: Settings every session gets (a user's ``--spark-conf`` overrides them).
+DEFAULT_CONF: dict[str, str] = {
+    "spark.ui.enabled": "false",
+    "spark.sql.session.timeZone": "UTC",
+    # reproducible physical plans: adaptive execution would coalesce shuffle partitions,
+    # changing which partition holds which key group from one run to the next
+    "spark.sql.adaptive.enabled": "false",
+    # transformWithStateInPandas needs RocksDB (the default provider fails with
+    # STORE_BACKEND_NOT_SUPPORTED_FOR_TWS); it also keeps large states off the JVM heap
+    "spark.sql.streaming.stateStore.providerClass":
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.sql.execution.arrow.maxRecordsPerBatch": "20000",
+    "spark.python.worker.reuse": "true",
+    "spark.sql.streaming.noDataMicroBatches.enabled": "true",
+    "spark.ui.showConsoleProgress": "false",  # quiet by default
+}
+
+_LOG4J = """rootLogger.level = {level}
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{{HH:mm:ss}} %p %c{{1}}: %m%n
+"""
+
+
+def _log4j_file(level: str) -> str:
+    """A log4j2 configuration at ``level`` (Spark's default logs INFO while starting)."""
+    import tempfile
+
+    path = os.path.join(tempfile.gettempdir(), f"stretchflow-log4j2-{level.lower()}.properties")
+    if not os.path.exists(path):
+        with open(path, "w") as f:
+            f.write(_LOG4J.format(level=level.lower()))
+    return path
+
+_session: Any = None
+_master: str | None = None
+
+
+def check_java() -> str:
+    """The java executable Spark will start, or a clear error if there is none."""
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        exe = os.path.join(home, "bin", "java")
+        if os.path.exists(exe):
+            return exe
+    exe = shutil.which("java")
+    if exe is None:
+        raise EngineUnavailableError(
+            "the spark engine needs a Java runtime (17 or 21) and none was found: install one "
+            "(e.g. `apt-get install openjdk-17-jre-headless`) or set JAVA_HOME"
+        )
+    return exe
+
+
+def default_partitions(master: str) -> int:
+    """Shuffle partitions: twice the cores of ``local[N]``/``local[*]``, else 4."""
+    if master.startswith("local"):
+        inner = master[master.find("[") + 1: master.find("]")] if "[" in master else "1"
+        n = (os.cpu_count() or 2) if inner in ("*", "") else int(inner.split(",")[0])
+        return max(2, 2 * n)
+    return 4
+
+
+def get_session(master: str | None = None, conf: dict[str, str] | None = None,
+                app_name: str = "stretchflow") -> Any:
+    """The process's SparkSession, started on first use with :data:`DEFAULT_CONF` + ``conf``.
+
+    ``master`` defaults to ``$SPARK_MASTER`` or ``local[*]``. Later calls with the same (or no)
+    master return the running session; ``conf`` given then is applied when it is a runtime SQL
+    setting, else it is an error to ask for it (it needs a new JVM)."""
+    global _session, _master
+    want = master or os.environ.get("SPARK_MASTER") or "local[*]"
+    if _session is not None:
+        if master is not None and want != _master:
+            raise EngineUnavailableError(
+                f"a Spark session on {_master!r} is already running in this process; one "
+                f"session per process: cannot also start one on {want!r}"
+            )
+        for k, v in (conf or {}).items():
+            try:
+                _session.conf.set(k, v)
+            except Exception as e:  # static conf: only settable at start
+                raise EngineUnavailableError(
+                    f"--spark-conf {k}={v} cannot change in a running session: {e}"
+                ) from None
+        return _session
+    check_java()
+    # workers must run this interpreter, where stretchflow and its dependencies are installed
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    settings = dict(DEFAULT_CONF)
+    settings["spark.sql.shuffle.partitions"] = str(default_partitions(want))
+    level = os.environ.get("STRETCHFLOW_SPARK_LOG", "ERROR")
+    settings["spark.driver.extraJavaOptions"] = (
+        f"-Dlog4j2.configurationFile=file:{_log4j_file(level)}")
+    settings.update(conf or {})
+    builder = SparkSession.builder.master(want).appName(app_name)
+    for k, v in settings.items():
+        builder = builder.config(k, v)
+    try:
+        spark = builder.getOrCreate()
+    except Exception as e:
+        raise EngineUnavailableError(f"cannot start Spark on {want!r}: {e}") from e
+    spark.sparkContext.setLogLevel(level)
+    _session, _master = spark, want
+    return spark
+
+
+def stop_session() -> None:
+    """Stops the process's session (tests, or before a process exits)."""
+    global _session, _master
+    if _session is not None:
+        _session.stop()
+    _session = _master = None
+
+
+# -- where Spark's hash partitioner sends an integer ------------------------------------------
+def _rotl(x: int, r: int) -> int:
+    return ((x << r) | (x >> (32 - r))) & 0xFFFFFFFF
+
+
+def spark_int_hash(value: int, seed: int = 42) -> int:
+    """Spark's ``Murmur3Hash`` of an IntegerType value (Murmur3_x86_32.hashInt), signed."""
+    k1 = (value & 0xFFFFFFFF) * 0xCC9E2D51 & 0xFFFFFFFF
+    k1 = _rotl(k1, 15) * 0x1B873593 & 0xFFFFFFFF
+    h1 = seed ^ k1
+    h1 = (_rotl(h1, 13) * 5 + 0xE6546B64) & 0xFFFFFFFF
+    h1 ^= 4
+    h1 ^= h1 >> 16
+    h1 = h1 * 0x85EBCA6B & 0xFFFFFFFF
+    h1 ^= h1 >> 13
+    h1 = h1 * 0xC2B2AE35 & 0xFFFFFFFF
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 & 0x80000000 else h1
+
+
+def partition_tokens(n: int) -> list[int]:
+    """``tokens[b]``: an int that ``repartition(n, col)`` sends to partition ``b``.
+
+    Rows carry the token of their bucket as the partitioning column, so bucket b lands in
+    partition b and buckets never share a partition (which hashing the bucket number itself
+    would not guarantee). Correctness never depends on this: a partition processes each row
+    for the bucket the row names, whichever partition it lands in."""
+    tokens: list[int | None] = [None] * n
+    left, v = n, 0
+    while left:
+        b = spark_int_hash(v) % n  # Python's % is pmod for a positive n
+        if tokens[b] is None:
+            tokens[b] = v
+            left -= 1
+        v += 1
+    return tokens  # type: ignore[return-value]

@@ -1,0 +1,401 @@
+"""Unbounded inputs on Spark: Structured Streaming with ``transformWithStateInPandas``.
+
+Scope: a flow with one O+ whose inputs are JSON Lines *directories* (each a growing stream of
+``*.jsonl`` files, read in modification-time order), each possibly through stateless
+operators, and whose sinks read the O+ (possibly through stateless operators). Other shapes
+raise :class:`FlowDefinitionError`.
+
+Plan per input i: Spark's file source (text, ``maxFilesPerTrigger``) -> mapInArrow: parse,
+validate, the fused stateless chain, f_MK, one row per *key group* ``g = stable_hash(key) % G``
+owning a key of the tuple (SN duplication, STRETCH Alg. 1) -> ``withWatermark(et, "0 ms")``.
+The inputs are unioned and grouped by g into ``transformWithStateInPandas``. With
+``multipleWatermarkPolicy=min`` the query's watermark is the minimum over inputs of the
+latest timestamp each has shown: exactly the readiness bound of a ScaleGate (journal
+Definition 3), so the delay must be 0 for sorted sources — a positive delay only adds latency,
+and rows are late only if a source goes back in time, which is reported as an error.
+
+Per key group the processor keeps one pickled blob in a ValueState (RocksDB): the group's
+O+ instance state (σ of its keys, expiry heap, held f_U outputs) and the rows that arrived but
+are not ready yet (ts above the watermark). On every call (new rows or a timer) it processes
+the ready rows in (ts, input) order through the same :class:`OPlusInstance` the local
+executors use (Alg. 2 processSN), advances the instance to the watermark (expiring windows:
+f_O, f_S) and registers one event-time timer at the group's next actionable time: the
+earliest buffered row or window right boundary. One state get, one update and at most one
+timer per group and micro-batch: the state round trips to the JVM cost ~ms each
+(notes/SPARK.md), so their number must not grow with the number of keys.
+
+End of input: a line ``{"ts": LAST, "__end__": true}`` in an input's directory marks its end;
+once every input has ended, the watermark jumps to :data:`END_TS`, every group's timer fires
+and the group expires all its windows (the local executors' end-of-input rule). For an O+
+whose end-of-input expiry slides ``single`` window sets up to the latest timestamp of all
+inputs, the marker (which carries it) is sent to every group.
+
+Output: append mode; ``foreachBatch`` sorts each micro-batch by ts and writes it to the
+stretchflow sink on the driver. Micro-batches are ts-ordered among themselves (an output is
+emitted in the batch whose watermark passes it), so the sink sees a ts-sorted stream. The
+sink is at-least-once across a crash (a replayed batch is written again).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ..errors import FlowDefinitionError, OperatorError, SourceError, StretchflowError
+from ..flow import Flow
+from ..operators.oplus import OPlus
+from ..operators.stateless import apply_batch
+from . import plan
+
+#: the timestamp of the end-of-input rows: 2**47 ms, about year 6400, beyond any real event
+#: time and within Spark's timestamps
+END_TS = 1 << 47
+END_FIELD = "__end__"
+#: for an O+ whose end-of-input expiry needs the latest ts of all inputs (``needs_last_ts``)
+#: the end-of-input row goes to every key group: G is bounded for streaming
+MAX_STREAM_GROUPS = 1 << 16
+
+ROUTED_STREAM = "g int, ts long, i int, seq long, sub int, p binary, k binary"
+#: the processor's output rows: one per output tuple
+OUT_SCHEMA = "ts long, seq long, sub int, p binary"
+
+
+def end_marker(last_ts: int) -> str:
+    """The JSON line that ends an input directory (``last_ts``: the input's latest ts)."""
+    return f'{{"ts": {int(last_ts)}, "{END_FIELD}": true}}\n'
+
+
+def stream_route_kernel(chain: list, op: OPlus, i: int, n_groups: int, name: str,
+                        ts_field: str) -> Any:
+    """mapInArrow function: JSON lines -> validated tuples -> chain -> one row per key group."""
+
+    def run(batches: Iterator[Any]) -> Iterator[Any]:
+        import orjson
+        import pyarrow as pa
+
+        buckets = plan.Buckets(n_groups, n_groups)  # bucket = key group
+        broadcast_end = plan.needs_last_ts(op)
+        keys, dumps = op.keys, plan.dumps
+        for batch in batches:
+            d = batch.to_pydict()
+            cols: tuple[list, ...] = ([], [], [], [], [], [], [])
+            g_o, ts_o, i_o, seq_o, sub_o, p_o, k_o = cols
+            for line, file in zip(d["value"], d["file"], strict=True):
+                if not line or not line.strip():
+                    continue
+                try:
+                    rec = orjson.loads(line)
+                except orjson.JSONDecodeError as e:
+                    raise SourceError(name, file, f"malformed JSON ({e})", line[:200]) from None
+                if type(rec) is not dict:
+                    raise SourceError(name, file, "record is not an object", rec)
+                ts = rec.get(ts_field)
+                if type(ts) is not int:
+                    reason = (f"missing timestamp field {ts_field!r}" if ts is None else
+                              f"timestamp {ts_field!r} must be an integer (ms), got {ts!r}")
+                    raise SourceError(name, file, reason, rec)
+                if rec.get(END_FIELD) is True:
+                    # end of this input: the row's END_TS moves the watermark (one group is
+                    # enough: the watermark is global and every group's timer fires); groups
+                    # need the input's last ts only if end-of-input expiry depends on it
+                    mark = dumps((END_FIELD, ts))
+                    for g in range(n_groups if broadcast_end else 1):
+                        g_o.append(g)
+                        ts_o.append(END_TS)
+                        i_o.append(i)
+                        seq_o.append(0)
+                        sub_o.append(0)
+                        p_o.append(mark)
+                        k_o.append(b"")
+                    continue
+                outs = plan.chain_outputs(chain, ts, rec) if chain else [rec]
+                for j, q in enumerate(outs):
+                    try:
+                        ks = keys(q, i)
+                        parts = plan.split_keys(ks, buckets) if ks else None
+                    except StretchflowError:
+                        raise
+                    except Exception as e:
+                        raise OperatorError(op.name, ts, q, e) from e
+                    if not parts:
+                        continue
+                    qb = dumps(q)
+                    for g, part in parts.items():
+                        g_o.append(g)
+                        ts_o.append(ts)
+                        i_o.append(i)
+                        seq_o.append(0)
+                        sub_o.append(j)
+                        p_o.append(qb)
+                        k_o.append(dumps(part))
+            yield pa.RecordBatch.from_arrays(
+                [pa.array(g_o, pa.int32()), pa.array(ts_o, pa.int64()),
+                 pa.array(i_o, pa.int32()), pa.array(seq_o, pa.int64()),
+                 pa.array(sub_o, pa.int32()), pa.array(p_o, pa.binary()),
+                 pa.array(k_o, pa.binary())],
+                names=["g", "ts", "i", "seq", "sub", "p", "k"])
+
+    return run
+
+
+_FIELDS = ("groups", "_lheap", "_pending", "_seq", "W", "_last_l")
+
+
+def make_processor(op: OPlus, n_groups: int, n_inputs: int) -> Any:
+    """A StatefulProcessor running ``op`` per key group (see the module docstring)."""
+    import pandas as pd
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+    class OPlusProcessor(StatefulProcessor):
+        def init(self, handle: Any) -> None:
+            self.handle = handle
+            self.blob = handle.getValueState("group", "blob binary")
+
+        def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator[Any]:
+            frames = list(rows)
+            new = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+            yield from self._step(int(key[0]), timerValues.getCurrentWatermarkInMs(), new)
+
+        def handleExpiredTimer(self, key: Any, timerValues: Any,
+                               expiredTimerInfo: Any) -> Iterator[Any]:
+            yield from self._step(int(key[0]), timerValues.getCurrentWatermarkInMs(), None,
+                                  fired=expiredTimerInfo.getExpiryTimeInMs())
+
+        def _step(self, g: int, wm: int, new: Any, fired: int | None = None) -> Iterator[Any]:
+            current: list[Any] = [None]
+            inst = plan.given_keys(op, current).instance()
+            saved = self.blob.get() if self.blob.exists() else None
+            if saved is not None:
+                st = plan.loads(saved[0])
+                for f, v in zip(_FIELDS, st["inst"], strict=True):
+                    setattr(inst, f, v)
+                buf, ends, timer = st["buf"], st["ends"], st["timer"]
+            else:
+                buf, ends, timer = [], {}, None
+            if fired is not None and fired == timer:
+                timer = None  # a fired timer is gone
+            if new is not None and len(new):
+                buf.extend(zip(new["ts"].tolist(), new["i"].tolist(), new["seq"].tolist(),
+                               new["sub"].tolist(), new["p"].tolist(), new["k"].tolist(),
+                               strict=True))
+                buf.sort(key=lambda r: r[:4])
+            k = 0
+            ts = p = None
+            try:
+                for ts, i, _, _, raw, kb in buf:
+                    if ts > wm:
+                        break
+                    k += 1
+                    p = plan.loads(raw)
+                    if ts == END_TS:
+                        ends[i] = p[1]
+                        continue
+                    current[0] = plan.loads(kb)
+                    if ts < inst.W:
+                        raise SourceError(
+                            f"input {i}", f"ts {ts}",
+                            f"timestamp {ts} is behind the watermark {inst.W} (the input went "
+                            f"back in time, or its files were read out of order: give each "
+                            f"new file a later modification time)", p)
+                    inst.process(ts, p, i)
+                del buf[:k]
+                ts = p = None
+                if wm >= END_TS:  # the min over inputs: every input has ended
+                    if ends:
+                        inst.saw_time(max(ends.values()))
+                    inst.finish()
+                else:
+                    inst.advance(wm)
+            except StretchflowError:
+                raise
+            except Exception as e:
+                raise OperatorError(op.name, ts, p if ts is not None else "<watermark>",
+                                    e) from e
+            out = inst.take()
+            nxt = _next_event(inst, buf)
+            if timer is not None and timer != nxt:
+                self.handle.deleteTimer(timer)
+            if nxt is not None and nxt != timer:
+                self.handle.registerTimer(nxt)
+            if nxt is None and not buf:
+                self.blob.clear()
+            else:
+                self.blob.update((plan.dumps({
+                    "inst": [getattr(inst, f) for f in _FIELDS], "buf": buf, "ends": ends,
+                    "timer": nxt}),))
+            if out:
+                yield pd.DataFrame({"ts": [t for t, _ in out], "seq": [g] * len(out),
+                                    "sub": list(range(len(out))),
+                                    "p": [plan.dumps(q) for _, q in out]})
+
+        def close(self) -> None:
+            pass
+
+    return OPlusProcessor()
+
+
+def _next_event(inst: Any, buf: list) -> int | None:
+    """The earliest watermark at which the group has work: a buffered row becomes ready, a
+    window expires, or a held f_U output is released."""
+    cands = []
+    if buf:
+        cands.append(buf[0][0])
+    if inst._lheap:
+        cands.append(inst._lheap[0][0] + inst.op.WS)
+    if inst._pending:
+        cands.append(inst._pending[0][0])
+    return int(min(cands)) if cands else None
+
+
+def stream_shape(flow: Flow) -> tuple[plan.Stage, plan.Feed]:
+    """The one O+ stage and the sink feeds of a flow the streaming path can run."""
+    stages, sink_feeds = plan.analyse(flow)
+    if len(stages) != 1:
+        raise FlowDefinitionError(
+            f"the spark streaming path runs flows with exactly one O+, this one has "
+            f"{len(stages)} (run bounded inputs as a batch job instead)")
+    stage = stages[0]
+    for f in stage.feeds:
+        path = getattr(f.producer.spec, "path", None) if f.producer.kind == "source" else None
+        if path is None or not Path(path).is_dir():
+            raise FlowDefinitionError(
+                f"spark streaming reads JSON Lines directories; input {f.producer.name!r} is "
+                f"not one (give sf.io.jsonl(a_directory))")
+    for f in sink_feeds:
+        if f.producer is not stage.node:
+            raise FlowDefinitionError("spark streaming: every sink must read the O+ output")
+    return stage, sink_feeds
+
+
+def build_query(flow: Flow, spark: Any, n_groups: int, max_files: int) -> Any:
+    """The streaming DataFrame of the O+ outputs, in the stream schema."""
+    from pyspark.sql import functions as F
+
+    stage, _ = stream_shape(flow)
+    if not 1 <= n_groups <= MAX_STREAM_GROUPS:
+        raise FlowDefinitionError(
+            f"spark streaming: key groups must be in 1..{MAX_STREAM_GROUPS}, got {n_groups}")
+    op = stage.op
+    parts = []
+    for i, f in enumerate(stage.feeds):
+        src = f.producer.spec
+        raw = (spark.readStream.format("text").option("maxFilesPerTrigger", max_files)
+               .option("pathGlobFilter", "*.jsonl").load(str(src.path))
+               .select("value", F.input_file_name().alias("file")))
+        routed = raw.mapInArrow(
+            stream_route_kernel(f.chain, op, i, n_groups, src.name, src.ts_field),
+            ROUTED_STREAM)
+        # delay 0: sources are sorted, so the watermark is the latest ts (Definition 3)
+        parts.append(routed.withColumn("et", F.timestamp_millis("ts"))
+                     .withWatermark("et", "0 milliseconds"))
+    u = parts[0]
+    for other in parts[1:]:
+        u = u.unionByName(other)
+    # et only carries the watermark: the processor reads ts (and pandas could not hold END_TS
+    # as a datetime64[ns])
+    return u.drop("et").groupBy("g").transformWithStateInPandas(
+        statefulProcessor=make_processor(op, n_groups, len(stage.feeds)),
+        outputStructType=OUT_SCHEMA, outputMode="Append", timeMode="EventTime")
+
+
+class StreamRun:
+    """A running (or finished) streaming query writing a flow's sinks."""
+
+    def __init__(self, flow: Flow, spark: Any, checkpoint: str | os.PathLike, n_groups: int,
+                 max_files: int = 1, trigger: str | None = None):
+        self.flow = flow
+        self.spark = spark
+        self.checkpoint = str(checkpoint)
+        self.n_groups = n_groups
+        self.max_files = max_files
+        self.trigger = trigger
+        _, self.sink_feeds = stream_shape(flow)
+        self.batches: list[dict[str, Any]] = []
+        self.query: Any = None
+
+    def start(self) -> StreamRun:
+        spark = self.spark
+        spark.conf.set("spark.sql.streaming.multipleWatermarkPolicy", "min")
+        df = build_query(self.flow, spark, self.n_groups, self.max_files)
+        sinks = [s for _, s in self.flow.sinks]
+        for s in sinks:
+            if not getattr(s, "_sf_open", False):
+                s.open()
+                s._sf_open = True
+
+        def write(batch_df: Any, batch_id: int) -> None:
+            t0 = time.perf_counter()
+            table = batch_df.toArrow()
+            n = table.num_rows
+            if n:
+                import pyarrow.compute as pc
+
+                table = table.take(pc.sort_indices(table, sort_keys=[("ts", "ascending"),
+                                                                     ("seq", "ascending"),
+                                                                     ("sub", "ascending")]))
+                items = list(zip(table.column("ts").to_pylist(),
+                                 map(plan.loads, table.column("p").to_pylist()), strict=True))
+                for feed, s in zip(self.sink_feeds, sinks, strict=True):
+                    out = items
+                    for op in feed.chain:
+                        out = apply_batch(op, out)
+                    if out:
+                        s.write(out)
+            self.batches.append({"batch": batch_id, "outputs": n,
+                                 "sink_s": time.perf_counter() - t0})
+
+        w = df.writeStream.foreachBatch(write).option("checkpointLocation", self.checkpoint)
+        if self.trigger in (None, "availableNow"):
+            w = w.trigger(availableNow=True)
+        else:
+            w = w.trigger(processingTime=self.trigger)
+        self.query = w.start()
+        return self
+
+    def await_end(self, timeout: float | None = None) -> None:
+        """Waits for an availableNow query to finish (or ``timeout`` s); errors re-raised."""
+        try:
+            self.query.awaitTermination(timeout)
+        except Exception as e:
+            err = plan.translate(e)
+            if err is e:
+                raise
+            raise err from None
+
+    def stop(self) -> None:
+        """Stops the query at a micro-batch boundary (its checkpoint stays valid)."""
+        if self.query is not None and self.query.isActive:
+            self.query.stop()
+
+    def close_sinks(self) -> None:
+        for _, s in self.flow.sinks:
+            if getattr(s, "_sf_open", False):
+                s.close()
+                s._sf_open = False
+
+    def progress(self) -> list[dict[str, Any]]:
+        return list(self.query.recentProgress) if self.query is not None else []
+
+
+def run_stream(flow: Flow, spark: Any, checkpoint: str | os.PathLike, n_groups: int,
+               max_files: int = 1) -> dict[str, Any]:
+    """Runs the streaming query over the files present now (``availableNow``) and closes the
+    sinks; returns per-batch timings from the query's progress."""
+    run = StreamRun(flow, spark, checkpoint, n_groups, max_files).start()
+    try:
+        run.await_end()
+    finally:
+        run.stop()
+        run.close_sinks()
+    prog = run.progress()
+    batches = [{"rows": _get(p, "numInputRows"),
+                "duration_ms": _get(p, "durationMs").get("triggerExecution")} for p in prog]
+    return {"batches": batches, "rows_in": sum(b["rows"] for b in batches)}
+
+
+def _get(progress: Any, name: str) -> Any:
+    """A field of a StreamingQueryProgress (an object in pyspark 4, a dict before)."""
+    return progress[name] if isinstance(progress, dict) else getattr(progress, name)
