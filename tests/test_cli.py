@@ -201,3 +201,50 @@ def test_bench_all_quick_writes_every_result_and_plot(tmp_path, capsys):
     assert m["applied"] == m["requested"] and m["duration_ms"]["n"] == m["applied"]
     sj = json.loads((tmp_path / "vsn-scalejoin.json").read_text())["metrics"]
     assert sj["comparisons"] > 0 and "vsn2" in sj
+
+
+def _sorted_lines(path):
+    return sorted(path.read_text().splitlines())
+
+
+@pytest.mark.parametrize("query,kind", [("tpcxbb-q15", "store-sales"),
+                                        ("tpcxbb-q4", "web-clickstreams")])
+def test_tpcxbb_queries_run_on_ordered_like_reference(tmp_path, query, kind):
+    data = tmp_path / "in.jsonl"
+    assert main(["generate", kind, "--rows", "2000", "--seed", "2", "--out", str(data),
+                 "-q"]) == 0
+    ref, got = tmp_path / "ref.jsonl", tmp_path / "got.jsonl"
+    assert main(["run", query, "--input", str(data), "--output", str(ref), "-q"]) == 0
+    assert main(["run", query, "--input", str(data), "--output", str(got), "--engine",
+                 "ordered", "--parallelism", "2", "--queue", "partitioned", "--reorder",
+                 "lock", "-q"]) == 0
+    assert _sorted_lines(got) == _sorted_lines(ref)
+
+
+def test_slack_engine_with_infinite_slack_matches_reference(tmp_path):
+    data = tmp_path / "t.jsonl"
+    assert main(["generate", "tweets", "--rows", "1500", "--seed", "4", "--out", str(data),
+                 "-q"]) == 0
+    ref, got = tmp_path / "ref.jsonl", tmp_path / "got.jsonl"
+    assert main(["run", "wordcount", "--input", str(data), "--output", str(ref), "-q"]) == 0
+    assert main(["run", "wordcount", "--input", str(data), "--output", str(got), "--engine",
+                 "slack", "--parallelism", "2", "--deadline", "500", "-q"]) == 0
+    assert _sorted_lines(got) == _sorted_lines(ref)
+
+
+@pytest.mark.parametrize("flags,engine,message", [
+    (["--slt", "5"], "vsn", "--slt applies to the slack engine only"),
+    (["--queue", "hybrid"], "sn", "--queue applies to the ordered engine only"),
+    (["--reconfigure", "10:2"], "slack", "--reconfigure does not apply to the slack engine"),
+])
+def test_engine_specific_flags_are_refused_elsewhere(tmp_path, capsys, flags, engine, message):
+    data = tmp_path / "t.jsonl"
+    data.write_text('{"ts": 1, "user": "u", "text": "a"}\n')
+    assert main(["run", "wordcount", "--input", str(data), "--output",
+                 str(tmp_path / "o.jsonl"), "--engine", engine, *flags]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_bench_unknown_suite_is_an_error(capsys):
+    assert main(["bench", "flink"]) == 2
+    assert "vsn, sn, ordered, ssg, spark" in capsys.readouterr().err

@@ -59,6 +59,14 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
     opts: dict[str, Any] = {}
     spark_flags = (("--master", args.master), ("--spark-conf", args.spark_conf),
                    ("--key-groups", args.key_groups), ("--checkpoint", args.checkpoint))
+    if args.engine != "ordered":
+        for flag, value in (("--reorder", args.reorder), ("--queue", args.queue)):
+            if value is not None:
+                raise ValueError(f"{flag} applies to the ordered engine only")
+    if args.engine != "slack":
+        for flag, value in (("--deadline", args.deadline), ("--slt", args.slt)):
+            if value is not None:
+                raise ValueError(f"{flag} applies to the slack engine only")
     if args.engine != "spark":
         for flag, value in spark_flags:
             if value is not None:
@@ -103,6 +111,24 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
         if args.parallelism is not None:
             opts["workers"] = args.parallelism
         opts["scheduler"] = args.scheduler or "qst"
+        if args.reorder is not None:
+            opts["reorder"] = args.reorder
+        if args.queue is not None:
+            opts["queue"] = args.queue
+        return opts
+    if args.engine == "slack":
+        for flag, value in (("--max-parallelism", args.max_parallelism),
+                            ("--reconfigure", args.reconfigure),
+                            ("--controller", args.controller), ("--channels", args.channels),
+                            ("--scheduler", args.scheduler)):
+            if value is not None:
+                raise ValueError(f"{flag} does not apply to the slack engine")
+        if args.parallelism is not None:
+            opts["readers"] = args.parallelism
+        if args.deadline is not None:
+            opts["deadline_ms"] = args.deadline
+        if args.slt is not None:
+            opts["slt"] = args.slt
         return opts
     if args.scheduler is not None:
         raise ValueError("--scheduler applies to the ordered engine only")
@@ -153,11 +179,14 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise ValueError("a flow file defines its own sources and sinks; "
                              "drop --input/--output")
         flow = load_app(Path(target), params)
+    elif target.startswith("tpcxbb-"):
+        flow = _tpcxbb_flow(target, args, params)
     else:
         q = QUERIES.get(target)
         if q is None:
-            raise ValueError(f"unknown query {target!r}; queries: {', '.join(QUERIES)} "
-                             f"(or a path to a flow file ending in .py)")
+            raise ValueError(f"unknown query {target!r}; queries: {', '.join(QUERIES)}, "
+                             f"tpcxbb-q1..q4, tpcxbb-q15 (or a path to a flow file ending "
+                             f"in .py)")
         if not args.input:
             raise ValueError(f"query {target!r} needs --input")
         if not args.output:
@@ -180,6 +209,31 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
         print_metrics(result)
     return 0
+
+
+def _tpcxbb_flow(target: str, args: argparse.Namespace, params: dict[str, str]) -> Any:
+    """A TPCx-BB streaming query of the ordered-multicore paper (docs/ordered.md) over one
+    generated input (``stretchflow generate store-sales|web-clickstreams``)."""
+    import stretchflow as sf
+
+    from .workloads import tpcxbb
+
+    q = tpcxbb.QUERIES.get(target)
+    if q is None:
+        raise ValueError(f"unknown query {target!r}; TPCx-BB queries: "
+                         f"{', '.join(tpcxbb.QUERIES)}")
+    if not args.input or len(args.input) != 1 or not args.output:
+        raise ValueError(f"query {target!r} reads one --input and needs --output")
+    kw: dict[str, Any] = {}
+    for k, v in params.items():
+        try:
+            kw[k] = tuple(int(x) for x in v.split(",")) if "," in v else int(v)
+        except ValueError:
+            raise ValueError(f"query {target!r}: --param {k} expects an integer or a "
+                             f"comma-separated list of integers, got {v!r}") from None
+    flow = sf.Flow(target)
+    q.build(flow.source(sf.io.open_source(args.input[0])), **kw).sink(args.output)
+    return flow
 
 
 def print_metrics(result: Any) -> None:
@@ -240,6 +294,17 @@ def cmd_generate(args: argparse.Namespace) -> int:
         return 0
     if args.master is not None:
         raise ValueError("--master applies to generate --engine spark only")
+    if args.kind in ("store-sales", "web-clickstreams"):
+        import pyarrow as pa
+
+        from .io.generators import write_table
+        from .workloads import tpcxbb
+
+        make = tpcxbb.store_sales if args.kind == "store-sales" else tpcxbb.web_clickstreams
+        write_table(pa.Table.from_pylist(make(args.rows, seed=args.seed, **params)), args.out)
+        if not args.quiet:
+            err.print(f"wrote {args.out}")
+        return 0
     paths = generate(args.kind, rows=args.rows, seed=args.seed, out=args.out, **params)
     if not args.quiet:
         for p in paths:
@@ -272,8 +337,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         names = [args.name]
     elif target == "all":
         names = list(BENCHMARKS)
-    elif target == "vsn":
-        names = [n for n in BENCHMARKS if n.startswith("vsn-")]
+    elif target in ("vsn", "sn", "ordered", "ssg", "spark"):
+        names = [n for n in BENCHMARKS if n.startswith(f"{target}-")]
     elif target == "reference":
         from .bench import reference
 
@@ -291,11 +356,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return 0
     else:
         raise ValueError(f"unknown bench command {target!r}: use list, run NAME, all, "
-                         f"reference or vsn")
+                         f"reference, or a suite: vsn, sn, ordered, ssg, spark")
+    import time
+
+    took = []
     with err.status("benchmark") as status:
         for k, name in enumerate(names, 1):
             status.update(f"{name} ({k}/{len(names)}){' --quick' if args.quick else ''}")
-            print(BENCHMARKS[name][2](args.quick, args.out))
+            t0 = time.perf_counter()
+            print(BENCHMARKS[name][2](args.quick, args.out), flush=True)
+            took.append((name, time.perf_counter() - t0))
+    if len(took) > 1:
+        err.print("took: " + ", ".join(f"{n} {s:.0f} s" for n, s in took)
+                  + f"; total {sum(s for _, s in took):.0f} s")
     return 0
 
 
@@ -354,7 +427,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="COUNT:P,...: after the COUNT-th input tuple request parallelism P")
     r.add_argument("--controller", help="elasticity controller (threshold, level)")
     r.add_argument("--channels", choices=("threads", "processes"),
-                   help="sn engine: what runs a channel (this build: threads)")
+                   help="sn engine: threads (default) or processes (multicore; state migrates "
+                        "through SQLite)")
     r.add_argument("--scheduler", choices=("qst", "lp", "et", "ct"),
                    help="ordered engine: scheduling heuristic (default qst); --parallelism "
                         "sets its worker threads")
@@ -366,11 +440,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="spark engine: key groups (default 4 x partitions)")
     r.add_argument("--checkpoint", help="spark engine, directory inputs (streaming): the "
                                         "checkpoint directory (reuse it to resume)")
+    r.add_argument("--reorder", choices=("nonblocking", "lock"),
+                   help="ordered engine: the reorder buffer (default nonblocking)")
+    r.add_argument("--queue", choices=("hybrid", "partitioned"),
+                   help="ordered engine: the queue of stateful stages (default hybrid)")
+    r.add_argument("--deadline", type=float, metavar="MS",
+                   help="slack engine: the query's latency deadline in ms (reported)")
+    r.add_argument("--slt", type=float, metavar="MS",
+                   help="slack engine: the slack time of every SSG (default inf: exact)")
     r.add_argument("-q", "--quiet", action="store_true")
     r.set_defaults(fn=cmd_run)
 
     g = sub.add_parser("generate", help="generate a data set (tweets, bandjoin, trades)")
-    g.add_argument("kind", choices=("tweets", "bandjoin", "trades"))
+    g.add_argument("kind", choices=("tweets", "bandjoin", "trades", "store-sales",
+                                    "web-clickstreams"))
     g.add_argument("--rows", type=int, required=True)
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--out", required=True, help="output path; extension picks the format")
@@ -384,7 +467,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.set_defaults(fn=cmd_generate)
 
     b = sub.add_parser("bench", help="run a benchmark; writes JSON to benchmarks/results/")
-    b.add_argument("target", help="list | run NAME | all | reference | vsn")
+    b.add_argument("target", help="list | run NAME | all | reference | vsn | sn | ordered | "
+                                  "ssg | spark (a suite)")
     b.add_argument("name", nargs="?", help="with run: the benchmark (see bench list)")
     b.add_argument("--quick", action="store_true", help="small inputs (a smoke test)")
     b.add_argument("--query", default="wordcount")

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..errors import EngineUnavailableError
 
-ENGINES = ("reference", "vsn", "sn", "ordered", "spark")
+ENGINES = ("reference", "vsn", "sn", "ordered", "spark", "slack")
 _PLANNED: dict[str, str] = {}
 
 
@@ -31,6 +31,10 @@ def get_engine(name: str) -> Callable[..., Any]:
         return run
     if name == "spark":
         from .spark import run
+
+        return run
+    if name == "slack":
+        from .slack import run
 
         return run
     if name in _PLANNED:
