@@ -385,9 +385,35 @@ def run_overhead(quick: bool, out_dir: str | None) -> Path:
     return _write("ssg-overhead", {"quick": quick}, overhead(quick), out_dir, _plot_overhead)
 
 
+def _plot_estimators(m: dict[str, Any], path: Path) -> None:
+    """Table 1 as bars: NRMSE of each estimator, latency and slack-ready models, per scenario."""
+    from .plots import _pyplot
+
+    plt = _pyplot()
+    scenarios = list(m["table"])
+    fig, axes = plt.subplots(1, len(scenarios), figsize=(6.4, 3.6), dpi=110, sharey=True)
+    for ax, sc in zip(axes if len(scenarios) > 1 else [axes], scenarios, strict=True):
+        t = m["table"][sc]
+        names = [k for k in t if isinstance(t[k], dict)]
+        xs = range(len(names))
+        ax.bar([x - 0.2 for x in xs], [t[n]["nrmse_latency_pct"] for n in names], width=0.4,
+               label="latency")
+        ax.bar([x + 0.2 for x in xs], [t[n]["nrmse_slack_ready_pct"] for n in names],
+               width=0.4, label="slack-ready")
+        ax.set_xticks(list(xs), names)
+        ax.set_title(f"{sc} ({t.get('test', '?')} test samples)")
+        ax.grid(True, axis="y", alpha=0.3)
+    axes_list = axes if len(scenarios) > 1 else [axes]
+    axes_list[0].set_ylabel("NRMSE (%)")
+    axes_list[0].legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
 def run_estimators(quick: bool, out_dir: str | None) -> Path:
-    return write_result("ssg-estimators", {"quick": quick, "speedup": SPEEDUP},
-                        estimators(quick), out_dir)
+    return _write("ssg-estimators", {"quick": quick, "speedup": SPEEDUP}, estimators(quick),
+                  out_dir, _plot_estimators)
 
 
 def run_tuning_zipf(quick: bool, out_dir: str | None) -> Path:
