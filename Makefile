@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test test-fast lint clean
+.PHONY: venv demo test test-fast bench-smoke lint clean
 
 venv: $(STAMP)
 
@@ -18,10 +18,14 @@ demo: venv
 	$(BIN)/stretchflow demo
 
 test: venv
-	$(BIN)/python -m pytest -q -p no:cacheprovider --doctest-modules src/stretchflow tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not bench" --doctest-modules src/stretchflow tests
+
+# every benchmark of `stretchflow bench all --quick` writes its JSON and plot (about 6 min; CI)
+bench-smoke: venv
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m bench tests
 
 test-fast: venv
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow" --doctest-modules src/stretchflow tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow and not bench" --doctest-modules src/stretchflow tests
 
 lint: venv
 	$(BIN)/ruff check src tests

@@ -188,7 +188,7 @@ def test_demo_runs(tmp_path, capsys):
     assert (tmp_path / "wordcount.jsonl").exists()
 
 
-@pytest.mark.slow
+@pytest.mark.bench
 def test_bench_all_quick_writes_every_result_and_plot(tmp_path, capsys):
     assert main(["bench", "list"]) == 0
     listed = {line.split()[0] for line in capsys.readouterr().out.splitlines()}
