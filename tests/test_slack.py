@@ -11,36 +11,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import stretchflow as sf
+from oracle import multiset, run_query, same_as_reference
 from stretchflow.elastic.sltuner import StaticSLT
 from stretchflow.errors import OperatorError, SourceError
 from stretchflow.executors import slack
 from stretchflow.executors.slack import SlackInstance, end_to_end
 from stretchflow.io.generators import bandjoin, tweets
 from stretchflow.io.traffic import ConstantDelay, DelayedReplay, bus_reports, scats_reports
-from stretchflow.queries import build_query
 from stretchflow.queries.traffic import congestion, congestion_join
 
 
-def multiset(items):
-    return Counter((ts, repr(sorted(p.items())) if isinstance(p, dict) else repr(p))
-                   for ts, p in items)
-
-
-def run_query(query, inputs, params, engine="reference", **options):
-    flow = sf.Flow(query)
-    streams = [flow.source(sf.io.iterable(recs, name=f"in{i}"))
-               for i, recs in enumerate(inputs)]
-    col = build_query(query, streams, **params).collect()
-    res = flow.run() if engine == "reference" else slack.run(flow, **options)
-    return col.items, res
-
-
 def assert_same_as_reference(query, inputs, params, **options):
-    ref, _ = run_query(query, inputs, params)
-    got, res = run_query(query, inputs, params, engine="slack", **options)
-    assert [ts for ts, _ in got] == sorted(ts for ts, _ in got), "output not ts-sorted"
-    assert multiset(got) == multiset(ref)
-    return res
+    return same_as_reference(query, inputs, params, "slack", **options)
 
 
 QUERY_PARAMS = {

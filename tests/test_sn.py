@@ -2,13 +2,13 @@
 
 import threading
 import time
-from collections import Counter
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import stretchflow as sf
+from oracle import multiset, run_query, same_as_reference
 from stretchflow.elastic.migration import MemoryStateStore, SQLiteStateStore, open_store
 from stretchflow.errors import FlowDefinitionError, OperatorError
 from stretchflow.executors import sn
@@ -20,28 +20,8 @@ from stretchflow.queries.wordcount import tokens_of
 STORES = ["memory", "sqlite"]
 
 
-def multiset(items):
-    return Counter((ts, repr(sorted(p.items())) if isinstance(p, dict) else repr(p))
-                   for ts, p in items)
-
-
-def run_query(query, inputs, params, engine, **options):
-    flow = sf.Flow(query)
-    streams = [flow.source(sf.io.iterable(recs, name=f"in{i}"))
-               for i, recs in enumerate(inputs)]
-    col = build_query(query, streams, **params).collect()
-    res = run_reference(flow) if engine == "reference" else sn.run(flow, **options)
-    return col.items, res
-
-
 def assert_same_as_reference(query, inputs, params, **options):
-    ref, ref_res = run_query(query, inputs, params, "reference")
-    got, res = run_query(query, inputs, params, "sn", **options)
-    assert [ts for ts, _ in got] == sorted(ts for ts, _ in got), "output not ts-sorted"
-    assert multiset(got) == multiset(ref)
-    assert res.tuples_in == ref_res.tuples_in
-    assert res.tuples_out == ref_res.tuples_out
-    return res
+    return same_as_reference(query, inputs, params, "sn", check_counts=True, **options)
 
 
 @st.composite

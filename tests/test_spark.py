@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import stretchflow as sf
+from oracle import multiset, run_query, same_as_reference
 from stretchflow.cli import main
 from stretchflow.errors import OperatorError, SourceError
 from stretchflow.executors.reference import run as run_reference
@@ -36,28 +37,8 @@ def spark():
     return get_session("local[2]", {"spark.sql.shuffle.partitions": "4"})
 
 
-def multiset(items):
-    return Counter((ts, repr(sorted(p.items())) if isinstance(p, dict) else repr(p))
-                   for ts, p in items)
-
-
-def run_query(query, inputs, params, engine, **options):
-    flow = sf.Flow(query)
-    streams = [flow.source(sf.io.iterable(recs, name=f"in{i}"))
-               for i, recs in enumerate(inputs)]
-    col = build_query(query, streams, **params).collect()
-    res = run_reference(flow) if engine == "reference" else run_spark(flow, **options)
-    return col.items, res
-
-
 def assert_same_as_reference(query, inputs, params, **options):
-    ref, ref_res = run_query(query, inputs, params, "reference")
-    got, res = run_query(query, inputs, params, "spark", **options)
-    assert [ts for ts, _ in got] == sorted(ts for ts, _ in got), "output not ts-sorted"
-    assert multiset(got) == multiset(ref)
-    assert res.tuples_in == ref_res.tuples_in
-    assert res.tuples_out == ref_res.tuples_out
-    return res
+    return same_as_reference(query, inputs, params, "spark", check_counts=True, **options)
 
 
 def test_partitioner_matches_spark(spark):

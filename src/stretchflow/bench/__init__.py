@@ -22,7 +22,7 @@ def _vsn(kind: str) -> Callable[[bool, str | None], Path]:
         from . import vsn
 
         fn, full, small = {
-            "reconfiguration": (vsn.reconfiguration, {"cycles": 4}, {"cycles": 1}),
+            "reconfiguration": (vsn.reconfiguration, {"cycles": 13}, {"cycles": 1}),
             "forward": (vsn.forward, {}, {"rows": 5000, "parallelisms": (1, 2)}),
             "wordcount": (vsn.wordcount_vs_reference, {}, {"rows": 20_000, "repeats": 1}),
             "scalejoin": (vsn.scalejoin, {}, {"rows": 2000, "window": 30_000, "repeats": 1}),
