@@ -43,7 +43,6 @@ slack-ready and the output equals the reference executor's, per timestamp.
 
 from __future__ import annotations
 
-import heapq
 import math
 import threading
 import time
@@ -55,7 +54,7 @@ from ..elastic.controller import Controller, Metrics
 from ..errors import FlowDefinitionError, OperatorError, StretchflowError
 from ..eventtime import WATERMARK
 from ..flow import Flow, Node
-from ..operators.oplus import OPlus, OPlusInstance, SharedState, WindowSet
+from ..operators.oplus import OPlus, OPlusInstance, SharedState
 from ..operators.stateless import apply_batch
 from .reference import RunResult
 
@@ -99,20 +98,12 @@ class SlackInstance(OPlusInstance):
         if first > l1 and op.WT == "multi":
             self.partial += 1
         last = first if op.WT == "single" else l2
-        update, init, n_in = op.update, op.init, op.I
+        update, check_create = op.update, self._check_create
         for l in range(first, last + 1, wa):
-            right = l + ws_
             for k, v, g, sg in routed:
-                d = sg.get(l)
-                if d is None:
-                    d = sg[l] = {}
-                    heapq.heappush(self._lheap, (l, g))
-                w = d.get(k)
-                if w is None:
-                    w = d[k] = WindowSet(k, l, right, [init() for _ in range(n_in)])
-                out = update(w, ts, v, i)
+                out = update(check_create(k, g, sg, l), ts, v, i)
                 if out:
-                    self._emit_later(right, out)
+                    self._emit_later(l + ws_, out)
 
 
 def _p95(values: list[float]) -> float:
