@@ -22,6 +22,8 @@ from stretchflow.queries import build_query
 from stretchflow.queries.wordcount import tokens_of
 from test_sn import (
     QUERY_PARAMS,
+    _failing_flow,
+    _run_bounded,
     assert_same_as_reference,
     multiset,
     run_query,
@@ -42,22 +44,6 @@ def _no_leftovers(seconds=10):
             return
         time.sleep(0.05)
     raise AssertionError(f"left running: {threads} {procs}")
-
-
-def _run_bounded(fn, seconds=60):
-    box = {}
-
-    def target():
-        try:
-            box["result"] = fn()
-        except BaseException as e:  # noqa: BLE001
-            box["error"] = e
-
-    t = threading.Thread(target=target, daemon=True)
-    t.start()
-    t.join(seconds)
-    assert not t.is_alive(), "the sn executor hung"
-    return box
 
 
 # -- same output as the reference, with random migrations ----------------------------------
@@ -179,31 +165,11 @@ def test_migrated_state_continues_across_processes():
 
 
 # -- failures --------------------------------------------------------------------------------
-def _failing_flow(where):
-    recs = [{"ts": t, "k": t % 13} for t in range(5000)]
-    flow = sf.Flow("bad")
-    src = flow.source(sf.io.iterable(recs))
-
-    def boom(x):
-        if x["k"] == 7 and x["ts"] > 2000:
-            raise ZeroDivisionError("boom")
-        return x
-
-    keys = (lambda t: {boom(t)["k"]}) if where == "keys" else (lambda t: {t["k"]})
-    update = (lambda a, t: a + boom(t)["k"]) if where == "update" else (lambda a, t: a + 1)
-    out = src.aggregate(size=100, keys=keys, init=lambda: 0, update=update,
-                        output=lambda k, a: {"k": k, "n": a}, name="agg")
-    if where == "sink":
-        out = out.map(lambda r: 1 / (r["k"] - 7), name="post")
-    out.collect()
-    return flow
-
-
 @pytest.mark.parametrize("where", ["keys", "update", "sink"])
 def test_user_function_error_surfaces_as_operator_error(where):
     flow = _failing_flow(where)
     box = _run_bounded(lambda: sn.run(flow, parallelism=3, reconfigure=[(1000, 2), (3000, 4)],
-                                      queue_size=2, batch=10, **PROC))
+                                      queue_size=2, batch=10, **PROC), 60)
     err = box.get("error")
     assert isinstance(err, OperatorError), box
     assert "boom" in str(err) or "division" in str(err)
@@ -225,7 +191,7 @@ def test_channel_process_that_dies_stops_the_run():
 
     flow.source(sf.io.iterable(recs)).aggregate(size=100, keys=lambda t: {t["k"]},
                                                 init=lambda: 0, update=die).collect()
-    box = _run_bounded(lambda: sn.run(flow, parallelism=2, queue_size=2, batch=10, **PROC))
+    box = _run_bounded(lambda: sn.run(flow, parallelism=2, queue_size=2, batch=10, **PROC), 60)
     assert isinstance(box.get("error"), RuntimeError), box
     assert "exited (code 3)" in str(box["error"])
     _no_leftovers()
@@ -248,6 +214,6 @@ def test_unpicklable_state_fails_the_migration_without_hanging():
     flow.source(sf.io.iterable(recs)).aggregate(
         size=10_000, keys=lambda t: {t["k"]}, init=lambda: [threading.Lock(), 0],
         update=lambda a, t: [a[0], a[1] + 1]).collect()
-    box = _run_bounded(lambda: sn.run(flow, parallelism=2, reconfigure=[(1000, 4)], **PROC))
+    box = _run_bounded(lambda: sn.run(flow, parallelism=2, reconfigure=[(1000, 4)], **PROC), 60)
     assert isinstance(box.get("error"), TypeError), box
     _no_leftovers()
