@@ -95,3 +95,32 @@ def test_a_bad_record_in_a_run_is_named():
     build_query("scalejoin", streams, window=10, band=1).collect()
     with pytest.raises(OperatorError, match=r"ts=30 payload=\{'ts': 30, 'id': 30, 'a': 1\}"):
         flow.run(engine="vsn", parallelism=2)
+
+
+@given(st.lists(st.lists(st.tuples(st.integers(0, 5), st.integers(-20, 20),
+                                   st.integers(-20, 20)), max_size=12), max_size=12),
+       st.integers(0, 80))
+def test_extend_equals_appending_one_by_one(chunks, horizon):
+    """A run's stored tuples go in with one extend: the same store as appending each."""
+    import numpy as np
+
+    one, many = Columns(capacity=2), Columns(capacity=2)
+    ts, k = 0, 0
+    for chunk in chunks:
+        rows = []
+        for dt, a, b in chunk:
+            ts += dt
+            rows.append((ts, a, b, f"id{k}"))
+            one.append(ts, a, b, f"id{k}")
+            k += 1
+        cols = list(zip(*rows, strict=True)) if rows else [(), (), (), ()]
+        many.extend(np.asarray(cols[0], dtype=np.int64), np.asarray(cols[1], dtype=float),
+                    np.asarray(cols[2], dtype=float), np.asarray(cols[3], dtype=object))
+        one.purge(ts - 30)
+        many.purge(ts - 30)
+    for c in (one, many):
+        c.purge(horizon)
+    h1, t1, h2, t2 = one.head, one.tail, many.head, many.tail
+    assert one.ts[h1:t1].tolist() == many.ts[h2:t2].tolist()
+    assert one.uv[:, h1:t1].tolist() == many.uv[:, h2:t2].tolist()
+    assert one.ids[h1:t1].tolist() == many.ids[h2:t2].tolist()

@@ -41,10 +41,12 @@ from ..errors import FlowDefinitionError, OperatorError, RunTupleError, Stretchf
 from ..eventtime import WATERMARK
 from ..flow import Flow, Node
 from ..operators.oplus import SharedState
+from .gc_hold import GC_HOLD
 from .plan import Inlet, PhysicalPlan, Pusher, Tagged
 from .reference import RunResult
 
 BATCH = 256  # tuples an instance takes from ESG_in at once, and a source adds at once
+RUN_BATCH = 1024  # tuples an instance of an O+ with update_many takes at once
 BATCH_DELAY = 0.001  # seconds a source holds a partial batch
 BARRIER_TIMEOUT = 120.0
 
@@ -73,6 +75,15 @@ class Reconfiguration:
     assignment: tuple[int, ...] = ()
     note: str = ""
     done: threading.Event = field(default_factory=threading.Event, repr=False)
+    gc_held: bool = field(default=False, repr=False)
+
+    def finish(self) -> None:
+        """Marks the request done and lets garbage collection run again (see gc_hold);
+        called under the operator's lock, once or more."""
+        if self.gc_held:
+            self.gc_held = False
+            GC_HOLD.release()
+        self.done.set()
 
     @property
     def duration_ms(self) -> float | None:
@@ -154,8 +165,10 @@ class VSNOperator:
             assign = self._resolve_f_mu(f_mu, p)
             self._requested_epoch += 1
             e = self._requested_epoch
+            if self.ex.defer_gc:  # before the clock starts: the hold is not free either
+                GC_HOLD.acquire()
             rec = Reconfiguration(self.name, e, before, p, time.perf_counter(),
-                                  assignment=assign)
+                                  assignment=assign, gc_held=self.ex.defer_gc)
             self._requests[e] = rec
             self.log.append(rec)
             if self.done:
@@ -246,7 +259,7 @@ class VSNOperator:
                     rec.applied = True
                 else:
                     rec.note = f"superseded by epoch {epoch} (the latest control tuple wins)"
-                rec.done.set()
+                rec.finish()
             if joining:
                 self.cond.notify_all()
 
@@ -254,7 +267,7 @@ class VSNOperator:
         self._requests.pop(rec.epoch, None)
         rec.applied = applied
         rec.note = note
-        rec.done.set()
+        rec.finish()
 
     def instance_finished(self) -> None:
         with self.lock:
@@ -299,6 +312,8 @@ class VSNInstance:
         self.processed = 0
         self.last_wm = -math.inf
         self._step = self._process_runs if vop.op.batchable else self._process
+        # a kernel over runs pays a fixed cost per call: larger runs amortize it
+        self._take = RUN_BATCH if vop.op.batchable else BATCH
 
     def run(self) -> None:
         _tls.instance = self
@@ -322,7 +337,7 @@ class VSNInstance:
             if self.prefix is not None:
                 items, self.prefix = self.prefix, None
             else:
-                items = esg.get_batch(self.j, BATCH)
+                items = esg.get_batch(self.j, self._take)
             if ex.error is not None:
                 raise _Aborted
             if items is END:
@@ -499,8 +514,10 @@ class VSNExecutor:
                  reconfigure: list[tuple[int, int]] | None = None,
                  controller: Any = None, n_groups: int | None = None,
                  capacity: int = 4096, period: float = 1.0,
-                 on_start: Callable[[VSNExecutor], None] | None = None):
+                 on_start: Callable[[VSNExecutor], None] | None = None,
+                 defer_gc: bool = True):
         self.flow = flow
+        self.defer_gc = defer_gc  # no cyclic GC pause inside a reconfiguration (gc_hold.py)
         schedule = sorted(reconfigure or [])
         n = max_parallelism or max([parallelism] + [p for _, p in schedule])
         if any(p > n for _, p in schedule):
@@ -711,6 +728,11 @@ class VSNExecutor:
             stop.set()
             if ctl is not None:
                 ctl.join()
+            for vop in self.ops.values():  # requests a failure left pending hold no GC
+                with vop.lock:
+                    for rec in vop.log:
+                        if rec.gc_held:
+                            rec.finish()
             for s in sinks:
                 s.close()
         elapsed = time.perf_counter() - t0

@@ -1,0 +1,83 @@
+"""The VSN executor keeps cyclic garbage collection out of its reconfigurations (gc_hold)."""
+
+import gc
+
+import pytest
+
+import stretchflow as sf
+from stretchflow.executors import gc_hold
+from stretchflow.executors.gc_hold import GCHold
+
+
+def test_holds_are_counted_and_restore_the_previous_state():
+    assert gc.isenabled()
+    hold = GCHold()
+    hold.acquire()
+    hold.acquire()
+    hold.release()
+    assert not gc.isenabled() and hold.holds == 1
+    hold.release()
+    assert gc.isenabled() and hold.holds == 0
+    with pytest.raises(RuntimeError, match="without a matching acquire"):
+        hold.release()
+
+
+def test_a_program_that_disabled_gc_keeps_it_disabled():
+    gc.disable()
+    try:
+        hold = GCHold()
+        hold.acquire()
+        hold.release()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+class _Counting(GCHold):
+    def __init__(self):
+        super().__init__()
+        self.acquired = 0
+        self.disabled_at_acquire = []
+
+    def acquire(self):
+        super().acquire()
+        self.acquired += 1
+        self.disabled_at_acquire.append(not gc.isenabled())
+
+
+def _wordcount(rows=3000, fail_at=None):
+    recs = [{"ts": t, "text": f"w{t % 17} w{t % 5}"} for t in range(rows)]
+    flow = sf.Flow("gc")
+
+    def update(a, t):
+        if fail_at is not None and t["ts"] >= fail_at:
+            raise ZeroDivisionError("boom")
+        return a + 1
+
+    flow.source(sf.io.iterable(recs)).aggregate(
+        size=100, keys=lambda t: set(t["text"].split()), init=lambda: 0, update=update,
+        output=lambda k, a: {"k": k, "n": a}, name="agg").collect()
+    return flow
+
+
+@pytest.mark.parametrize("defer", [True, False])
+def test_every_reconfiguration_takes_and_returns_one_hold(monkeypatch, defer):
+    hold = _Counting()
+    monkeypatch.setattr("stretchflow.executors.vsn.GC_HOLD", hold)
+    res = _wordcount().run(engine="vsn", parallelism=1, max_parallelism=4,
+                           reconfigure=[(0, 2), (500, 4), (1500, 1), (2500, 3), (9999, 2)],
+                           defer_gc=defer)
+    assert len(res.extra["reconfigurations"]) == 5
+    assert hold.acquired == (5 if defer else 0)
+    assert hold.holds == 0 and gc.isenabled()
+    assert all(hold.disabled_at_acquire)
+
+
+def test_a_failing_run_releases_its_holds(monkeypatch):
+    hold = _Counting()
+    monkeypatch.setattr("stretchflow.executors.vsn.GC_HOLD", hold)
+    with pytest.raises(sf.OperatorError, match="boom"):
+        _wordcount(fail_at=1200).run(engine="vsn", parallelism=2, max_parallelism=4,
+                                     reconfigure=[(1000, 4), (1199, 1), (2000, 3)])
+    assert hold.holds == 0 and gc.isenabled()
+    assert gc_hold.GC_HOLD.holds == 0
