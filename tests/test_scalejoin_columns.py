@@ -49,13 +49,16 @@ def _outputs(inst):
 
 @settings(deadline=None)  # the first example compiles the numba kernel
 @given(join_inputs(), st.integers(1, 5), st.integers(1, 40), st.integers(0, 3),
-       st.lists(st.integers(1, 30), min_size=1, max_size=10))
-def test_runs_through_update_many_equal_tuple_at_a_time(items, n_keys, window, band, cuts):
+       st.lists(st.integers(1, 30), min_size=1, max_size=10), st.sampled_from([1, 8]))
+def test_runs_through_update_many_equal_tuple_at_a_time(items, n_keys, window, band, cuts,
+                                                        min_run):
     """process_batch (ScaleJoin.update_many over runs, numpy matrices) gives the outputs and
-    final stores of processing each tuple with f_U, for any split of the input into runs."""
+    final stores of processing each tuple with f_U, for any split of the input into runs
+    (with min_run 1 every run, even of one tuple, goes through update_many)."""
     from stretchflow.queries.scalejoin import ScaleJoin
 
     op = ScaleJoin(window=window, band=band, n_keys=n_keys)
+    op.min_run = min_run
     one, many = op.instance(), op.instance()
     for ts, rec, i in items:
         one.process(ts, rec, i)

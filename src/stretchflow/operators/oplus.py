@@ -172,6 +172,10 @@ class OPlus:
     #: with ``run`` a :class:`Run`; used by :meth:`OPlusInstance.process_batch` (see there for
     #: the contract). It lets a numpy kernel cover many tuples per call.
     update_many: Callable[[WindowSet, Run], list[tuple[int, Any]] | None] | None = None
+    #: runs shorter than this take f_U tuple by tuple: a kernel call's fixed cost (tens of
+    #: microseconds of numpy set-up per key) exceeds per-tuple f_U's for a tuple or two, which
+    #: is what a live source at a low rate delivers
+    min_run: int = 8
 
     @property
     def batchable(self) -> bool:
@@ -352,7 +356,7 @@ class OPlusInstance:
         of the window the producing tuple fell in. Only WT ``single`` with Table I's f_O
         qualifies, where a slide emits nothing and k slides equal one."""
         op = self.op
-        if not op.batchable:
+        if not op.batchable or len(items) < op.min_run:
             for ts, v, i in items:
                 self.process(ts, v, i)
             return
