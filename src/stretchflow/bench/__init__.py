@@ -34,11 +34,19 @@ def _vsn(kind: str) -> Callable[[bool, str | None], Path]:
     return run
 
 
-def _hedge(quick: bool, out_dir: str | None) -> Path:
-    from .hedge import hedge
+def _elastic(kind: str) -> Callable[[bool, str | None], Path]:
+    def run(quick: bool, out_dir: str | None) -> Path:
+        from . import elastic
 
-    kw = {"seconds": 30.0} if quick else {}
-    return write_result("vsn-hedge", {"quick": quick, **kw}, hedge(**kw), out_dir)
+        fn, small = {
+            "hedge": (elastic.hedge, {"seconds": 30.0}),
+            "q5": (elastic.scalejoin_phases, {"seconds": 30.0, "window": 10_000,
+                                              "min_phase_s": 5.0, "max_phase_s": 10.0}),
+        }[kind]
+        kw = small if quick else {}
+        return write_result(f"vsn-{kind}", {"quick": quick, **kw}, fn(**kw), out_dir)
+
+    return run
 
 
 def _jsonable(kw: dict[str, Any]) -> dict[str, Any]:
@@ -57,8 +65,10 @@ BENCHMARKS: dict[str, tuple[str, str, Callable[[bool, str | None], Path]]] = {
                       _vsn("wordcount")),
     "vsn-scalejoin": ("ScaleJoin comparisons/s vs parallelism, with a 1T join", "STRETCH Q3",
                       _vsn("scalejoin")),
+    "vsn-q5": ("ScaleJoin over phases of random rates, threshold controller, over time",
+               "STRETCH Q5", _elastic("q5")),
     "vsn-hedge": ("hedge self-join on bursty trades, threshold controller, over time",
-                  "STRETCH Q6", _hedge),
+                  "STRETCH Q6", _elastic("hedge")),
 }
 
 

@@ -106,23 +106,27 @@ _FIGURES = {
 }
 
 
-def _hedge(axes: Any, m: dict[str, Any]) -> None:
-    """Input rate, instances and latency over time (the paper's Figure 13 panels)."""
-    rate = m["input_rate_per_s"]
-    axes[0].plot(range(len(rate)), rate, lw=0.8)
-    axes[0].set_ylabel("input (t/s)")
-    axes[0].set_title(f"Q6 hedge self-join, WS {m['window_ms'] // 1000} s, threshold controller")
-    ts = [e["time"] for e in m["metrics"]]
-    axes[1].step(ts, [e["parallelism"] for e in m["metrics"]], where="post")
-    axes[1].set_ylabel("instances")
-    axes[1].set_ylim(0, m["max_parallelism"] + 0.5)
-    lat = m["latency_p50_per_s"]
-    axes[2].plot([t for t, _ in lat], [v for _, v in lat], lw=0.8, color="tab:red")
-    axes[2].set_ylabel("latency p50 (ms)")
-    axes[2].set_yscale("log")
-    axes[2].set_xlabel("time (s)")
+def _timeline(title: str) -> Any:
+    def draw(axes: Any, m: dict[str, Any]) -> None:
+        """Input rate, instances and latency over time (the paper's Figure 12–13 panels)."""
+        rate = m["input_rate_per_s"]
+        axes[0].plot(range(len(rate)), rate, lw=0.8)
+        axes[0].set_ylabel("input (t/s)")
+        axes[0].set_title(f"{title}, WS {m['window_ms'] // 1000} s, threshold controller")
+        ts = [e["time"] for e in m["metrics"]]
+        axes[1].step(ts, [e["parallelism"] for e in m["metrics"]], where="post")
+        axes[1].set_ylabel("instances")
+        axes[1].set_ylim(0, m["max_parallelism"] + 0.5)
+        lat = m["latency_p50_per_s"]
+        axes[2].plot([t for t, _ in lat], [v for _, v in lat], lw=0.8, color="tab:red")
+        axes[2].set_ylabel("latency p50 (ms)")
+        axes[2].set_yscale("log")
+        axes[2].set_xlabel("time (s)")
+
+    return draw
 
 
 _TIMELINES = {
-    "vsn-hedge": _hedge,
+    "vsn-hedge": _timeline("Q6 hedge self-join"),
+    "vsn-q5": _timeline("Q5 ScaleJoin over random-rate phases"),
 }
