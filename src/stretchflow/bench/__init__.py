@@ -39,8 +39,8 @@ def _elastic(kind: str) -> Callable[[bool, str | None], Path]:
         from . import elastic
 
         fn, small = {
-            "hedge": (elastic.hedge, {"seconds": 30.0}),
-            "q5": (elastic.scalejoin_phases, {"seconds": 30.0, "window": 10_000,
+            "hedge": (elastic.hedge, {"seconds": 15.0, "max_rate": 600.0}),
+            "q5": (elastic.scalejoin_phases, {"seconds": 20.0, "window": 10_000,
                                               "min_phase_s": 5.0, "max_phase_s": 10.0}),
         }[kind]
         kw = small if quick else {}

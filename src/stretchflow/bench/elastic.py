@@ -67,12 +67,16 @@ def _timeline(res: Any, timestamps: list[int], wall: float) -> dict[str, Any]:
     }
 
 
-def hedge(seconds: float = 120.0, max_rate: float = 1200.0, window: int = 30_000,
+def hedge(seconds: float = 90.0, max_rate: float = 1200.0, window: int = 30_000,
           max_parallelism: int = 4, period: float = 1.0, seed: int = 1) -> dict[str, Any]:
     """Runs Q6 for about ``seconds`` of replayed event time; returns the run's time series."""
-    rows = int(seconds * max_rate / 2)  # the mean phase rate is max_rate / 2
-    table = trades(rows, seed=seed, max_rate=max_rate, min_phase_s=5.0, max_phase_s=20.0)
+    # at most max_rate trades per second: enough rows, cut at ``seconds`` of event time (the
+    # row count is fixed so that a shorter run replays the start of the same trades)
+    table = trades(int(max(seconds, 120.0) * max_rate), seed=seed, max_rate=max_rate,
+                   min_phase_s=5.0, max_phase_s=20.0)
     recs = table.to_pylist()
+    end = recs[0]["ts"] + seconds * 1000
+    recs = [r for r in recs if r["ts"] < end]
     flow = sf.Flow("hedge")
     src = sf.io.iterable(recs, name="trades").replay(1.0)
     sink = _Count()
