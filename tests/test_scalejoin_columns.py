@@ -1,5 +1,6 @@
 """ScaleJoin's column store: growth, purge and the vectorized band comparison."""
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -127,3 +128,18 @@ def test_extend_equals_appending_one_by_one(chunks, horizon):
     assert one.ts[h1:t1].tolist() == many.ts[h2:t2].tolist()
     assert one.uv[:, h1:t1].tolist() == many.uv[:, h2:t2].tolist()
     assert one.ids[h1:t1].tolist() == many.ids[h2:t2].tolist()
+
+
+@pytest.mark.parametrize("bad", [{"ts": 7, "id": 3, "y": 1},               # no x
+                                 {"ts": 7, "id": 3, "x": "left", "y": 1},  # not a number
+                                 {"ts": 7, "x": 1, "y": 1}])               # no id
+def test_a_bad_tuple_in_a_run_is_named(bad):
+    from stretchflow.errors import RunTupleError
+    from stretchflow.queries.scalejoin import run_columns
+
+    good = [{"ts": t, "id": t, "x": 1, "y": 2} for t in range(5)]
+    values = good[:3] + [bad] + good[3:]
+    ts = [v["ts"] for v in values]
+    with pytest.raises(RunTupleError) as info:
+        run_columns(ts, values, [0] * len(values))
+    assert info.value.ts == 7 and info.value.payload is bad

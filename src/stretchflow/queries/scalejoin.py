@@ -103,19 +103,28 @@ def run_columns(ts: list[int], values: list[Any], inputs: list[int]) -> tuple[np
     """(ts, input, u, v, id) columns of a run of ScaleJoin tuples: u, v are (x, y) for left
     tuples and (a, b) for right ones."""
     n = len(ts)
-    u = np.empty(n)
-    v = np.empty(n)
-    ids = np.empty(n, dtype=object)
-    for k, (val, i) in enumerate(zip(values, inputs, strict=True)):
-        try:
-            if i == 0:
-                u[k], v[k] = val["x"], val["y"]
-            else:
-                u[k], v[k] = val["a"], val["b"]
-            ids[k] = val["id"]
-        except Exception as e:  # the failing tuple, not the run, is what the user must see
-            raise RunTupleError(ts[k], val, e) from e
+    pairs = list(zip(values, inputs, strict=True))
+    try:  # comprehensions, not a loop of numpy item assignments: this runs under the GIL
+        u = np.array([val["x"] if i == 0 else val["a"] for val, i in pairs], dtype=np.float64)
+        v = np.array([val["y"] if i == 0 else val["b"] for val, i in pairs], dtype=np.float64)
+        ids = np.fromiter([val["id"] for val in values], dtype=object, count=n)
+        if u.shape != (n,) or v.shape != (n,):
+            raise ValueError("band attributes must be numbers")
+    except Exception:
+        _raise_for_first_bad(ts, values, inputs)
+        raise
     return np.asarray(ts, dtype=np.int64), np.asarray(inputs, dtype=np.int8), u, v, ids
+
+
+def _raise_for_first_bad(ts: list[int], values: list[Any], inputs: list[int]) -> None:
+    """The failing tuple, not the run, is what the user must see."""
+    for t, val, i in zip(ts, values, inputs, strict=True):
+        try:
+            u, v = (val["x"], val["y"]) if i == 0 else (val["a"], val["b"])
+            float(u), float(v)
+            val["id"]  # noqa: B018 - the lookup is the check
+        except Exception as e:
+            raise RunTupleError(t, val, e) from e
 
 
 def join_run(stores: tuple[Columns, Columns], cols: tuple[np.ndarray, ...], keep: np.ndarray,
