@@ -115,8 +115,11 @@ def _overhead_one(kind: str, n_readers: int, per_writer: int) -> dict[str, float
         def get(r: str) -> Any:
             x = buf.get(r)
             return None if x is END else x
-    elif kind == "ssg":
-        buf = SlackScaleGate(writers, readers, slt=1000)
+    elif kind in ("ssg", "ssg-cap1024"):
+        # "ssg": the default capacity (65 536), not reached here; "ssg-cap1024": a capacity
+        # the writers hit, so the cost of flow control (blocking, wake-ups) shows
+        buf = SlackScaleGate(writers, readers, slt=1000,
+                             capacity=1024 if kind == "ssg-cap1024" else 65536)
         add, close = buf.insert, buf.close_writer
 
         def get(r: str) -> Any:
@@ -150,7 +153,11 @@ def _overhead_one(kind: str, n_readers: int, per_writer: int) -> dict[str, float
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
-    return {"read_ms_per_tuple": 1000 * sum(times) / len(times), "wall_s": wall}
+    res = {"read_ms_per_tuple": 1000 * sum(times) / len(times), "wall_s": wall}
+    if kind.startswith("ssg"):
+        st = buf.stats()
+        res.update(writer_waits=st["writer_waits"], max_held=st["max_held"])
+    return res
 
 
 def overhead(quick: bool = False) -> dict[str, Any]:
@@ -158,7 +165,7 @@ def overhead(quick: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for n in (1, 2, 4, 8):
         out[str(n)] = {kind: _overhead_one(kind, n, per_writer)
-                       for kind in ("esg", "ssg", "kslack")}
+                       for kind in ("esg", "ssg", "ssg-cap1024", "kslack")}
     return {"per_writer": per_writer, "writers": 2, "readers": out}
 
 
@@ -357,7 +364,9 @@ def _plot_overhead(m: dict[str, Any], path: Path) -> None:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=110)
     ns = sorted(int(n) for n in m["readers"])
-    for kind in ("esg", "ssg", "kslack"):
+    for kind in ("esg", "ssg", "ssg-cap1024", "kslack"):
+        if kind not in m["readers"][str(ns[0])]:
+            continue
         ax.plot(ns, [m["readers"][str(n)][kind]["read_ms_per_tuple"] for n in ns], "o-",
                 label=kind)
     ax.set_xlabel("reader threads")

@@ -1,12 +1,13 @@
 """The Slack ScaleGate (SSG) of "Maximizing determinism in stream processing under latency
-constraints" (determinism-latency.txt §4.1, §5.1, Alg. 1–3).
+constraints" (determinism-latency.txt §4.1, §5.1, Alg. 1–3), with flow control and run-time
+membership as the Elastic ScaleGate (:mod:`stretchflow.buffers.esg`).
 
 Writers insert timestamp-sorted tuples; every reader gets every tuple exactly once. A tuple
 is returned to a reader when it is
 
 * *ready* (Def. 2.1): ``ts <= merge_ts``, the minimum over writers of their latest timestamp
   (inclusive, as :mod:`stretchflow.buffers.esg`: a writer that added nothing counts as
-  ``-inf``, a closed writer as ``+inf``); or
+  ``-inf``, a closed writer no longer counts, and with no writer left ``merge_ts = +inf``); or
 * *slack-ready* (Def. 3.1): ``max_ts - ts > SLT`` with ``max_ts`` the maximum over writers of
   their latest timestamp. Such a tuple is returned before it is ready, flagged ``slack=True``.
 
@@ -16,7 +17,8 @@ Structure (Alg. 1)
     from it, so :meth:`get_head` (the paper's non-consuming ``getHead(r)``) is a bisection and
     never consumes. Each reader also has a late queue (a heap, the paper's priority queue) for
     tuples inserted *behind* its position after it read slack-ready tuples.
-    ``max_writer_ts[w]`` and ``last_read_ts[r][w]`` are Alg. 1's arrays.
+    ``maxWriterTs[w]`` and ``lastReadTs[r][w]`` are Alg. 1's arrays (``max_writer_ts`` by
+    writer name, and per reader).
 
 The insert race (§5.1) and how it is closed
     Alg. 2 decides per reader "has this reader overtaken the tuple?" and then adds the tuple to
@@ -27,9 +29,9 @@ The insert race (§5.1) and how it is closed
     already read past ``ts``) or at a position after its own in ``_log`` (it has not), never
     both and never neither. Python threads cannot run the lock-free skip list of the paper
     any faster than a short critical section (the GIL serializes bytecode), and a single lock
-    linearizes insert/get, which is what the exactly-once proof needs.
+    linearizes insert/get/membership, which is what the exactly-once proof needs.
 
-    Overtaken means ``max(last_read_ts[r]) > ts`` (Alg. 2 L4–L5). A reader's position key is
+    Overtaken means ``max(lastReadTs[r]) > ts`` (Alg. 2 L4–L5). A reader's position key is
     ``(ts_r, seq_r)`` and the new tuple's is ``(ts, seq)`` with ``seq > seq_r``, so the tuple
     lies after the reader's position exactly when it is not overtaken: the two tests agree.
 
@@ -42,6 +44,67 @@ SLT
     In event-time ms, changed at run time by :meth:`set_slt` (the SLT Setter of §4.2).
     ``math.inf`` (the default) reads ready tuples only: the SSG is then an ESG. Lowering SLT
     wakes waiting readers, since tuples may have just become slack-ready.
+
+Flow control (not in the paper, which assumes unbounded memory; the ESG's rule adapted)
+    ``held`` = log entries some current reader has not passed yet + the entries of every late
+    queue (a tuple in the log and in two late queues counts three times: each holds a
+    reference). Inserting a tuple costs the entries it creates: one per reader that already
+    read past it (its late queue) plus one log entry if some reader has not. A writer inserts
+    while the cost fits in ``capacity - held``; otherwise it waits on a condition (no
+    spinning), with one exception: a writer that *holds merge_ts* (its latest ts ``<=
+    merge_ts``, or it added nothing) may insert one tuple while *no reader has a deliverable
+    tuple* (an empty late queue and a head that is neither ready nor slack-ready). Why: if
+    readers can take tuples, they free room (late tuples are always deliverable; a reader
+    that runs out of deliverable tuples wakes the waiting writers), so waiting is safe. If
+    none can, the held tuples wait for merge_ts (or max_ts) to move, and only the writers at
+    merge_ts can move it: blocking them would deadlock. Finite SLT helps: slack-ready tuples
+    are deliverable, so readers overtake a slow writer and free room while it lags — as long
+    as the tuples within SLT of max_ts fit in the capacity; beyond that the fast writer waits
+    for the slow one, as with SLT = inf.
+
+    Deadlock freedom: if every writer waits and no reader has a deliverable tuple, a writer
+    holding merge_ts (one always exists while a writer is open) is exempt — a contradiction.
+    Bound: at an exempt insert every tuple of that writer is ready (``ts <= its latest <=
+    merge_ts``) and no reader has a deliverable one, so every reader already took them all:
+    the writer holds nothing. Hence each writer holds at most one tuple admitted over
+    capacity, which costs at most ``R`` entries (R readers), and ``held <= capacity + W * R``
+    (W writers, counting removed writers whose tuples are still held; with one reader
+    ``capacity + W`` as in the ESG). Two additions: a tuple whose cost alone exceeds the
+    capacity (more readers than capacity) is admitted into an empty SSG, and the late queues
+    copied by :meth:`add_readers` (see below) count until they are read (``stats()
+    ["copied_late"]``). ``stats()["max_held"]`` records the largest ``held``. The log itself
+    is compacted every ``gc_every = max(1, min(512, capacity // 8))`` reads, so ``len(_log)
+    + late entries`` exceeds ``held`` by fewer than ``gc_every`` passed entries
+    (``stats()["max_size"]`` records its maximum). ``insert_batch`` admits a run in parts
+    when room is short. A writer that had to wait resumes only once ``capacity // 4``
+    entries (or its whole remaining run) fit, so a full buffer is not refilled one tuple per
+    reader step (the ESG's hysteresis); the exemption does not depend on room.
+    ``capacity=None`` disables flow control.
+
+    Limitation shared with the ESG executors: flow control is per buffer, so a query graph
+    with a diamond (one thread writing into two SSGs whose outputs meet again) can deadlock
+    when the skew between the two paths exceeds a capacity. The slack executor's default
+    capacity (65 536) keeps that far away for the built-in queries.
+
+Membership (as the ESG's Table II; all calls under the one lock, so linearized)
+    ``add_readers(R, j)``: each new reader starts at exactly the tuple ``j`` gets next: it
+    copies ``j``'s ScaleGate position, ``lastReadTs`` and late queue, so from then on it gets
+    exactly the tuples ``j`` gets (the same set, each exactly once). ``remove_readers(R)``:
+    their next or pending ``get`` returns :data:`END`; the log entries and late tuples only
+    they held are released. ``add_writers(W, j)``: each new writer starts with ``j``'s
+    latest ts as its ``maxWriterTs`` — the ESG's hidden *dummy* tuple at that ts, recorded
+    without materializing it (so no reader can ever get it). Since that ts is ``>=
+    merge_ts`` and ``<= max_ts``, neither moves: a tuple already returned as ready stays
+    ready, and nothing becomes slack-ready. The new writer may only insert ts ``>=`` it.
+    ``remove_writers(W)`` (``close_writer`` is one): the writer no longer holds merge_ts
+    (the ESG's *flush*); its tuples stay and are delivered; a removed writer blocked in
+    ``insert`` gets ValueError (its tuples must not vanish silently). A membership call is
+    all-or-nothing: True only if it applied every change; otherwise (a name already
+    present/absent, ``j`` not a member) nothing changes and it returns False, so of
+    concurrent conflicting calls exactly one succeeds. Once no writer is left, none can be
+    added (there is no ``j``) and readers get :data:`END` after the last tuple. With no
+    reader left, inserted tuples are released at once (nobody can read them: new readers
+    only start where an existing reader is).
 
 End of input
     Once every writer is closed every tuple is ready; ``get`` returns :data:`END` when the
@@ -72,53 +135,110 @@ import math
 import threading
 import time
 from bisect import bisect_left, insort
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
+from itertools import islice
+from operator import itemgetter, le
 from typing import Any
 
-from .esg import END
+from .esg import END, Aborted
 
-__all__ = ["END", "SlackScaleGate"]
+__all__ = ["END", "Aborted", "SlackScaleGate"]
 
-_GC_EVERY = 512  # reads between garbage collections of the log
+DEFAULT_CAPACITY = 65536  # tuples held, as the ESG's default
+_GC_MAX = 512  # at most this many log reads between garbage collections of the log
+_ts = itemgetter(0)
+_NEG_INF = -math.inf
+
+
+class _Writer:
+    __slots__ = ("name", "rank", "last", "open")
+
+    def __init__(self, name: Hashable, rank: int, last: float) -> None:
+        self.name = name
+        self.rank = rank  # index in lastReadTs rows; never reused
+        self.last = last  # maxWriterTs[w] (Alg. 1); -inf before the first insert
+        self.open = True
+
+
+class _Reader:
+    __slots__ = ("name", "pos", "late", "last_read", "n_ready", "n_slack", "n_late")
+
+    def __init__(self, name: Hashable, pos: tuple[float, int], late: list[tuple[Any, ...]],
+                 last_read: list[float]) -> None:
+        self.name = name
+        self.pos = pos  # key (ts, seq) of the last entry taken from the log
+        self.late = late  # the late queue: a heap of log entries (Alg. 1)
+        self.last_read = last_read  # lastReadTs[r][w] by writer rank (Alg. 1)
+        self.n_ready = 0
+        self.n_slack = 0
+        self.n_late = 0
+
+
+def _as_members(items: Iterable[Hashable], what: str) -> list[Hashable]:
+    if isinstance(items, str | bytes):
+        raise TypeError(f"{what} must be an iterable of names, not the single name {items!r}")
+    return list(dict.fromkeys(items))
 
 
 class SlackScaleGate:
-    """An SSG with a fixed set of writers and readers (Alg. 1–3)."""
+    """An SSG (Alg. 1–3) with a capacity bound and run-time membership.
+
+    Args:
+        writers: initial writer names (distinct, at least one).
+        readers: initial reader names (distinct, at least one); they start at the beginning.
+        slt: the slack threshold in event-time ms (``math.inf``: ready tuples only).
+        capacity: the flow-control bound on held tuples (>= 1), or None for no bound.
+
+    See the module docstring for the readiness, flow-control and membership rules.
+    """
 
     def __init__(self, writers: Sequence[Hashable], readers: Sequence[Hashable],
-                 slt: float = math.inf):
+                 slt: float = math.inf, capacity: int | None = DEFAULT_CAPACITY):
         if not writers:
             raise ValueError("an SSG needs at least one writer")
         if not readers:
             raise ValueError("an SSG needs at least one reader")
         if len(set(writers)) != len(writers) or len(set(readers)) != len(readers):
             raise ValueError("writer and reader names must be distinct")
+        if capacity is not None and (not isinstance(capacity, int) or isinstance(capacity, bool)
+                                     or capacity < 1):
+            raise ValueError(f"SSG capacity must be a positive integer or None, got {capacity!r}")
         self._check_slt(slt)
         self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
-        self._w = {w: k for k, w in enumerate(writers)}
-        self._writers = list(writers)
-        self._r = {r: k for k, r in enumerate(readers)}
-        self._readers = list(readers)
-        nw, nr = len(writers), len(readers)
+        self._cond = threading.Condition(self._lock)  # readers wait here
+        self._room = threading.Condition(self._lock)  # writers wait here for room
+        self._capacity = capacity
+        self._resume_room = max(1, capacity // 4) if capacity is not None else 1
+        self._gc_every = max(1, min(_GC_MAX, capacity // 8)) if capacity is not None \
+            else _GC_MAX
         self._slt = slt
-        # Alg. 1: maxWriterTs[w] and lastReadTs[r][w]; -inf = nothing yet
-        self.max_writer_ts: list[float] = [-math.inf] * nw
-        self.last_read_ts: list[list[float]] = [[-math.inf] * nw for _ in range(nr)]
-        self._closed = [False] * nw
-        self._open = nw
-        self._merge = -math.inf  # min over open writers of max_writer_ts (+inf when none)
-        self._max = -math.inf  # max over writers of max_writer_ts
-        self._log: list[tuple[Any, ...]] = []  # ScaleGate: (ts, seq, writer, item), sorted
+        self._all_writers: list[_Writer] = []  # by rank, removed ones included
+        self._writers: dict[Hashable, _Writer] = {}  # current (open) writers
+        self._removed_writers: set[Hashable] = set()
+        for w in writers:
+            self._new_writer(w, _NEG_INF)
+        self._readers: dict[Hashable, _Reader] = {
+            r: _Reader(r, (_NEG_INF, -1), [], [_NEG_INF] * len(self._all_writers))
+            for r in readers}
+        self._retired: set[Hashable] = set()  # removed readers: get() tells them END
+        self._gone_counts = [0, 0, 0]  # ready, slack, late tuples of removed readers
+        self._merge = _NEG_INF  # min over open writers of their latest ts (+inf when none)
+        self._max = _NEG_INF  # max over writers of their latest ts
+        self._log: list[tuple[Any, ...]] = []  # ScaleGate: (ts, seq, rank, item), sorted
         self._seq = 0
-        self._pos: list[tuple[float, int]] = [(-math.inf, -1)] * nr  # last (ts, seq) from log
-        self._late: list[list[tuple[Any, ...]]] = [[] for _ in range(nr)]  # priority queues
+        self._late_total = 0  # entries in all late queues
         self._reads = 0
-        # statistics per reader: ready, slack-ready, late tuples returned
-        self.n_ready = [0] * nr
-        self.n_slack = [0] * nr
-        self.n_late = [0] * nr
+        self._aborted: BaseException | None = None
+        self._room_waiting = 0
+        self._waiting_writers: dict[_Writer, int] = {}  # writers blocked for room
         self.max_skew = 0.0  # the largest max_ts - merge_ts seen (the max-timestamp baseline)
+        # flow-control metrics
+        self._max_held = 0
+        self._max_size = 0
+        self._copied_late = 0
+        self._writer_waits = 0
+        self._writer_wait_s = 0.0
+        self._exempt_inserts = 0
 
     # -- configuration --------------------------------------------------------------------------
     @staticmethod
@@ -130,22 +250,40 @@ class SlackScaleGate:
     def slt(self) -> float:
         return self._slt
 
+    @property
+    def capacity(self) -> int | None:
+        return self._capacity
+
     def set_slt(self, slt: float) -> None:
         """setSLT (§4.1): the slack threshold from now on; readers waiting are re-checked."""
         self._check_slt(slt)
-        with self._cond:
+        with self._lock:
             lower = slt < self._slt
             self._slt = slt
             if lower:
                 self._cond.notify_all()
+            elif self._room_waiting:
+                # fewer tuples are slack-ready: maybe no reader can take one any more, and a
+                # writer holding merge_ts is then exempt from the bound
+                self._room.notify_all()
 
     @property
     def writers(self) -> list[Hashable]:
-        return list(self._writers)
+        """The current (open) writers."""
+        with self._lock:
+            return list(self._writers)
 
     @property
     def readers(self) -> list[Hashable]:
-        return list(self._readers)
+        """The current readers."""
+        with self._lock:
+            return list(self._readers)
+
+    @property
+    def max_writer_ts(self) -> dict[Hashable, float]:
+        """maxWriterTs (Alg. 1) of the current writers."""
+        with self._lock:
+            return {name: w.last for name, w in self._writers.items()}
 
     def merge_ts(self) -> float:
         """min over writers of their latest timestamp (+inf once all are closed)."""
@@ -157,102 +295,342 @@ class SlackScaleGate:
 
     # -- insertSSGTuple (Alg. 2) ----------------------------------------------------------------
     def insert(self, t: tuple, writer: Hashable) -> None:
-        """Adds tuple ``t`` (``t[0]`` its integer timestamp) from ``writer``."""
+        """Adds tuple ``t`` (``t[0]`` its integer timestamp) from ``writer``; blocks while the
+        SSG is full (module docstring, flow control)."""
         self.insert_batch((t,), writer)
 
     def insert_batch(self, ts_tuples: Sequence[tuple], writer: Hashable) -> None:
-        """Adds a writer's timestamp-sorted tuples, in one critical section."""
-        if not ts_tuples:
+        """Adds a writer's timestamp-sorted tuples: in one critical section if they fit,
+        otherwise in parts, waiting for room in between. The run is validated first: for an
+        unsorted run nothing is added.
+
+        Raises:
+            ValueError: unknown or closed writer, or a timestamp that goes back (naming the
+                writer, both timestamps and the record); the writer was removed while it
+                waited for room.
+            Aborted: the SSG was aborted.
+        """
+        batch = ts_tuples if isinstance(ts_tuples, list | tuple) else list(ts_tuples)
+        n = len(batch)
+        if not n:
             return
-        w = self._writer_index(writer)
-        with self._cond:
-            if self._closed[w]:
-                raise ValueError(f"SSG: writer {writer!r} is closed; its tuple "
-                                 f"{ts_tuples[0]!r} cannot be added")
-            prev = self.max_writer_ts[w]
-            log, positions, late = self._log, self._pos, self._late
-            for t in ts_tuples:
-                ts = t[0]
-                if ts < prev:
-                    raise ValueError(f"SSG: writer {writer!r} went back in time from {prev} "
-                                     f"to {ts} (record {t!r}); writers must be sorted")
-                prev = ts
-                self._seq += 1
-                entry = (ts, self._seq, w, t)
-                in_log = False
-                for r, pos in enumerate(positions):
-                    # Alg. 2 L3–L8: overtaken iff max(lastReadTs[r]) > ts, and that maximum
-                    # is the ts of the reader's log position (late tuples are older)
-                    if pos[0] > ts:
-                        heapq.heappush(late[r], entry)
-                    else:
-                        in_log = True
-                if in_log:  # L10–L11: only if some reader has not overtaken the writer
-                    if not log or log[-1] < entry:
-                        log.append(entry)
-                    else:
-                        insort(log, entry)
-            self.max_writer_ts[w] = prev  # L21
-            self._recompute()
-            self._cond.notify_all()
+        stamps = list(map(_ts, batch))
+        if n > 1 and not all(map(le, stamps, islice(stamps, 1, None))):
+            i = next(i for i in range(1, n) if stamps[i] < stamps[i - 1])
+            raise self._ts_back(writer, stamps[i - 1], batch[i])
+        with self._lock:
+            w = self._writer_state(writer, batch[0])
+            cap = self._capacity
+            i = 0
+            while i < n:
+                if self._aborted is not None:
+                    raise Aborted("the SSG was aborted") from self._aborted
+                if stamps[i] < w.last:  # also after a wait: another thread may have written
+                    raise self._ts_back(writer, w.last, batch[i])
+                if cap is None:
+                    i = self._insert_run(w, batch, i, math.inf, False)
+                    continue
+                # fast path: the physical size bounds held from above, so room >= this
+                j = self._insert_run(w, batch, i, cap - len(self._log) - self._late_total, False)
+                if j == i:  # not one tuple fit by the estimate: the exact room, else wait
+                    j = self._insert_run(w, batch, i, cap - self._held(), False)
+                    if j == i:
+                        room, force = self._wait_room(w, batch[i], n - i)
+                        if stamps[i] < w.last:
+                            raise self._ts_back(writer, w.last, batch[i])
+                        j = self._insert_run(w, batch, i, room, force)
+                i = j
 
-    def close_writer(self, writer: Hashable) -> bool:
-        """The writer's end of input: it no longer holds back readiness. False if closed."""
-        w = self._writer_index(writer)
-        with self._cond:
-            if self._closed[w]:
-                return False
-            self._closed[w] = True
-            self._open -= 1
-            self._recompute()
-            self._cond.notify_all()
+    def _cost(self, ts: Any) -> int:
+        """Entries a tuple at ``ts`` would add now: one per reader that overtook it (its late
+        queue), plus one log entry if some reader has not."""
+        p = 0
+        for r in self._readers.values():
+            if r.pos[0] > ts:
+                p += 1
+        return p + (p < len(self._readers))
+
+    def _insert_run(self, w: _Writer, batch: Sequence[tuple], i: int, room: float,
+                    force: bool) -> int:
+        """Alg. 2 for ``batch[i:]`` of ``w`` (lock held) while each tuple's entries fit in
+        ``room`` (``force``: the first one in any case); returns the index it stopped at."""
+        log, readers = self._log, list(self._readers.values())
+        nr = len(readers)
+        rank = w.rank
+        seq = self._seq
+        late_n = 0
+        n = len(batch)
+        k = i
+        while k < n:
+            t = batch[k]
+            ts = t[0]
+            # Alg. 2 L3–L8: overtaken iff max(lastReadTs[r]) > ts, and that maximum is the ts
+            # of the reader's log position (late tuples are older)
+            p = 0
+            for r in readers:
+                if r.pos[0] > ts:
+                    p += 1
+            cost = p + (p < nr)
+            if cost > room and not (force and k == i):
+                break
+            room -= cost
+            k += 1
+            seq += 1
+            entry = (ts, seq, rank, t)
+            if p:
+                for r in readers:
+                    if r.pos[0] > ts:
+                        heapq.heappush(r.late, entry)
+                late_n += p
+            if p < nr:  # L10–L11: only if some reader has not overtaken the writer
+                if not log or log[-1] < entry:
+                    log.append(entry)
+                else:
+                    insort(log, entry)
+        if k == i:
+            return i
+        self._seq = seq
+        self._late_total += late_n
+        w.last = batch[k - 1][0]  # L21
+        if w.last > self._max:
+            self._max = w.last
+        old = self._merge
+        self._recompute()
+        size = len(log) + self._late_total
+        if size > self._max_size:
+            self._max_size = size
+            if size > self._max_held:  # held <= size: only then can the maximum grow
+                held = self._held()
+                if held > self._max_held:
+                    self._max_held = held
+        self._cond.notify_all()
+        if self._merge != old and self._waiting_writers:
+            self._wake_merge_holders()
+        return k
+
+    def _wake_merge_holders(self) -> None:
+        """merge_ts moved: a waiting writer that now holds it may be exempt."""
+        m = self._merge
+        if any(w.last <= m for w in self._waiting_writers):
+            self._room.notify_all()
+
+    def _held(self) -> int:
+        """Log entries a current reader has not passed + late entries (module docstring)."""
+        log = self._log
+        if not self._readers or not log:
+            return len(log) + self._late_total
+        low = min(r.pos for r in self._readers.values())
+        return len(log) - bisect_left(log, (low[0], low[1] + 1)) + self._late_total
+
+    def _deliverable(self, r: _Reader) -> bool:
+        """True if Alg. 3 would return a tuple to ``r`` now."""
+        if r.late:
             return True
+        e = self._head(r)
+        return e is not None and (e[0] <= self._merge or self._max - e[0] > self._slt)
 
-    def _writer_index(self, writer: Hashable) -> int:
+    def _wait_room(self, w: _Writer, t: tuple, want: int) -> tuple[float, bool]:
+        """Waits (lock held) until ``w`` may insert ``t`` (and maybe more of its ``want``
+        tuples); returns the room and whether ``t`` is admitted whatever its cost."""
+        cap = self._capacity
+        assert cap is not None
+        need = 1
+        t0 = 0.0
         try:
-            return self._w[writer]
-        except KeyError:
-            raise ValueError(f"SSG: {writer!r} is not a writer; writers: {self._writers}") \
-                from None
+            while True:
+                if self._aborted is not None:
+                    raise Aborted("the SSG was aborted") from self._aborted
+                if self._writers.get(w.name) is not w:
+                    raise ValueError(f"SSG: writer {w.name!r} was removed while waiting for "
+                                     "room to insert")
+                held = self._held()
+                room = cap - held
+                if room >= max(need, self._cost(t[0])):
+                    return room, False
+                if not held:  # a tuple costing more than the capacity (readers > capacity)
+                    return room, True
+                # the exemption of the flow-control rule (module docstring)
+                if w.last <= self._merge and not any(
+                        map(self._deliverable, self._readers.values())):
+                    self._exempt_inserts += 1
+                    return room, True
+                if not t0:
+                    t0 = time.perf_counter()
+                    self._writer_waits += 1
+                    need = min(want, self._resume_room)
+                self._room_waiting += 1
+                self._waiting_writers[w] = self._waiting_writers.get(w, 0) + 1
+                try:
+                    self._room.wait()
+                finally:
+                    self._room_waiting -= 1
+                    c = self._waiting_writers[w] - 1
+                    if c:
+                        self._waiting_writers[w] = c
+                    else:
+                        del self._waiting_writers[w]
+        finally:
+            if t0:
+                self._writer_wait_s += time.perf_counter() - t0
+
+    def _writer_state(self, writer: Hashable, record: Any) -> _Writer:
+        w = self._writers.get(writer)
+        if w is None:
+            if writer in self._removed_writers:
+                raise ValueError(f"SSG: writer {writer!r} is closed; its tuple {record!r} "
+                                 "cannot be added")
+            raise ValueError(f"SSG: {writer!r} is not a writer; writers: "
+                             f"{list(self._writers)}")
+        return w
+
+    @staticmethod
+    def _ts_back(writer: Hashable, prev: Any, record: Any) -> ValueError:
+        return ValueError(f"SSG: writer {writer!r} went back in time from {prev} to "
+                          f"{record[0]} (record {record!r}); writers must be sorted")
+
+    def _new_writer(self, name: Hashable, last: float) -> None:
+        w = _Writer(name, len(self._all_writers), last)
+        self._all_writers.append(w)
+        self._writers[name] = w
+        self._removed_writers.discard(name)
 
     def _recompute(self) -> None:
-        mw, closed = self.max_writer_ts, self._closed
-        self._max = max(mw)
-        if self._open == 0:
+        if not self._writers:
             self._merge = math.inf
-        else:
-            self._merge = min(m for m, c in zip(mw, closed, strict=True) if not c)
-            skew = self._max - self._merge  # -inf - (-inf) is nan: not a skew yet
-            if self._merge > -math.inf and skew > self.max_skew:
-                self.max_skew = skew
+            return
+        self._merge = min(w.last for w in self._writers.values())
+        skew = self._max - self._merge  # -inf - (-inf) is nan: not a skew yet
+        if self._merge > _NEG_INF and skew > self.max_skew:
+            self.max_skew = skew
+
+    # -- membership (the ESG's Table II) --------------------------------------------------------
+    def close_writer(self, writer: Hashable) -> bool:
+        """The writer's end of input: ``remove_writers([writer])``. False if already closed.
+
+        Raises:
+            ValueError: ``writer`` never was a writer.
+        """
+        with self._lock:
+            if writer not in self._writers and writer not in self._removed_writers:
+                raise ValueError(f"SSG: {writer!r} is not a writer; writers: "
+                                 f"{list(self._writers)}")
+            return self._remove_writers([writer])
+
+    def remove_writers(self, writers: Iterable[Hashable]) -> bool:
+        """Removes ``writers`` (the ESG's flush): they no longer hold merge_ts back; their
+        tuples stay and are delivered. True only if all were writers, else nothing changes."""
+        gone = _as_members(writers, "writers")
+        with self._lock:
+            return self._remove_writers(gone)
+
+    def _remove_writers(self, gone: list[Hashable]) -> bool:
+        if any(x not in self._writers for x in gone):
+            return False
+        for x in gone:
+            w = self._writers.pop(x)
+            w.open = False
+            self._removed_writers.add(x)
+        self._recompute()
+        self._cond.notify_all()  # tuples may be ready now, or END reached
+        if self._room_waiting:  # a removed writer blocked in insert must raise
+            self._room.notify_all()
+        return True
+
+    def add_writers(self, writers: Iterable[Hashable], j: Hashable) -> bool:
+        """Adds ``writers``, each starting at writer ``j``'s latest ts (the ESG's dummy tuple):
+        merge_ts and max_ts do not move, so no returned tuple becomes unready; they may only
+        insert ts >= it. True only if ``j`` is a writer and none of ``writers`` is, else
+        nothing changes."""
+        new = _as_members(writers, "writers")
+        with self._lock:
+            wj = self._writers.get(j)
+            if wj is None or any(x in self._writers for x in new):
+                return False
+            for x in new:
+                self._new_writer(x, wj.last)
+            k = len(self._all_writers)
+            for r in self._readers.values():
+                r.last_read.extend([_NEG_INF] * (k - len(r.last_read)))
+            # merge_ts unchanged (wj.last >= merge_ts), max_ts unchanged (wj.last <= max_ts)
+            return True
+
+    def add_readers(self, readers: Iterable[Hashable], j: Hashable) -> bool:
+        """Adds ``readers``; each starts at the tuple reader ``j`` gets next (it copies j's
+        position, lastReadTs and late queue). True only if ``j`` is a reader and none of
+        ``readers`` is, else nothing changes."""
+        new = _as_members(readers, "readers")
+        with self._lock:
+            rj = self._readers.get(j)
+            if rj is None or any(x in self._readers for x in new):
+                return False
+            for x in new:
+                self._readers[x] = _Reader(x, rj.pos, list(rj.late), list(rj.last_read))
+                self._retired.discard(x)
+                self._late_total += len(rj.late)
+                self._copied_late += len(rj.late)
+            return True
+
+    def remove_readers(self, readers: Iterable[Hashable]) -> bool:
+        """Removes ``readers``: their next or pending ``get`` returns END, and what only they
+        held is released. True only if all were readers, else nothing changes."""
+        gone = _as_members(readers, "readers")
+        with self._lock:
+            if any(x not in self._readers for x in gone):
+                return False
+            for x in gone:
+                r = self._readers.pop(x)
+                self._late_total -= len(r.late)
+                self._gone_counts[0] += r.n_ready
+                self._gone_counts[1] += r.n_slack
+                self._gone_counts[2] += r.n_late
+                self._retired.add(x)
+            self._gc()
+            self._cond.notify_all()  # a removed reader blocked in get must return END
+            if self._room_waiting:
+                self._room.notify_all()
+            return True
+
+    def abort(self, cause: BaseException | None = None) -> None:
+        """Stops the SSG: every blocked and later ``get``/``insert`` raises
+        :class:`~stretchflow.buffers.esg.Aborted` (a failed thread cannot leave others
+        blocked on a full or empty buffer)."""
+        with self._lock:
+            self._aborted = cause if cause is not None else Aborted("aborted")
+            self._cond.notify_all()
+            self._room.notify_all()
 
     # -- getSSGTuple (Alg. 3) -------------------------------------------------------------------
     def get_head(self, reader: Hashable) -> tuple | None:
         """getHead(r) (§5.1): the next ScaleGate tuple after the reader's position, ready or
-        not, without consuming it; None if there is none."""
-        r = self._reader_index(reader)
+        not, without consuming it; None if there is none (or ``reader`` was removed)."""
         with self._lock:
+            r = self._readers.get(reader)
+            if r is None:
+                if reader in self._retired:
+                    return None
+                raise self._unknown_reader(reader)
             e = self._head(r)
             return None if e is None else e[3]
 
-    def _head(self, r: int) -> tuple | None:
-        ts, seq = self._pos[r]
+    def _head(self, r: _Reader) -> tuple | None:
+        ts, seq = r.pos
         log = self._log
         i = bisect_left(log, (ts, seq + 1))  # first entry with key > (ts, seq)
         return log[i] if i < len(log) else None
 
-    def _take(self, r: int) -> tuple[tuple, bool] | None:
-        """One step of Alg. 3 for reader index ``r`` under the lock; None if nothing yet."""
-        late = self._late[r]
+    def _take(self, r: _Reader) -> tuple[tuple, bool] | None:
+        """One step of Alg. 3 for reader ``r`` under the lock; None if nothing yet."""
+        late = r.late
         if late:  # L2–L11
             ts, _, w, t = heapq.heappop(late)
-            self.last_read_ts[r][w] = ts
+            self._late_total -= 1
+            r.last_read[w] = ts
             slack = not ts <= self._merge
             if slack:
-                self.n_slack[r] += 1
+                r.n_slack += 1
             else:
-                self.n_ready[r] += 1
-            self.n_late[r] += 1
+                r.n_ready += 1
+            r.n_late += 1
             return t, slack
         e = self._head(r)  # L13
         if e is None:
@@ -260,87 +638,124 @@ class SlackScaleGate:
         ts, seq, w, t = e
         if ts <= self._merge:  # L18–L22: ready
             slack = False
-            self.n_ready[r] += 1
+            r.n_ready += 1
         elif self._max - ts > self._slt:  # L25–L28: slack-ready
             slack = True
-            self.n_slack[r] += 1
+            r.n_slack += 1
         else:
             return None  # L29
-        self._pos[r] = (ts, seq)
-        self.last_read_ts[r][w] = ts
+        r.pos = (ts, seq)
+        r.last_read[w] = ts
         self._reads += 1
-        if self._reads >= _GC_EVERY:
+        if self._reads >= self._gc_every:
             self._gc()
         return t, slack
 
     def _gc(self) -> None:
-        """Drops log entries every reader has passed."""
+        """Drops log entries every reader has passed (all of them with no reader)."""
         self._reads = 0
-        low = min(self._pos)
+        if not self._readers:
+            self._log.clear()
+            return
+        low = min(r.pos for r in self._readers.values())
         i = bisect_left(self._log, (low[0], low[1] + 1))
         if i:
             del self._log[:i]
 
-    def _reader_index(self, reader: Hashable) -> int:
-        try:
-            return self._r[reader]
-        except KeyError:
-            raise ValueError(f"SSG: {reader!r} is not a reader; readers: {self._readers}") \
-                from None
-
-    def _done(self, r: int) -> bool:
-        return self._open == 0 and not self._late[r] and self._head(r) is None
+    def _done(self, r: _Reader) -> bool:
+        return not self._writers and not r.late and self._head(r) is None
 
     def get(self, reader: Hashable, timeout: float | None = None) -> Any:
         """getSSGTuple(r): ``(tuple, slack)`` with ``slack`` True for a slack-ready tuple;
         None if nothing is (slack-)ready within ``timeout`` seconds (None: wait as long as
-        needed); :data:`END` once every writer is closed and the reader took everything."""
-        r = self._reader_index(reader)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._cond:
-            while True:
-                got = self._take(r)
-                if got is not None:
-                    return got
-                if self._done(r):
-                    return END
-                if deadline is None:
-                    self._cond.wait()
-                    continue
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return None
-                self._cond.wait(left)
+        needed); :data:`END` once every writer is closed and the reader took everything, or
+        once the reader was removed.
+
+        Raises:
+            ValueError: ``reader`` never was a reader.
+            Aborted: the SSG was aborted.
+        """
+        out = self._get(reader, 1, timeout)
+        return out if out is None or out is END else out[0]
 
     def get_batch(self, reader: Hashable, max_items: int,
                   timeout: float | None = None) -> Any:
         """Up to ``max_items`` ``(tuple, slack)`` pairs in one critical section; waits (as
         :meth:`get`) for the first. Returns a list (empty on timeout) or :data:`END`."""
-        first = self.get(reader, timeout)
-        if first is None:
-            return []
-        if first is END:
-            return END
-        out = [first]
-        r = self._r[reader]
+        if max_items < 1:
+            raise ValueError(f"max_items must be >= 1, got {max_items!r}")
+        out = self._get(reader, max_items, timeout)
+        return [] if out is None else out
+
+    def _get(self, reader: Hashable, max_items: int, timeout: float | None) -> Any:
+        deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
-            while len(out) < max_items:
-                got = self._take(r)
-                if got is None:
-                    break
-                out.append(got)
-        return out
+            r = self._readers.get(reader)
+            if r is None:
+                if reader in self._retired:
+                    return END
+                raise self._unknown_reader(reader)
+            while True:
+                if self._aborted is not None:
+                    raise Aborted("the SSG was aborted") from self._aborted
+                out = []
+                while len(out) < max_items:
+                    got = self._take(r)
+                    if got is None:
+                        break
+                    out.append(got)
+                if self._room_waiting:
+                    self._after_reads(exhausted=len(out) < max_items)
+                if out:
+                    return out
+                if self._done(r):
+                    return END
+                if deadline is None:
+                    self._cond.wait()
+                else:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return None
+                    self._cond.wait(left)
+                if self._readers.get(reader) is not r:
+                    return END
+
+    def _after_reads(self, exhausted: bool) -> None:
+        """Wakes waiting writers when room is back (hysteresis) or when this reader has no
+        deliverable tuple left (perhaps none has, and a writer at merge_ts is then exempt)."""
+        cap = self._capacity
+        if exhausted or (cap is not None and cap - self._held() >= self._resume_room):
+            self._room.notify_all()
+
+    @staticmethod
+    def _unknown_reader(reader: Hashable) -> ValueError:
+        return ValueError(f"SSG: {reader!r} is not a reader (never added)")
 
     # -- statistics -----------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
-        """Counts per reader (ready, slack-ready, late), buffered tuples, SLT and skew."""
+        """Counts per current reader (ready, slack-ready, late), totals including removed
+        readers, flow-control figures, SLT and skew."""
         with self._lock:
+            rs = self._readers
             return {
                 "slt": self._slt,
+                "capacity": self._capacity,
+                "held": self._held(),
+                "max_held": self._max_held,
+                "size": len(self._log) + self._late_total,
+                "max_size": self._max_size,
+                "gc_every": self._gc_every,
+                "copied_late": self._copied_late,
+                "writers_ever": len(self._all_writers),
+                "writer_waits": self._writer_waits,
+                "writer_wait_s": self._writer_wait_s,
+                "exempt_inserts": self._exempt_inserts,
                 "buffered": len(self._log),
-                "late_queued": [len(q) for q in self._late],
-                "ready": dict(zip(self._readers, self.n_ready, strict=True)),
-                "slack_ready": dict(zip(self._readers, self.n_slack, strict=True)),
-                "late": dict(zip(self._readers, self.n_late, strict=True)),
+                "late_queued": {n: len(r.late) for n, r in rs.items()},
+                "ready": {n: r.n_ready for n, r in rs.items()},
+                "slack_ready": {n: r.n_slack for n, r in rs.items()},
+                "late": {n: r.n_late for n, r in rs.items()},
+                "removed_readers": dict(zip(("ready", "slack_ready", "late"),
+                                            self._gone_counts, strict=True)),
                 "max_skew": self.max_skew,
             }

@@ -37,6 +37,14 @@ Slack-ready tuples processed out of order (the paper's deliberate approximation,
     dropped. A tuple is counted by the instance(s) owning its keys (once for a one-key tuple).
     Outputs stay timestamp-sorted per thread (f_U outputs carry right boundaries > W).
 
+Flow control
+    Every SSG (the O+ inputs and the sinks') has a capacity (``capacity``, default 65 536
+    tuples held, None for unbounded): a source or upstream O+ thread writing into a full SSG
+    blocks until its readers free room, so a fast source in front of a slow operator does not
+    grow memory (the bound and its deadlock-freedom argument are in
+    :mod:`stretchflow.buffers.ssg`). A failing thread aborts every SSG so no thread stays
+    blocked on a full or empty buffer.
+
 With SLT ≥ max_ts − merge_ts throughout (in particular SLT = ∞, the default) no tuple is
 slack-ready and the output equals the reference executor's, per timestamp.
 """
@@ -49,7 +57,7 @@ import time
 from collections.abc import Hashable, Mapping
 from typing import Any
 
-from ..buffers.ssg import END, SlackScaleGate
+from ..buffers.ssg import DEFAULT_CAPACITY, END, SlackScaleGate
 from ..elastic.controller import Controller, Metrics
 from ..errors import FlowDefinitionError, OperatorError, StretchflowError
 from ..eventtime import WATERMARK
@@ -143,7 +151,8 @@ class _Operator:
 class _Run:
     """The physical plan and its threads."""
 
-    def __init__(self, flow: Flow, slt: Any, readers: Any, n_groups: int):
+    def __init__(self, flow: Flow, slt: Any, readers: Any, n_groups: int,
+                 capacity: int | None = DEFAULT_CAPACITY):
         flow.validate()
         self.flow = flow
         self.ops: dict[Node, _Operator] = {}
@@ -162,8 +171,10 @@ class _Run:
             self.children[node].append(("sink", k, 0))
         for node, o in self.ops.items():
             s = slt.get(node.name, math.inf) if isinstance(slt, Mapping) else slt
-            o.ssg = SlackScaleGate(self._producers_of(node), [r.name for r in o.readers], s)
-        self.sink_ssgs = [SlackScaleGate(self._producers_into(node), [("sink", k)])
+            o.ssg = SlackScaleGate(self._producers_of(node), [r.name for r in o.readers], s,
+                                   capacity=capacity)
+        self.sink_ssgs = [SlackScaleGate(self._producers_into(node), [("sink", k)],
+                                         capacity=capacity)
                           for k, (node, _) in enumerate(flow.sinks)]
         self.failure: BaseException | None = None
         self.sink_counts = [0] * len(flow.sinks)
@@ -237,6 +248,7 @@ class _Run:
         clock = time.perf_counter
         process, advance = inst.process, inst.advance
         ts = p = None
+        last_wm = -math.inf
         try:
             while self.failure is None:
                 got = ssg.get_batch(name, BATCH, timeout=WAIT)
@@ -256,8 +268,18 @@ class _Run:
                     r.samples.extend(lat)
                     if inst.W > r.last_ts:
                         r.last_ts = inst.W
-                if inst.out:
-                    self.push(node, name, inst.take())
+                out = inst.take() if inst.out else []
+                w = inst.W
+                # a punctuation at W lets the downstream SSG's merge_ts pass this thread
+                # even when it outputs nothing (as VSN's ESG_out, Lemma 2): without it a
+                # sibling thread's outputs wait for this one's next output, and with a
+                # capacity the sibling blocks, stops reading the shared input and the
+                # writers of this SSG block too (a deadlock)
+                if w > last_wm and (not out or out[-1][0] <= w):
+                    out.append((w, WATERMARK))
+                    last_wm = w
+                if out:
+                    self.push(node, name, out)
             ts = p = None
             if self.failure is None:
                 inst.finish()
@@ -277,14 +299,22 @@ class _Run:
                 if got is END:
                     break
                 if got:
-                    sink.write([(t[0], t[1]) for t, _ in got])
-                    self.sink_counts[k] += len(got)
+                    items = [(t[0], t[1]) for t, _ in got if t[1] is not WATERMARK]
+                    if items:
+                        sink.write(items)
+                        self.sink_counts[k] += len(items)
         except BaseException as e:
             self.fail(e)
 
     def fail(self, e: BaseException) -> None:
         if self.failure is None:
             self.failure = e
+            # a writer blocked on a full SSG (or a reader on an empty one) must not outlive
+            # the failure: aborting makes every blocked call raise Aborted
+            for o in self.ops.values():
+                o.ssg.abort(e)
+            for ssg in self.sink_ssgs:
+                ssg.abort(e)
 
     # -- Eq. 1, Eq. 2 -------------------------------------------------------------------------
     def measure(self, now: float) -> dict[str, dict[str, Any]]:
@@ -316,6 +346,7 @@ class _Run:
                 "skew_ms": o.ssg.max_ts() - o.ssg.merge_ts()
                 if math.isfinite(o.ssg.merge_ts()) else 0.0,
                 "max_skew_ms": o.ssg.max_skew,
+                "held": st["held"],
             }
             o.prev_slack, o.prev_late, o.prev_lost = slack, late, lost
         return out
@@ -346,7 +377,8 @@ def end_to_end(per_op: Mapping[str, Mapping[str, Any]], paths: list[list[str]]) 
 
 def run(flow: Flow, deadline_ms: float | None = None, slt: float | Mapping[str, float] = math.inf,
         tuner: Controller | None = None, readers: int | Mapping[str, int] = 1,
-        interval: float = 0.5, n_groups: int = 64, **options: Any) -> RunResult:
+        interval: float = 0.5, n_groups: int = 64,
+        capacity: int | None = DEFAULT_CAPACITY, **options: Any) -> RunResult:
     """Runs ``flow`` with every O+ reading its inputs through an SSG.
 
     Args:
@@ -359,6 +391,10 @@ def run(flow: Flow, deadline_ms: float | None = None, slt: float | Mapping[str, 
         readers: processing threads per O+ (an int, or a dict by operator name).
         interval: seconds between measurements (time series points, tuner calls).
         n_groups: key groups of each O+'s shared state.
+        capacity: the flow-control bound of every SSG (tuples held, see
+            :mod:`stretchflow.buffers.ssg`): a writer (source or upstream O+ thread) blocks
+            while the SSG it writes to is full; None disables it (memory then grows with
+            the skew).
 
     Returns a :class:`RunResult` whose ``extra`` holds ``series`` (one point per interval:
     ``t``, ``latency_ms`` (Eq. 2), per-operator latency / SLT / slack-ready / late / lost /
@@ -372,7 +408,9 @@ def run(flow: Flow, deadline_ms: float | None = None, slt: float | Mapping[str, 
         raise ValueError(f"deadline_ms must be > 0, got {deadline_ms!r}")
     if tuner is not None:
         tuner.reset()
-    R = _Run(flow, slt, readers, n_groups)
+    if capacity is not None and (not isinstance(capacity, int) or capacity < 1):
+        raise ValueError(f"capacity must be a positive integer or None, got {capacity!r}")
+    R = _Run(flow, slt, readers, n_groups, capacity)
     paths = R.paths()
     threads = [threading.Thread(target=R.sink_thread, args=(k,), daemon=True,
                                 name=f"sink-{k}") for k in range(len(flow.sinks))]
@@ -463,6 +501,10 @@ def _summary(R: _Run, series: list[dict[str, Any]], decisions: list[dict[str, An
             "lost_tuples": sum(i.lost for i in insts),
             "partially_lost_tuples": sum(i.partial for i in insts),
             "max_skew_ms": o.ssg.max_skew,
+            "capacity": st["capacity"],
+            "max_held": st["max_held"],
+            "writer_waits": st["writer_waits"],
+            "writer_wait_s": st["writer_wait_s"],
         }
     lat = [p["latency_ms"] for p in series]
     return {
