@@ -230,12 +230,19 @@ def test_slack_engine_with_infinite_slack_matches_reference(tmp_path):
     assert main(["run", "wordcount", "--input", str(data), "--output", str(got), "--engine",
                  "slack", "--parallelism", "2", "--deadline", "500", "-q"]) == 0
     assert _sorted_lines(got) == _sorted_lines(ref)
+    for engine in ("slack", "vsn"):  # a tiny buffer: writers block often, same output
+        small = tmp_path / f"{engine}-small.jsonl"
+        assert main(["run", "wordcount", "--input", str(data), "--output", str(small),
+                     "--engine", engine, "--parallelism", "2", "--capacity", "8", "-q"]) == 0
+        assert _sorted_lines(small) == _sorted_lines(ref)
 
 
 @pytest.mark.parametrize("flags,engine,message", [
     (["--slt", "5"], "vsn", "--slt applies to the slack engine only"),
     (["--queue", "hybrid"], "sn", "--queue applies to the ordered engine only"),
     (["--reconfigure", "10:2"], "slack", "--reconfigure does not apply to the slack engine"),
+    (["--capacity", "100"], "sn", "--capacity applies to the vsn and slack engines only"),
+    (["--capacity", "0"], "vsn", "--capacity must be at least 1"),
 ])
 def test_engine_specific_flags_are_refused_elsewhere(tmp_path, capsys, flags, engine, message):
     data = tmp_path / "t.jsonl"

@@ -67,6 +67,12 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
         for flag, value in (("--deadline", args.deadline), ("--slt", args.slt)):
             if value is not None:
                 raise ValueError(f"{flag} applies to the slack engine only")
+    if args.engine not in ("vsn", "slack") and args.capacity is not None:
+        raise ValueError("--capacity applies to the vsn and slack engines only")
+    if args.engine in ("vsn", "slack") and args.capacity is not None:
+        if args.capacity < 1:
+            raise ValueError(f"--capacity must be at least 1, got {args.capacity}")
+        opts["capacity"] = args.capacity
     if args.engine != "spark":
         for flag, value in spark_flags:
             if value is not None:
@@ -448,6 +454,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="slack engine: the query's latency deadline in ms (reported)")
     r.add_argument("--slt", type=float, metavar="MS",
                    help="slack engine: the slack time of every SSG (default inf: exact)")
+    r.add_argument("--capacity", type=int, metavar="N",
+                   help="vsn and slack engines: tuples each ESG/SSG holds before its writers "
+                        "block (flow control; default 4096 for vsn, 65536 for slack)")
     r.add_argument("-q", "--quiet", action="store_true")
     r.set_defaults(fn=cmd_run)
 
