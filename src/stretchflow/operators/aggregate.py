@@ -5,13 +5,19 @@ A user gives ``keys`` (f_MK), ``init``/``update`` for a per-(key, window) accumu
 ``update(acc, value) -> acc`` runs once per (key, window) the tuple falls in, as in Op. 14.
 With WT ``single`` the window set stores its tuples (Table I's default f_U and f_S) and f_O
 folds ``update`` over them when the instance expires, so both types give the same results.
+
+Columnar form (optional): an A+ whose f_U adds (``update(acc, v) == acc + v``) may also give
+``columns``, f_MK over a whole list of payloads at once (e.g. Arrow compute over a record
+batch). :meth:`AggregateInstance.process_columns` / :meth:`AggregateInstance.process_keyed`
+then take many tuples per call: values are summed per (window, key) with Arrow and f_U runs
+once per (window, key) with the sum. The Spark engine uses it; any executor may.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from .oplus import OPlus, OPlusInstance, SharedState, WindowSet
@@ -42,8 +48,18 @@ class Aggregate(OPlus):
         window_type: str = "multi",
         f_mu: Callable[[Hashable, int], int] | None = None,
         name: str = "aggregate",
+        columns: Callable[[Sequence[Any]], tuple[Any, Any, Any]] | None = None,
     ):
         self.user_keys = keys
+        #: vectorized f_MK, ``columns(payloads) -> (rows, keys, values)``: for every payload
+        #: ``payloads[r]``, the (key, value) pairs with ``rows == r``, summed per key, equal
+        #: ``keys(payloads[r])`` as a dict (a key may repeat: its values add up). ``rows`` a
+        #: numpy integer array, ``keys`` an Arrow string array, ``values`` a numpy int64
+        #: array. Only for an f_U that adds (``update(acc, v) == acc + v``, ``init()`` its
+        #: zero) and WT multi: the instance then sums a key's values of many tuples before
+        #: calling f_U once. It may raise on payloads it cannot handle; callers then take the
+        #: tuple-at-a-time path, which reports the offending tuple.
+        self.columns = columns
         self.user_init = init
         self.user_update = update
         self.user_output = output if output is not None else _pair
@@ -117,6 +133,112 @@ class AggregateInstance(OPlusInstance):
 
     def finish(self) -> None:
         self._expire(math.inf)
+
+    # -- columnar form -------------------------------------------------------------------------
+    def process_columns(self, ts: Sequence[int], payloads: Sequence[Any]) -> None:
+        """``process(ts[r], payloads[r])`` for every r, in one call through the operator's
+        vectorized f_MK (``Aggregate.columns``); timestamps non-decreasing and not below the
+        watermark. When ``columns`` fails (a payload it cannot take) the tuples go one at a
+        time through :meth:`process`, which reports the offending tuple."""
+        import numpy as np
+
+        if not len(payloads):
+            return
+        try:
+            rows, keys, values = self.op.columns(payloads)  # type: ignore[misc]
+        except Exception:
+            for t, p in zip(ts, payloads, strict=True):
+                self.process(t, p)
+            return
+        ts_arr = np.asarray(ts, dtype=np.int64)
+        self.process_keyed(ts_arr[np.asarray(rows, dtype=np.int64)], keys, values,
+                           first=int(ts_arr[0]), last=int(ts_arr[-1]))
+
+    def process_keyed(self, ts: Any, keys: Any, values: Any, first: int | None = None,
+                      last: int | None = None) -> None:
+        """The tuples of a run already split into (ts, key, value) rows — what f_MK's
+        columnar form gives, or a shuffle by key delivers — ts non-decreasing and not below
+        the watermark. ``first``/``last``: the run's first and last tuple timestamps when
+        they carry no rows here (default: the rows' own).
+
+        Same σ and outputs as :meth:`process` on each tuple (Alg. 2): updateW to the first
+        timestamp; every row falls in the windows earliestWinL(ts)..latestWinL(ts) (Op. 14);
+        the values of each (window, key) are summed (Arrow ``group_by``) and f_U runs once
+        with the sum, which equals f_U on each value because f_U adds; then updateW to the
+        last timestamp. No window a row falls in can expire inside the run: with ts
+        non-decreasing, a window closes only at a timestamp after all of its rows."""
+        import numpy as np
+        import pyarrow as pa
+
+        op = self.op
+        ts = np.asarray(ts, dtype=np.int64)
+        n = len(ts)
+        if first is None:
+            if not n:
+                return
+            first, last = int(ts[0]), int(ts[-1])
+        if first < self.W or (n and (int(ts[0]) < first or int(ts[-1]) > last)):
+            raise ValueError(f"{op.name}: process_keyed needs non-decreasing timestamps not "
+                             f"below the watermark {self.W}")
+        if first > self.W:
+            self._update_w(first)
+        if n:
+            wa, ws_ = op.WA, op.WS
+            l1 = ((ts - ws_) // wa + 1) * wa  # earliestWinL
+            l2 = ts - ts % wa  # latestWinL
+            ls, ks, vs = [], [], []
+            keys = pa.array(keys) if not isinstance(keys, pa.Array | pa.ChunkedArray) \
+                else keys
+            values = np.asarray(values, dtype=np.int64)
+            for j in range(int((l2 - l1).max()) // wa + 1):  # the j-th window of each row
+                lj = l1 + j * wa
+                m = lj <= l2
+                if m.all():
+                    ls.append(lj), ks.append(keys), vs.append(values)
+                elif m.any():
+                    ls.append(lj[m]), ks.append(keys.filter(pa.array(m))), vs.append(values[m])
+            table = pa.table({"l": pa.array(np.concatenate(ls)),
+                              "k": pa.chunked_array([c for k in ks for c in
+                                                     (k.chunks if isinstance(k, pa.ChunkedArray)
+                                                      else [k])], keys.type),
+                              "v": pa.array(np.concatenate(vs))})
+            agg = table.group_by(["l", "k"], use_threads=False).aggregate([("v", "sum")])
+            agg = agg.sort_by("l")
+            l_col = agg.column("l").to_numpy()
+            cut = np.flatnonzero(np.diff(l_col)) + 1  # where the window changes
+            ks, sums = agg.column("k").to_pylist(), agg.column("v_sum").to_pylist()
+            for a, b in zip(np.r_[0, cut], np.r_[cut, len(l_col)], strict=True):
+                self._merge(int(l_col[a]), ks[a:b], sums[a:b])
+        if last > self.W:
+            self._update_w(last)
+
+    def _merge(self, l: int, ks: list[Any], sums: list[int]) -> None:
+        """f_U once per key of window ``l`` with the sum of its values (σ.check&Create,
+        f_U, set), for the keys this instance owns."""
+        update, init = self.op.user_update, self.op.user_init
+        groups, assign, j, G = self.groups, self.assign, self.j, self.state.G
+        if G == 1 and (assign is None or self._owns_all):
+            d = self._window(groups[0], l, 0)
+            get = d.get
+            for k, s in zip(ks, sums, strict=True):
+                acc = get(k, _MISSING)
+                d[k] = update(init() if acc is _MISSING else acc, s)
+            return
+        for k, s in zip(ks, sums, strict=True):
+            g = hash(k) % G
+            if assign is not None and not self._owns_all and assign[g] != j:
+                continue
+            d = self._window(groups[g], l, g)
+            acc = d.get(k, _MISSING)
+            d[k] = update(init() if acc is _MISSING else acc, s)
+
+    def _window(self, sg: dict, l: int, g: int) -> dict:
+        """σ_g's window instances at ``l``, created (and indexed for expiry) if new."""
+        d = sg.get(l)
+        if d is None:
+            d = sg[l] = {}
+            heapq.heappush(self._lheap, (l, g))
+        return d
 
 
 _MISSING = object()

@@ -8,6 +8,8 @@ as the Map of Alg. 11/13 plus the A of Op. 12 compute them, not tweets containin
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
+from typing import Any
 
 from ..operators.aggregate import Aggregate
 
@@ -15,6 +17,35 @@ from ..operators.aggregate import Aggregate
 def tokens_of(text: str) -> Counter:
     """Whitespace tokens of ``text`` with their number of occurrences."""
     return Counter(text.split())
+
+
+def token_columns(payloads: Sequence[Any]) -> tuple[Any, Any, Any]:
+    """f_MK of wordcount over many tweets at once (``Aggregate.columns``): (row of each token,
+    the tokens as an Arrow string array, a count of 1 each). Arrow's ``utf8_split_whitespace``
+    splits on exactly the code points ``str.split()`` does (tests/test_spark_columnar.py checks
+    every code point); the empty tokens it adds at the ends are dropped. Raises on a payload
+    ``tokens_of`` would reject (missing or non-string text), so that the caller falls back to
+    the tuple-at-a-time path, which names the tuple."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    texts = [t["text"] for t in payloads]
+    n = len(texts)
+    # a sentinel last string: Arrow 26's utf8_split_whitespace sometimes leaves the final
+    # whitespace code point on the last token of the array's *last* string
+    texts.append("x")
+    arr = pa.array(texts, pa.string())  # raises on non-strings and unencodable surrogates
+    if arr.null_count:
+        raise TypeError("text is None")
+    lists = pc.utf8_split_whitespace(arr)
+    tokens = pc.list_flatten(lists)
+    rows = pc.list_parent_indices(lists)
+    # Arrow keeps an empty token before leading and after trailing whitespace (and for "");
+    # str.split() never yields one
+    keep = pc.and_(pc.greater(pc.binary_length(tokens), 0), pc.less(rows, n))
+    tokens, rows = tokens.filter(keep), rows.filter(keep)
+    return rows.to_numpy(), tokens, np.ones(len(tokens), dtype=np.int64)
 
 
 def pairs_of(text: str, distance: int | None) -> Counter:
@@ -35,6 +66,7 @@ def wordcount(size: int | str = 120_000, slide: int | str = 60_000) -> Aggregate
         update=_add,
         output=lambda word, n: {"word": word, "count": n},
         name="wordcount",
+        columns=token_columns,
     )
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from ..eventtime import WATERMARK
 from ..flow import Flow, Node
-from . import plan
+from . import columnar, plan
 from .session import partition_tokens
 
 
@@ -36,13 +36,14 @@ def source_table(node: Node) -> tuple[Any, int, int | None]:
     append = items.append
     wm: int | None = None
     n = 0
-    for ts, p in node.spec.items():
-        if p is WATERMARK:
-            wm = ts
-            continue
-        append((ts, n, 0, p))
-        n += 1
-    batch = plan.chunks_batch(pa, items)
+    with plan.no_gc():
+        for ts, p in node.spec.items():
+            if p is WATERMARK:
+                wm = ts
+                continue
+            append((ts, n, 0, p))
+            n += 1
+        batch = plan.chunks_batch(pa, items)
     return pa.Table.from_batches([batch], schema=batch.schema), n, wm
 
 
@@ -78,6 +79,17 @@ def run_batch(flow: Flow, spark: Any, n_groups: int, n_partitions: int) -> dict[
                 for other in fed[1:]:
                     union = union.unionByName(other)
                 last_ts = _action(lambda u=union: u.agg(F.max("tmax")).collect()[0][0])
+            if columnar.applies(op):
+                (f,) = stage.feeds  # an A+ has one input
+                df = (dfs[f.producer]
+                      .mapInArrow(columnar.explode_kernel(f.chain, op, n_groups, tokens),
+                                  columnar.KEYED_SCHEMA)
+                      .repartition(n_partitions, "dest")
+                      .mapInArrow(columnar.keyed_kernel(op, last_wm[node]), plan.STREAM_SCHEMA))
+                if consumers.get(node, 0) > 1:
+                    df = df.persist()
+                dfs[node] = df
+                continue
             routed = None
             for i, f in enumerate(stage.feeds):
                 r = dfs[f.producer].mapInArrow(
@@ -114,9 +126,10 @@ def write_sink(sink: Any, table: Any, batch: int = 4096) -> None:
 
     items: list[tuple[int, int, int, Any]] = []
     loads = plan.loads
-    for raw in table.column("p").to_pylist():
-        items.extend(loads(raw))
-    items.sort(key=itemgetter(0, 1, 2))
+    with plan.no_gc():  # millions of new acyclic objects: GC passes would double the time
+        for raw in table.column("p").to_pylist():
+            items.extend(loads(raw))
+        items.sort(key=itemgetter(0, 1, 2))
     sink.open()
     try:
         for k in range(0, len(items), batch):

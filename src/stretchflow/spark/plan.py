@@ -29,12 +29,14 @@ import copy
 import pickle
 import re
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
 
 from ..elastic.consistent_hash import stable_hash
 from ..errors import FlowDefinitionError, OperatorError, SourceError, StretchflowError
+from ..executors.gc_hold import GC_HOLD
 from ..flow import Flow, Node
 from ..operators.oplus import OPlus
 from ..operators.stateless import Filter, FlatMap, Map, apply_batch
@@ -52,6 +54,32 @@ _ORDER3 = itemgetter(0, 1, 2)  # (ts, seq, sub) of a stream item
 _ORDER_ROUTED = itemgetter(0, 2, 3)  # (ts, seq, sub) of a routed item (one input per chunk)
 
 _MEMO_LIMIT = 1 << 20  # keys whose bucket is remembered per worker (high-cardinality keys)
+
+
+@contextmanager
+def no_gc() -> Iterator[None]:
+    """The cyclic garbage collector paused: a kernel allocates millions of small acyclic
+    objects (tuples, payload dicts, σ entries) and each generation-0 overflow would scan
+    them, doubling the time of a kernel or of the driver's collect. A counted hold, shared
+    with the VSN executor's reconfigurations, so nested and concurrent pauses compose."""
+    GC_HOLD.acquire()
+    try:
+        yield
+    finally:
+        GC_HOLD.release()
+
+
+Kernel = Callable[[Iterator[Any]], Iterator[Any]]  # a mapInArrow function
+
+
+def gc_paused(kernel: Kernel) -> Kernel:
+    """``kernel`` run with the garbage collector paused (:func:`no_gc`)."""
+
+    def run(batches: Iterator[Any]) -> Iterator[Any]:
+        with no_gc():
+            yield from kernel(batches)
+
+    return run
 
 
 def dumps(p: Any) -> bytes:
@@ -203,7 +231,7 @@ def chain_kernel(chain: list[Stateless]) -> Callable[[Iterator[Any]], Iterator[A
             out.sort(key=_ORDER3)
             yield chunks_batch(pa, out)
 
-    return run
+    return gc_paused(run)
 
 
 def chunks_batch(pa: Any, items: list[tuple[int, int, int, Any]]) -> Any:
@@ -274,7 +302,7 @@ def route_kernel(chain: list[Stateless], op: OPlus, i: int, n_groups: int,
                  pa.array(seq_o, pa.int64()), pa.array(p_o, pa.binary())],
                 names=["dest", "b", "tmin", "i", "seq", "p"])
 
-    return run
+    return gc_paused(run)
 
 
 def merge_chunks(batches: Iterator[Any]) -> Iterator[tuple]:
@@ -365,7 +393,7 @@ def oplus_kernel(op: OPlus, last_ts: int | None,
         if out:
             yield chunks_batch(pa, out)
 
-    return run
+    return gc_paused(run)
 
 
 def _collect(inst: Any, out: list, base: int) -> None:

@@ -138,7 +138,7 @@ def stream_route_kernel(chain: list, op: OPlus, i: int, n_groups: int, name: str
                  pa.array(k_o, pa.binary())],
                 names=["g", "ts", "i", "seq", "sub", "p", "k"])
 
-    return run
+    return plan.gc_paused(run)
 
 
 _FIELDS = ("groups", "_lheap", "_pending", "_seq", "W", "_last_l")
@@ -157,12 +157,16 @@ def make_processor(op: OPlus, n_groups: int, n_inputs: int) -> Any:
         def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator[Any]:
             frames = list(rows)
             new = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-            yield from self._step(int(key[0]), timerValues.getCurrentWatermarkInMs(), new)
+            with plan.no_gc():  # unpickling a group's state allocates millions of objects
+                out = list(self._step(int(key[0]), timerValues.getCurrentWatermarkInMs(), new))
+            yield from out
 
         def handleExpiredTimer(self, key: Any, timerValues: Any,
                                expiredTimerInfo: Any) -> Iterator[Any]:
-            yield from self._step(int(key[0]), timerValues.getCurrentWatermarkInMs(), None,
-                                  fired=expiredTimerInfo.getExpiryTimeInMs())
+            with plan.no_gc():
+                out = list(self._step(int(key[0]), timerValues.getCurrentWatermarkInMs(), None,
+                                      fired=expiredTimerInfo.getExpiryTimeInMs()))
+            yield from out
 
         def _step(self, g: int, wm: int, new: Any, fired: int | None = None) -> Iterator[Any]:
             current: list[Any] = [None]
