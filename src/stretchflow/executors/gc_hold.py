@@ -13,6 +13,9 @@ waits a long time for its trigger (a slow source: Alg. 5's control tuple needs t
 tuple of every source) keeps collections deferred as long, which is why the executor option
 ``defer_gc`` can turn this off.
 
+The Spark kernels (``spark/plan.py``, ``no_gc``) take the same hold while they allocate
+millions of short-lived acyclic objects, where generation-0 passes doubled their time.
+
 The collector's switch is process-wide, so the holds of every operator and executor in the
 process are counted together; the collector is enabled again when the last hold is released,
 and only if it was enabled when the first was taken (a program that disabled it itself keeps
