@@ -4,7 +4,7 @@ while the threshold controller follows the load.
 * ``hedge`` — Q6: the hedge self-join over bursty trades. The paper's trades arrive at
   0–8 000 t/s on 36 cores; here the generated trades (io.generators.trades: phases of uniform
   length with a rate drawn uniformly from [0, max_rate], Poisson inside a phase) are replayed
-  in event time at ``max_rate`` = 1 200 t/s by default, with the paper's WS = 30 s, on at
+  in event time at ``max_rate`` = 900 t/s by default, with the paper's WS = 30 s, on at
   most 4 instances.
 * ``scalejoin_phases`` — Q5: ScaleJoin (band join, WS = 1 min) over phases whose total rate
   is drawn uniformly from a range, with the §8.5 controller band (lower 70 %, upper 80 %).
@@ -67,7 +67,7 @@ def _timeline(res: Any, timestamps: list[int], wall: float) -> dict[str, Any]:
     }
 
 
-def hedge(seconds: float = 90.0, max_rate: float = 1200.0, window: int = 30_000,
+def hedge(seconds: float = 90.0, max_rate: float = 900.0, window: int = 30_000,
           max_parallelism: int = 4, period: float = 1.0, seed: int = 1) -> dict[str, Any]:
     """Runs Q6 for about ``seconds`` of replayed event time; returns the run's time series."""
     # at most max_rate trades per second: enough rows, cut at ``seconds`` of event time (the
