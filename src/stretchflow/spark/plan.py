@@ -160,6 +160,18 @@ class Buckets:
 
 
 
+def route(op: OPlus, q: Any, i: int, ts: int, buckets: Buckets) -> dict[int, Any] | None:
+    """f_MK of one tuple split by owner (:func:`split_keys`), None for no keys; a failing
+    f_MK is an :class:`OperatorError` naming the tuple."""
+    try:
+        ks = op.keys(q, i)
+        return split_keys(ks, buckets) if ks else None
+    except StretchflowError:
+        raise
+    except Exception as e:
+        raise OperatorError(op.name, ts, q, e) from e
+
+
 def split_keys(ks: Any, buckets: Buckets) -> dict[int, Any]:
     """f_MK's result split by owner: ``{owner: the keys it owns}``, each part a dict when f_MK
     returned one (the per-key values f_U sees), else a list of distinct keys (a set). The hot
@@ -263,20 +275,13 @@ def route_kernel(chain: list[Stateless], op: OPlus, i: int, n_groups: int,
         import pyarrow as pa
 
         buckets = Buckets(n_groups, P)
-        keys = op.keys
         for batch in batches:
             per: dict[int, list] = {}
             for raw in batch.column("p").to_pylist():
                 for ts, seq, sub, p in loads(raw):
                     outs = enumerate(chain_outputs(chain, ts, p)) if chain else ((sub, p),)
                     for s, q in outs:
-                        try:
-                            ks = keys(q, i)
-                            parts = split_keys(ks, buckets) if ks else None
-                        except StretchflowError:
-                            raise
-                        except Exception as e:
-                            raise OperatorError(op.name, ts, q, e) from e
+                        parts = route(op, q, i, ts, buckets)
                         if not parts:
                             continue
                         for b, part in parts.items():

@@ -78,7 +78,7 @@ def stream_route_kernel(chain: list, op: OPlus, i: int, n_groups: int, name: str
 
         buckets = plan.Buckets(n_groups, n_groups)  # bucket = key group
         broadcast_end = plan.needs_last_ts(op)
-        keys, dumps = op.keys, plan.dumps
+        dumps = plan.dumps
         for batch in batches:
             d = batch.to_pydict()
             cols: tuple[list, ...] = ([], [], [], [], [], [], [])
@@ -113,13 +113,7 @@ def stream_route_kernel(chain: list, op: OPlus, i: int, n_groups: int, name: str
                     continue
                 outs = plan.chain_outputs(chain, ts, rec) if chain else [rec]
                 for j, q in enumerate(outs):
-                    try:
-                        ks = keys(q, i)
-                        parts = plan.split_keys(ks, buckets) if ks else None
-                    except StretchflowError:
-                        raise
-                    except Exception as e:
-                        raise OperatorError(op.name, ts, q, e) from e
+                    parts = plan.route(op, q, i, ts, buckets)
                     if not parts:
                         continue
                     qb = dumps(q)
