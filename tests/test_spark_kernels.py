@@ -229,7 +229,7 @@ def test_parse_conf_and_partitions():
     assert parse_conf(["a.b=1", "c = x=y"]) == {"a.b": "1", "c": "x=y"}
     with pytest.raises(ValueError, match="KEY=VALUE"):
         parse_conf(["novalue"])
-    assert default_partitions("local[3]") == 6
+    assert default_partitions("local[3]") == 3
     assert default_partitions("spark://h:7077") == 4
 
 

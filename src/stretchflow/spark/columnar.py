@@ -83,9 +83,7 @@ def explode_kernel(chain: list[plan.Stateless], op: Aggregate, n_groups: int,
     P = len(tokens)
 
     def run(batches: Iterator[Any]) -> Iterator[Any]:
-        import numpy as np
         import pyarrow as pa
-        import pyarrow.compute as pc
 
         buckets = plan.Buckets(n_groups, P)
         for batch in batches:
@@ -103,29 +101,40 @@ def explode_kernel(chain: list[plan.Stateless], op: Aggregate, n_groups: int,
             t_col, keys, values = explode(op, ts, payloads)
             rows = pa.table({"ts": pa.array(t_col, pa.int64()), "k": keys,
                              "v": pa.array(values, pa.int64())})
-            if P == 1:
-                owner = np.zeros(len(t_col), dtype=np.int64)
-            else:
-                enc = pc.dictionary_encode(keys)
-                of = buckets.of
-                per_key = np.fromiter((of(k) for k in enc.dictionary.to_pylist()),
-                                      dtype=np.int64, count=len(enc.dictionary))
-                owner = per_key[enc.indices.to_numpy(zero_copy_only=False)]
-            order = np.argsort(owner, kind="stable")  # keeps each bucket's rows in order
-            cuts = np.searchsorted(owner[order], np.arange(P + 1))
-            rows = rows.take(pa.array(order))
             dest, bs, blobs = [], [], []
-            for b in range(P):
-                if cuts[b] == cuts[b + 1]:
-                    continue
+            for b, part in by_owner(rows, buckets):
                 dest.append(tokens[b])
                 bs.append(b)
-                blobs.append(ipc_bytes(rows.slice(cuts[b], cuts[b + 1] - cuts[b])))
+                blobs.append(ipc_bytes(part))
             yield pa.RecordBatch.from_arrays(
                 [pa.array(dest, pa.int32()), pa.array(bs, pa.int32()),
                  pa.array(blobs, pa.binary())], names=["dest", "b", "p"])
 
     return plan.gc_paused(run)
+
+
+def by_owner(rows: Any, buckets: plan.Buckets) -> Iterator[tuple[int, Any]]:
+    """``(b, rows of bucket b)`` for the buckets owning some row's key ``k``, each part in the
+    rows' order. The key hash is computed once per distinct key (Arrow dictionary encoding)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    P = buckets.P
+    if P == 1:
+        if rows.num_rows:
+            yield 0, rows
+        return
+    enc = pc.dictionary_encode(rows.column("k").combine_chunks())
+    of = buckets.of
+    per_key = np.fromiter((of(k) for k in enc.dictionary.to_pylist()), dtype=np.int64,
+                          count=len(enc.dictionary))
+    owner = per_key[enc.indices.to_numpy(zero_copy_only=False)]
+    order = np.argsort(owner, kind="stable")  # keeps each bucket's rows in order
+    cuts = np.searchsorted(owner[order], np.arange(P + 1))
+    rows = rows.take(pa.array(order))
+    for b in np.flatnonzero(cuts[1:] > cuts[:-1]).tolist():
+        yield b, rows.slice(cuts[b], cuts[b + 1] - cuts[b])
 
 
 def ipc_bytes(table: Any) -> bytes:

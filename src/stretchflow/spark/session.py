@@ -75,11 +75,14 @@ def check_java() -> str:
 
 
 def default_partitions(master: str) -> int:
-    """Shuffle partitions: twice the cores of ``local[N]``/``local[*]``, else 4."""
+    """Shuffle partitions (the state partitions of a streaming query): the cores of
+    ``local[N]``/``local[*]``, else 4. One per core, as for the batch path: each partition of a
+    stateful micro-batch pays a Python worker task and a RocksDB commit (~0.1-0.4 s on a
+    local disk), so more partitions than cores cost time without adding parallelism
+    (docs/spark.md); rescaling changes them later (``stretchflow spark rescale``)."""
     if master.startswith("local"):
         inner = master[master.find("[") + 1: master.find("]")] if "[" in master else "1"
-        n = (os.cpu_count() or 2) if inner in ("*", "") else int(inner.split(",")[0])
-        return max(2, 2 * n)
+        return (os.cpu_count() or 2) if inner in ("*", "") else int(inner.split(",")[0])
     return 4
 
 
