@@ -126,16 +126,18 @@ def write_sink(sink: Any, table: Any, batch: int = 4096) -> None:
 
     items: list[tuple[int, int, int, Any]] = []
     loads = plan.loads
-    with plan.no_gc():  # millions of new acyclic objects: GC passes would double the time
+    # millions of new acyclic objects, here and in the sink (a Collector keeps them all): GC
+    # passes over them would double the time (a third of a 200k-tweet wordcount job)
+    with plan.no_gc():
         for raw in table.column("p").to_pylist():
             items.extend(loads(raw))
         items.sort(key=itemgetter(0, 1, 2))
-    sink.open()
-    try:
-        for k in range(0, len(items), batch):
-            sink.write([(t, p) for t, _, _, p in items[k:k + batch]])
-    finally:
-        sink.close()
+        sink.open()
+        try:
+            for k in range(0, len(items), batch):
+                sink.write([(t, p) for t, _, _, p in items[k:k + batch]])
+        finally:
+            sink.close()
 
 
 def _action(fn: Any) -> Any:

@@ -483,16 +483,16 @@ class StreamRun:
                 table = table.take(pc.sort_indices(table, sort_keys=[("ts", "ascending"),
                                                                      ("seq", "ascending")]))
                 items: list[tuple[int, Any]] = []
-                with plan.no_gc():
+                with plan.no_gc():  # as batch.write_sink: many new acyclic objects
                     for raw in table.column("p").to_pylist():
                         items.extend(plan.loads(raw))
                     items.sort(key=itemgetter(0))  # stable: sorted runs, merged by timsort
-                for feed, s in zip(self.sink_feeds, sinks, strict=True):
-                    out = items
-                    for op in feed.chain:
-                        out = apply_batch(op, out)
-                    if out:
-                        s.write(out)
+                    for feed, s in zip(self.sink_feeds, sinks, strict=True):
+                        out = items
+                        for op in feed.chain:
+                            out = apply_batch(op, out)
+                        if out:
+                            s.write(out)
             self.batches.append({"batch": batch_id, "outputs": n, "job_s": t1 - t0,
                                  "sink_s": time.perf_counter() - t1})
 
