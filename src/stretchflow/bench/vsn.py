@@ -200,7 +200,7 @@ def kernel_threads(seconds: float = 1.0) -> dict[str, float]:
 
 
 def scalejoin(rows: int = 60_000, window: int = 600_000, rate: float = 100.0, band: int = 10,
-              keys: int = 2, parallelisms: tuple[int, ...] = (1, 2), repeats: int = 3,
+              keys: int = 2, parallelisms: tuple[int, ...] = (1, 2), repeats: int = 5,
               seed: int = 1) -> dict[str, Any]:
     """Comparisons/s of VSN ScaleJoin at each Π and of the two 1T joins, ``repeats`` rounds
     with every variant once per round; speed-ups are taken within a round."""
