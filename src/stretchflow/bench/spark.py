@@ -212,7 +212,7 @@ def _plot(path: Path, bars: dict[str, float], ylabel: str) -> None:
 
 
 def run_wordcount(quick: bool, out_dir: str | None) -> Path:
-    params = ({"rows": 10_000, "raw_rows": 400, "files": 3} if quick else
+    params = ({"rows": 10_000, "raw_rows": 200, "files": 3} if quick else
               {"rows": 200_000, "raw_rows": 5_000, "files": 10})
     m = wordcount(**params)
     path = write_result("spark-wordcount", {**params, "master": "local[2]"}, m, out_dir)
