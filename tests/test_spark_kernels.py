@@ -247,3 +247,16 @@ def test_streaming_shape_is_checked(tmp_path):
         stream_shape(flow)
     assert end_marker(5) == '{"ts": 5, "__end__": true}\n'
     assert END_TS > 10 ** 13
+
+
+def test_rate_input_on_the_command_line():
+    from stretchflow.io.sources import RateSource
+    from stretchflow.spark.sources import open_input
+
+    src = open_input("rate:2000:50")
+    assert isinstance(src, RateSource) and (src.rows_per_second, src.rows) == (2000, 50)
+    assert "text" in next(iter(src.items()))[1]
+    assert open_input("rate:10").rows is None
+    for bad in ("rate:", "rate:x", "rate:1:2:3", "rate:10:n"):
+        with pytest.raises(ValueError, match="rate:ROWS_PER_SECOND or"):
+            open_input(bad)

@@ -17,10 +17,14 @@ import json
 
 import pandas as pd
 import pyarrow as pa
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import stretchflow as sf
 from oracle import multiset
+from stretchflow.errors import SourceError
+from stretchflow.io.sources import rate_tweet
 from stretchflow.queries.wordcount import paircount, wordcount
 from stretchflow.spark import columnar, plan, streaming
 
@@ -71,14 +75,22 @@ class Values:
 
 
 def simulate(op, items, cuts, n_groups):
-    """Outputs of the streaming plan of ``op`` over ``items`` cut into micro-batches."""
+    """Outputs of the streaming plan of ``op`` over ``items`` (JSON lines in files) cut into
+    micro-batches."""
     lines = [json.dumps({"ts": ts, **p}) for ts, p in items]
     lines.append(streaming.end_marker(items[-1][0]).strip())
-    kernel = (streaming.stream_explode_kernel([], op, n_groups, "in0", "ts")
-              if columnar.applies(op) else
-              streaming.stream_route_kernel([], op, 0, n_groups, "in0", "ts"))
     bounds = sorted({0, len(lines), *(c % len(lines) for c in cuts)})
-    batches = [lines[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+    batches = [pa.RecordBatch.from_pydict({"value": lines[a:b], "file": ["f"] * (b - a)})
+               for a, b in zip(bounds, bounds[1:], strict=False)]
+    return run_batches(op, batches, streaming.json_reader("in0", "ts"), n_groups)
+
+
+def run_batches(op, batches, read, n_groups):
+    """The processor over the routed rows of ``batches`` (one micro-batch each, then one
+    without data)."""
+    kernel = (streaming.stream_explode_kernel([], op, n_groups, read)
+              if columnar.applies(op) else
+              streaming.stream_route_kernel([], op, 0, n_groups, read))
     store, timers, out = {}, {}, []
     prev_wm, wm, seen = -1, 0, 0
 
@@ -97,11 +109,10 @@ def simulate(op, items, cuts, n_groups):
                     assert prev_wm < ts <= wm, (prev_wm, ts, wm)
                     out.append((ts, q))
 
-    for batch in [*batches, []]:  # the last: no data, the watermark reaches the end rows
+    for batch in [*batches, None]:  # the last: no data, the watermark reaches the end rows
         rows = []
         if batch:
-            text = pa.RecordBatch.from_pydict({"value": batch, "file": ["f"] * len(batch)})
-            rows = [r for b in kernel(iter([text])) for r in b.to_pylist()]
+            rows = [r for b in kernel(iter([batch])) for r in b.to_pylist()]
         df = pd.DataFrame(rows, columns=["g", "ts", "i", "seq", "sub", "p", "k"])
         for g, grp in df.groupby("g"):
             call(int(g), grp.reset_index(drop=True))
@@ -156,3 +167,47 @@ def test_a_group_without_rows_emits_when_its_windows_close():
             op.columns = None
         assert multiset(simulate(op, items, [1, 2, 3, 4], 64)) == \
             multiset(reference(op, items))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.integers(1, 60), st.sampled_from([300, 1000, 4000]), st.lists(st.integers(0, 90),
+       max_size=5), st.integers(1, 5), st.booleans(), st.booleans())
+def test_rate_source_stream_equals_reference(rows, rate, cuts, n_groups, pairs, shuffle):
+    """Spark's rate source: micro-batches are ranges of values, each spread over partitions
+    (``shuffle``: out of order inside a batch), rows past ``rows`` keep coming and must be
+    dropped, the end of input comes after the last row wherever it falls."""
+    op = paircount(8, 4, distance=2) if pairs else wordcount(8, 4)
+    src = sf.io.rate(rate, rows=rows, payload="tweet")
+    bounds = sorted({0, rows + 7, *(c % (rows + 7) for c in cuts)})
+    batches = []
+    for a, b in zip(bounds, bounds[1:], strict=False):
+        vals = list(range(a, b))
+        if shuffle:
+            vals = vals[1::2] + vals[::2]  # two partitions' rows, one after the other
+        batches.append(pa.RecordBatch.from_pydict({"value": pa.array(vals, pa.int64())}))
+    got = run_batches(op, batches, streaming.rate_reader(src), n_groups)
+    assert multiset(got) == multiset(reference(op, list(src.items())))
+
+
+def test_rate_reader_drops_rows_past_the_end_and_marks_the_end_once():
+    src = sf.io.rate(2000, rows=5, payload="tweet")
+    batch = pa.RecordBatch.from_pydict({"value": pa.array([5, 0, 3, 4, 7], pa.int64())})
+    got = list(streaming.rate_reader(src)(batch))
+    assert [(ts, seq) for ts, _, seq in got] == [(0, 0), (1, 3), (2, 4), (2, 0)]
+    assert [rec is None for _, rec, _ in got] == [False, False, False, True]
+    assert got[1][1] == {**rate_tweet(3), "ts": 1}
+    # the local engines see the same tuples
+    assert [(ts, p) for ts, p in src.items()][3] == (1, {**rate_tweet(3), "ts": 1})
+
+
+def test_rate_source_rejects_bad_settings_and_payloads():
+    with pytest.raises(ValueError, match="rows_per_second must be >= 1"):
+        sf.io.rate(0)
+    with pytest.raises(ValueError, match="rows must be >= 1"):
+        sf.io.rate(10, rows=0)
+    with pytest.raises(ValueError, match="unknown payload 'tweets'"):
+        sf.io.rate(10, payload="tweets")
+    with pytest.raises(SourceError, match=r"source 'rate', row 0: payload\(0\) must return a "
+                                          r"dict, got int"):
+        list(sf.io.rate(10, rows=2, payload=lambda v: v).items())
+    assert rate_tweet(7) == rate_tweet(7) and rate_tweet(7) != rate_tweet(8)

@@ -423,7 +423,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("query", help="wordcount | paircount | longest-hashtag | scalejoin | "
                                  "forward | path/to/app.py")
     r.add_argument("--input", action="append", help="input file (JSONL, CSV, Parquet); "
-                                                    "repeat for several inputs")
+                                                    "repeat for several inputs; with --engine "
+                                                    "spark also a directory (a stream) or "
+                                                    "rate:ROWS_PER_S[:ROWS] (Spark's rate "
+                                                    "source, tweet payloads)")
     r.add_argument("--output", help="output file (.jsonl, .csv, .parquet) or - for stdout")
     r.add_argument("--engine", default="reference", choices=ENGINES)
     r.add_argument("--parallelism", type=int)

@@ -31,13 +31,14 @@ def parse_conf(pairs: list[str] | dict[str, str] | None) -> dict[str, str]:
 
 
 def is_streaming(flow: Flow) -> bool:
-    """True when a source is a JSON Lines directory (a growing stream of files)."""
+    """True when a source is a JSON Lines directory (a growing stream of files) or Spark's
+    rate source."""
     from pathlib import Path
 
-    from ..io.sources import JsonLines
+    from ..io.sources import JsonLines, RateSource
 
-    return any(n.kind == "source" and isinstance(n.spec, JsonLines) and Path(n.spec.path).is_dir()
-               for n in flow.nodes)
+    return any(n.kind == "source" and (isinstance(n.spec, RateSource) or (
+        isinstance(n.spec, JsonLines) and Path(n.spec.path).is_dir())) for n in flow.nodes)
 
 
 def run(flow: Flow, master: str | None = None, conf: Any = None, key_groups: int | None = None,
@@ -51,10 +52,12 @@ def run(flow: Flow, master: str | None = None, conf: Any = None, key_groups: int
     ``spark.sql.shuffle.partitions``); ``key_groups``: G, the key groups keys hash
     to (default 4 × partitions). The session is started once per process and reused.
 
-    Sources that are JSON Lines *directories* make it a Structured Streaming query over the
-    files present now (``availableNow``, ``max_files_per_trigger`` files per micro-batch),
-    checkpointed in ``checkpoint`` (a fresh temporary directory if None; reuse one to resume
-    a stopped query). Its state has ``spark.sql.shuffle.partitions`` partitions."""
+    Sources that are JSON Lines *directories* or Spark's rate source (``sf.io.rate``) make it a
+    Structured Streaming query: over the files present now (``availableNow``,
+    ``max_files_per_trigger`` files per micro-batch), or over the rate source's ``rows`` rows
+    (a micro-batch per second), checkpointed in ``checkpoint`` (a fresh temporary directory if
+    None; reuse one to resume a stopped query). Its state has ``spark.sql.shuffle.partitions``
+    partitions."""
     from ..spark.batch import run_batch
     from ..spark.session import get_session
 
@@ -80,8 +83,11 @@ def run(flow: Flow, master: str | None = None, conf: Any = None, key_groups: int
 
         ckpt = checkpoint or tempfile.mkdtemp(prefix="stretchflow-ckpt-")
         info = run_stream(flow, spark, ckpt, G, max_files_per_trigger)
-        tuples_in = {n.name: -1 for n in flow.nodes if n.kind == "source"}
-        if len(tuples_in) == 1:  # lines read, end markers excluded
+        from ..io.sources import RateSource
+
+        tuples_in = {n.name: n.spec.rows if isinstance(n.spec, RateSource) else -1
+                     for n in flow.nodes if n.kind == "source"}
+        if len(tuples_in) == 1 and -1 in tuples_in.values():  # lines read, end marker out
             tuples_in = dict.fromkeys(tuples_in, info["rows_in"] - 1)
         extra.update(mode="streaming", checkpoint=ckpt, batches=info["batches"])
     else:

@@ -23,6 +23,7 @@ from .sources import (
     IterableSource,
     JsonLines,
     Parquet,
+    RateSource,
     Source,
     open_source,
 )
@@ -53,6 +54,11 @@ def generated(generator: str, **kw: Any) -> Generated:
     return Generated(generator, **kw)
 
 
+def rate(rows_per_second: int, **kw: Any) -> RateSource:
+    """Spark's rate source (a load generator; see :class:`RateSource`)."""
+    return RateSource(rows_per_second, **kw)
+
+
 def collect() -> Collector:
     """An in-memory sink."""
     return Collector()
@@ -74,7 +80,7 @@ def jsonl_sink(path: str | os.PathLike) -> JsonLinesSink:
 
 __all__ = [
     "Callback", "Collector", "Csv", "CsvSink", "Generated", "IterableSource", "JsonLines",
-    "JsonLinesSink", "Parquet", "ParquetSink", "Sink", "Source", "Stdout", "callback", "collect",
-    "csv", "generated", "iterable", "jsonl", "jsonl_sink", "open_sink", "open_source", "parquet",
-    "stdout", "to_record",
+    "JsonLinesSink", "Parquet", "ParquetSink", "RateSource", "Sink", "Source", "Stdout",
+    "callback", "collect", "csv", "generated", "iterable", "jsonl", "jsonl_sink", "open_sink",
+    "open_source", "parquet", "rate", "stdout", "to_record",
 ]

@@ -340,6 +340,77 @@ class Generated(Source):
             self.read = row
 
 
+class RateSource(Source):
+    """Spark's ``rate`` source as a stretchflow input: row ``v`` (0, 1, 2, ...) becomes the
+    tuple with ``ts = v * 1000 // rows_per_second`` (event time advancing at the generation
+    rate) and payload ``payload(v)`` (a dict; ``{"value": v}`` by default, ``"tweet"`` for a
+    tweet-like text) with ``ts`` set. ``rows``: stop after that many (None: unbounded).
+
+    On ``--engine spark`` a flow reading it is a Structured Streaming query fed by
+    ``spark.readStream.format("rate")`` — a load generator producing ``rows_per_second`` rows
+    per second of wall-clock time, on the executors. The local engines generate the same tuples
+    (deterministically, as fast as they can take them, or paced with :meth:`at_rate`), so a
+    run on Spark can be checked against the reference executor.
+
+    Example:
+        >>> src = RateSource(1000, rows=3)
+        >>> [(ts, p["value"]) for ts, p in src.items()]
+        [(0, 0), (1, 1), (2, 2)]
+    """
+
+    def __init__(self, rows_per_second: int, rows: int | None = None,
+                 payload: Callable[[int], dict] | str | None = None, name: str = "rate"):
+        if int(rows_per_second) < 1:
+            raise ValueError(f"rate source: rows_per_second must be >= 1, got {rows_per_second}")
+        if rows is not None and int(rows) < 1:
+            raise ValueError(f"rate source: rows must be >= 1 or None, got {rows}")
+        self.rows_per_second = int(rows_per_second)
+        self.rows = None if rows is None else int(rows)
+        if payload == "tweet":
+            payload = rate_tweet
+        elif isinstance(payload, str):
+            raise ValueError(f"rate source: unknown payload {payload!r} (a function or 'tweet')")
+        self.payload = payload
+        super().__init__(name, "ts", True)
+
+    def record(self, v: int) -> tuple[int, dict]:
+        """``(ts, payload)`` of row ``v``."""
+        ts = v * 1000 // self.rows_per_second
+        if self.payload is None:
+            return ts, {"ts": ts, "value": v}
+        rec = self.payload(v)
+        if not isinstance(rec, dict):
+            raise self._error(v, f"payload({v}) must return a dict, got {type(rec).__name__}",
+                              rec)
+        return ts, {**rec, "ts": ts}
+
+    def describe_where(self, where: Any) -> str:
+        return f"row {where}"
+
+    def _raw(self) -> Iterator[tuple[Any, Any, Any]]:
+        v = 0
+        while self.rows is None or v < self.rows:
+            ts, rec = self.record(v)
+            yield ts, rec, v
+            v += 1
+            self.read = v
+
+
+#: the vocabulary of :func:`rate_tweet`
+_RATE_WORDS = [f"w{k}" for k in range(1000)]
+
+
+def rate_tweet(v: int) -> dict:
+    """A tweet-like record for rate row ``v``: 4–16 words from a 1 000-word vocabulary,
+    skewed towards low word numbers, the same in every process (seeded by ``v``)."""
+    import random
+
+    rnd = random.Random(v)
+    n = rnd.randint(4, 16)
+    words = _RATE_WORDS
+    return {"id": v, "text": " ".join(words[int(1000 * rnd.random() ** 2)] for _ in range(n))}
+
+
 def _text(line: bytes, limit: int = 200) -> str:
     s = line.decode("utf-8", "replace").rstrip("\n")
     return s if len(s) <= limit else s[:limit] + "..."

@@ -1,8 +1,9 @@
 """Inputs and generated data for the Spark engine.
 
 * :func:`open_input`: a file as for the local engines; a directory of JSON Lines files is a
-  growing stream (the streaming path); a directory of Parquet part files (what Spark writes,
-  e.g. ``generate --engine spark``) is a bounded input read part by part in name order.
+  growing stream (the streaming path); ``rate:R[:N]`` is Spark's rate source (streaming); a
+  directory of Parquet part files (what Spark writes, e.g. ``generate --engine spark``) is a
+  bounded input read part by part in name order.
 * :func:`generate_with_spark`: a built-in generator's table written as Parquet by Spark,
   sorted by ts across the part files.
 """
@@ -35,9 +36,21 @@ class ParquetDir(Parquet):
 
 
 def open_input(path: str | os.PathLike) -> Source:
-    """A source for ``--input PATH`` on the spark engine (see the module docstring)."""
-    from ..io.sources import JsonLines
+    """A source for ``--input PATH`` on the spark engine (see the module docstring);
+    ``rate:R[:N]`` is Spark's rate source, R rows per second, N rows (unbounded without),
+    tweet payloads (:func:`~stretchflow.io.sources.rate_tweet`)."""
+    from ..io.sources import JsonLines, RateSource
 
+    if isinstance(path, str) and path.startswith("rate:"):
+        parts = path.split(":")[1:]
+        try:
+            if not 1 <= len(parts) <= 2:
+                raise ValueError
+            rps, rows = int(parts[0]), (int(parts[1]) if len(parts) == 2 else None)
+        except ValueError:
+            raise ValueError(f"--input {path!r}: the rate source is rate:ROWS_PER_SECOND or "
+                             f"rate:ROWS_PER_SECOND:ROWS") from None
+        return RateSource(rps, rows=rows, payload="tweet")
     p = Path(path)
     if p.is_dir():
         if any(p.glob("*.parquet")):

@@ -48,13 +48,14 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
 from ..errors import FlowDefinitionError, OperatorError, SourceError, StretchflowError
 from ..flow import Flow
+from ..io.sources import RateSource
 from ..operators.oplus import OPlus
 from ..operators.stateless import apply_batch
 from . import columnar, plan
@@ -76,6 +77,38 @@ OUT_SCHEMA = "ts long, seq long, n int, p binary"
 def end_marker(last_ts: int) -> str:
     """The JSON line that ends an input directory (``last_ts``: the input's latest ts)."""
     return f'{{"ts": {int(last_ts)}, "{END_FIELD}": true}}\n'
+
+
+Reader = Callable[[Any], Iterator[tuple[int, Any, int]]]
+
+
+def json_reader(name: str, ts_field: str) -> Reader:
+    """Reads a text batch of the file source: ``(ts, record, 0)`` per JSON line (Spark keeps
+    a file's lines in order), ``(ts, None, 0)`` for an end-of-input line."""
+
+    def read(batch: Any) -> Iterator[tuple[int, Any, int]]:
+        for ts, rec in _records(batch, name, ts_field):
+            yield ts, rec, 0
+
+    return read
+
+
+def rate_reader(src: RateSource) -> Reader:
+    """Reads a batch of Spark's rate source: ``(ts, payload(v), v)`` per row v (the value is
+    the arrival number: ties in ts keep the local engines' order), rows from ``src.rows`` on
+    dropped, ``(ts, None, 0)`` after the last row (end of input)."""
+
+    def read(batch: Any) -> Iterator[tuple[int, Any, int]]:
+        last = src.rows
+        for v in batch.column("value").to_pylist():
+            if last is not None and v >= last:
+                continue
+            ts, rec = src.record(v)
+            yield ts, rec, v
+            if v == (last or 0) - 1:
+                yield ts, None, 0
+
+    return read
 
 
 def _records(batch: Any, name: str, ts_field: str) -> Iterator[tuple[int, Any]]:
@@ -107,9 +140,9 @@ class _Rows:
     def __init__(self) -> None:
         self.cols: tuple[list, ...] = ([], [], [], [], [], [], [])
 
-    def add(self, g: int, ts: int, i: int, sub: int, p: bytes, k: bytes) -> None:
+    def add(self, g: int, ts: int, i: int, sub: int, p: bytes, k: bytes, seq: int = 0) -> None:
         c = self.cols
-        c[0].append(g), c[1].append(ts), c[2].append(i), c[3].append(0), c[4].append(sub)
+        c[0].append(g), c[1].append(ts), c[2].append(i), c[3].append(seq), c[4].append(sub)
         c[5].append(p), c[6].append(k)
 
     def end(self, i: int, last_ts: int, groups: range) -> None:
@@ -131,8 +164,7 @@ class _Rows:
             names=["g", "ts", "i", "seq", "sub", "p", "k"])
 
 
-def stream_route_kernel(chain: list, op: OPlus, i: int, n_groups: int, name: str,
-                        ts_field: str) -> Any:
+def stream_route_kernel(chain: list, op: OPlus, i: int, n_groups: int, read: Reader) -> Any:
     """mapInArrow function: JSON lines -> validated tuples -> chain -> one row per key group
     owning a key of the tuple (the tuple pickled, with the keys the group owns)."""
 
@@ -142,7 +174,7 @@ def stream_route_kernel(chain: list, op: OPlus, i: int, n_groups: int, name: str
         dumps = plan.dumps
         for batch in batches:
             rows = _Rows()
-            for ts, rec in _records(batch, name, ts_field):
+            for ts, rec, seq in read(batch):
                 if rec is None:
                     rows.end(i, ts, ends)
                     continue
@@ -153,7 +185,7 @@ def stream_route_kernel(chain: list, op: OPlus, i: int, n_groups: int, name: str
                         continue
                     qb = dumps(q)
                     for g, part in parts.items():
-                        rows.add(g, ts, i, j, qb, dumps(part))
+                        rows.add(g, ts, i, j, qb, dumps(part), seq)
             yield rows.batch()
 
     return plan.gc_paused(run)
@@ -163,8 +195,7 @@ def stream_route_kernel(chain: list, op: OPlus, i: int, n_groups: int, name: str
 COLUMNS = -1
 
 
-def stream_explode_kernel(chain: list, op: Any, n_groups: int, name: str,
-                          ts_field: str) -> Any:
+def stream_explode_kernel(chain: list, op: Any, n_groups: int, read: Reader) -> Any:
     """mapInArrow function of the columnar path (:mod:`.columnar`, an A+ with a columnar f_MK,
     e.g. wordcount): JSON lines -> tuples -> chain -> f_MK's columnar form -> *one* row per
     key group and batch holding the group's (ts, key, value) rows as an Arrow IPC stream
@@ -179,7 +210,7 @@ def stream_explode_kernel(chain: list, op: Any, n_groups: int, name: str,
             rows = _Rows()
             ts_l: list[int] = []
             payloads: list[Any] = []
-            for ts, rec in _records(batch, name, ts_field):
+            for ts, rec, _ in read(batch):
                 if rec is None:
                     rows.end(0, ts, range(1))
                 elif chain:
@@ -404,11 +435,14 @@ def stream_shape(flow: Flow) -> tuple[plan.Stage, plan.Feed]:
             f"{len(stages)} (run bounded inputs as a batch job instead)")
     stage = stages[0]
     for f in stage.feeds:
+        if f.producer.kind == "source" and isinstance(f.producer.spec, RateSource):
+            continue
         path = getattr(f.producer.spec, "path", None) if f.producer.kind == "source" else None
         if path is None or not Path(path).is_dir():
             raise FlowDefinitionError(
-                f"spark streaming reads JSON Lines directories; input {f.producer.name!r} is "
-                f"not one (give sf.io.jsonl(a_directory))")
+                f"spark streaming reads JSON Lines directories and Spark's rate source; input "
+                f"{f.producer.name!r} is neither (give sf.io.jsonl(a_directory) or "
+                f"sf.io.rate(rows_per_second))")
     for f in sink_feeds:
         if f.producer is not stage.node:
             raise FlowDefinitionError("spark streaming: every sink must read the O+ output")
@@ -427,12 +461,17 @@ def build_query(flow: Flow, spark: Any, n_groups: int, max_files: int) -> Any:
     parts = []
     for i, f in enumerate(stage.feeds):
         src = f.producer.spec
-        raw = (spark.readStream.format("text").option("maxFilesPerTrigger", max_files)
-               .option("pathGlobFilter", "*.jsonl").load(str(src.path))
-               .select("value", F.input_file_name().alias("file")))
-        kernel = (stream_explode_kernel(f.chain, op, n_groups, src.name, src.ts_field)
-                  if columnar.applies(op) else
-                  stream_route_kernel(f.chain, op, i, n_groups, src.name, src.ts_field))
+        if isinstance(src, RateSource):
+            raw = (spark.readStream.format("rate")
+                   .option("rowsPerSecond", src.rows_per_second).load().select("value"))
+            read = rate_reader(src)
+        else:
+            raw = (spark.readStream.format("text").option("maxFilesPerTrigger", max_files)
+                   .option("pathGlobFilter", "*.jsonl").load(str(src.path))
+                   .select("value", F.input_file_name().alias("file")))
+            read = json_reader(src.name, src.ts_field)
+        kernel = (stream_explode_kernel(f.chain, op, n_groups, read) if columnar.applies(op)
+                  else stream_route_kernel(f.chain, op, i, n_groups, read))
         routed = raw.mapInArrow(kernel, ROUTED_STREAM)
         # delay 0: sources are sorted, so the watermark is the latest ts (Definition 3)
         parts.append(routed.withColumn("et", F.timestamp_millis("ts"))
@@ -458,7 +497,10 @@ class StreamRun:
         self.n_groups = n_groups
         self.max_files = max_files
         self.trigger = trigger
-        _, self.sink_feeds = stream_shape(flow)
+        stage, self.sink_feeds = stream_shape(flow)
+        #: Spark's rate source cannot run availableNow (it would end at once): queries reading
+        #: it run on a processing-time trigger and end when the end-of-input watermark has run
+        self.rate = any(isinstance(f.producer.spec, RateSource) for f in stage.feeds)
         self.batches: list[dict[str, Any]] = []
         self.query: Any = None
 
@@ -497,22 +539,48 @@ class StreamRun:
                                  "sink_s": time.perf_counter() - t1})
 
         w = df.writeStream.foreachBatch(write).option("checkpointLocation", self.checkpoint)
-        if self.trigger in (None, "availableNow"):
+        if self.trigger is None and self.rate:
+            w = w.trigger(processingTime="1 second")
+        elif self.trigger in (None, "availableNow"):
             w = w.trigger(availableNow=True)
         else:
             w = w.trigger(processingTime=self.trigger)
         self.query = w.start()
         return self
 
-    def await_end(self, timeout: float | None = None) -> None:
-        """Waits for an availableNow query to finish (or ``timeout`` s); errors re-raised."""
+    def await_end(self, timeout: float | None = None) -> bool:
+        """Waits for the query to finish (or ``timeout`` s); errors re-raised. An availableNow
+        query finishes by itself; one on a processing-time trigger is stopped here once a
+        micro-batch has run with the end-of-input watermark (every input ended: all windows
+        expired). True when it finished."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         try:
-            self.query.awaitTermination(timeout)
+            while True:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if not self.rate:
+                    return bool(self.query.awaitTermination(left))
+                if self.query.awaitTermination(0.2 if left is None else min(0.2, left)):
+                    return True
+                if self.ended():
+                    self.query.stop()
+                    return True
+                if left is not None and left <= 0:
+                    return False
         except Exception as e:
             err = plan.translate(e)
             if err is e:
                 raise
             raise err from None
+
+    def ended(self) -> bool:
+        """True once a micro-batch has run with the end-of-input watermark."""
+        from datetime import datetime
+
+        p = self.query.lastProgress if self.query is not None else None
+        wm = (_get(p, "eventTime") or {}).get("watermark") if p is not None else None
+        if not wm:
+            return False
+        return datetime.fromisoformat(wm.replace("Z", "+00:00")).timestamp() * 1000 >= END_TS
 
     def stop(self) -> None:
         """Stops the query at a micro-batch boundary (its checkpoint stays valid)."""
@@ -533,6 +601,11 @@ def run_stream(flow: Flow, spark: Any, checkpoint: str | os.PathLike, n_groups: 
                max_files: int = 1) -> dict[str, Any]:
     """Runs the streaming query over the files present now (``availableNow``) and closes the
     sinks; returns per-batch timings from the query's progress."""
+    for n in flow.nodes:
+        if n.kind == "source" and isinstance(n.spec, RateSource) and n.spec.rows is None:
+            raise FlowDefinitionError(
+                f"input {n.name!r}: an unbounded rate source never ends; give rows=N, or "
+                f"start a StreamRun and stop it yourself")
     run = StreamRun(flow, spark, checkpoint, n_groups, max_files).start()
     try:
         run.await_end()
