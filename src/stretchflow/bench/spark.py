@@ -195,6 +195,55 @@ def paircount(rows: int = 30_000, distance: int = 3, seed: int = 1) -> dict[str,
             **_side_by_side(make_flow)}
 
 
+def rate_load(rates: tuple[int, ...] = (5_000, 10_000, 20_000, 40_000), seconds: int = 20,
+              key_groups: int = 16) -> dict[str, Any]:
+    """Streaming wordcount fed by Spark's rate source (tweet payloads, unbounded) at each
+    rate, 1 s trigger, measured for ``seconds`` after the first micro-batch (which pays the
+    query's start): it keeps up when it processes rows at least as fast as they are generated
+    (the micro-batches then stay about a trigger interval long instead of growing). The
+    outputs' correctness on this path is what tests/test_spark.py checks (a bounded rate
+    source against the reference)."""
+    import stretchflow as sf
+
+    from ..queries import build_query
+    from ..spark.streaming import StreamRun
+
+    spark, start_s = _session()
+    out: dict[str, Any] = {"session_start_s": start_s, "seconds": seconds, "trigger": "1 second"}
+    for rate in rates:
+        flow = sf.Flow("wordcount")
+        src = sf.io.rate(rate, payload="tweet")
+        build_query("wordcount", [flow.source(src)]).sink(sf.io.Collector())
+        work = Path(tempfile.mkdtemp(prefix="sf-bench-rate-"))
+        try:
+            run = StreamRun(flow, spark, work / "ckpt", key_groups).start()
+            try:
+                while not any(p.numInputRows for p in run.progress()):
+                    if not run.query.isActive:
+                        run.await_end(0.01)  # raises the query's error
+                    time.sleep(0.2)
+                first = len(run.progress())
+                run.await_end(seconds)
+            finally:
+                run.stop()
+                run.close_sinks()
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        steady = [p for p in run.progress()[first:] if p.numInputRows]
+        rows = sum(p.numInputRows for p in steady)
+        ms = sum(p.durationMs.get("triggerExecution") for p in steady)
+        processed = rows / (ms / 1000) if ms else None
+        out[str(rate)] = {
+            "first_batch_rows": run.progress()[first - 1].numInputRows,
+            "steady_batches": len(steady),
+            "rows_per_batch": summarize([p.numInputRows for p in steady]) if steady else None,
+            "micro_batch_ms": summarize([p.durationMs.get("triggerExecution")
+                                         for p in steady]) if steady else None,
+            "processed_rows_per_s": processed,
+            "kept_up": processed is not None and processed >= rate}
+    return out
+
+
 def _plot(path: Path, bars: dict[str, float], ylabel: str) -> None:
     import matplotlib
 
@@ -226,6 +275,19 @@ def run_wordcount(quick: bool, out_dir: str | None) -> Path:
     return path
 
 
+def run_rate(quick: bool, out_dir: str | None) -> Path:
+    params: dict[str, Any] = ({"rates": (2_000,), "seconds": 5} if quick else
+                              {"rates": (5_000, 10_000, 20_000, 40_000), "seconds": 20})
+    m = rate_load(**params)
+    path = write_result("spark-rate", {"rates": list(params["rates"]),
+                                       "seconds": params["seconds"], "master": "local[2]"},
+                        m, out_dir)
+    _plot(path.with_suffix(".png"), {
+        f"{r} rows/s": (m[str(r)]["micro_batch_ms"] or {}).get("median")
+        for r in params["rates"]}, "median micro-batch (ms), 1 s trigger")
+    return path
+
+
 def _run_side_by_side(name: str, fn: Callable[..., dict[str, Any]],
                       params: dict[str, Any], ylabel: str) -> Callable[[bool, str | None], Path]:
     def run(quick: bool, out_dir: str | None) -> Path:
@@ -243,6 +305,8 @@ def _run_side_by_side(name: str, fn: Callable[..., dict[str, Any]],
 BENCHMARKS = {
     "spark-wordcount": ("wordcount on Spark local[2] (batch, streaming, raw key vs key "
                         "groups) vs local executors", "issue #5", run_wordcount),
+    "spark-rate": ("streaming wordcount fed by Spark's rate source at 5k-40k rows/s: "
+                   "does it keep up?", "issue #5", run_rate),
     "spark-scalejoin": ("ScaleJoin on Spark local[2] (batch) vs local executors", "Q3/#5",
                         _run_side_by_side("spark-scalejoin", scalejoin, {
                             "quick": {"rows": 1_000, "window": 30_000},

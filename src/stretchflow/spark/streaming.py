@@ -556,7 +556,8 @@ class StreamRun:
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
             while True:
-                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                # Spark refuses a zero timeout
+                left = None if deadline is None else max(0.001, deadline - time.monotonic())
                 if not self.rate:
                     return bool(self.query.awaitTermination(left))
                 if self.query.awaitTermination(0.2 if left is None else min(0.2, left)):
@@ -564,7 +565,7 @@ class StreamRun:
                 if self.ended():
                     self.query.stop()
                     return True
-                if left is not None and left <= 0:
+                if deadline is not None and time.monotonic() >= deadline:
                     return False
         except Exception as e:
             err = plan.translate(e)
