@@ -39,3 +39,13 @@ def same_as_reference(query: str, inputs: list[list[dict]], params: dict[str, An
         assert res.tuples_in == ref_res.tuples_in
         assert res.tuples_out == ref_res.tuples_out
     return res
+
+
+def per_tuple(op: Any, items: list[tuple[int, Any]]) -> list[tuple[int, Any]]:
+    """One instance of O+ ``op`` (Alg. 2) over ``items`` tuple by tuple, then end of input:
+    the outputs an executor-free reference gives."""
+    inst = op.instance()
+    for ts, p in items:
+        inst.process(ts, p)
+    inst.finish()
+    return inst.take()

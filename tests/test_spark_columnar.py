@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from oracle import per_tuple
 from stretchflow.errors import OperatorError
 from stretchflow.operators.oplus import SharedState
 from stretchflow.queries.wordcount import token_columns, wordcount
@@ -27,14 +28,6 @@ WHITESPACE = [chr(c) for c in range(sys.maxunicode + 1)
 
 def multiset(items):
     return Counter((ts, repr(sorted(p.items()))) for ts, p in items)
-
-
-def per_tuple(op, items):
-    inst = op.instance()
-    for ts, p in items:
-        inst.process(ts, p)
-    inst.finish()
-    return inst.take()
 
 
 def test_token_columns_split_like_str_split_on_every_code_point():

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import stretchflow as sf
-from oracle import multiset
+from oracle import multiset, per_tuple
 from stretchflow.errors import SourceError
 from stretchflow.io.sources import rate_tweet
 from stretchflow.queries.wordcount import paircount, wordcount
@@ -128,14 +128,6 @@ def run_batches(op, batches, read, n_groups):
     return out
 
 
-def reference(op, items):
-    inst = op.instance()
-    for ts, p in items:
-        inst.process(ts, p)
-    inst.finish()
-    return inst.take()
-
-
 text = st.lists(st.sampled_from(["a", "b", "c", "dd", "e f", " "]), max_size=5).map(" ".join)
 
 
@@ -152,7 +144,7 @@ def test_stream_processor_equals_reference(steps, cuts, n_groups, route):
     for dt, t in steps:
         ts += dt
         items.append((ts, {"text": t}))
-    assert multiset(simulate(op, items, cuts, n_groups)) == multiset(reference(op, items))
+    assert multiset(simulate(op, items, cuts, n_groups)) == multiset(per_tuple(op, items))
 
 
 def test_a_group_without_rows_emits_when_its_windows_close():
@@ -166,7 +158,7 @@ def test_a_group_without_rows_emits_when_its_windows_close():
         if route == "tuples":
             op.columns = None
         assert multiset(simulate(op, items, [1, 2, 3, 4], 64)) == \
-            multiset(reference(op, items))
+            multiset(per_tuple(op, items))
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
@@ -186,7 +178,7 @@ def test_rate_source_stream_equals_reference(rows, rate, cuts, n_groups, pairs, 
             vals = vals[1::2] + vals[::2]  # two partitions' rows, one after the other
         batches.append(pa.RecordBatch.from_pydict({"value": pa.array(vals, pa.int64())}))
     got = run_batches(op, batches, streaming.rate_reader(src), n_groups)
-    assert multiset(got) == multiset(reference(op, list(src.items())))
+    assert multiset(got) == multiset(per_tuple(op, list(src.items())))
 
 
 def test_rate_reader_drops_rows_past_the_end_and_marks_the_end_once():
