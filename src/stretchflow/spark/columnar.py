@@ -156,14 +156,11 @@ def keyed_kernel(op: Aggregate,
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         import numpy as np
         import pyarrow as pa
-        from pyspark import TaskContext
 
-        ctx = TaskContext.get()
-        base = (ctx.partitionId() if ctx is not None else 0) << 40
         tables = [pa.ipc.open_stream(blob).read_all()
                   for b in batches for blob in b.column("p").to_pylist()]
         inst = op.instance()
-        out: list[tuple[int, int, int, Any]] = []
+        out = plan.Outputs()
         try:
             if tables:
                 table = pa.concat_tables(tables)
@@ -176,11 +173,7 @@ def keyed_kernel(op: Aggregate,
                     inst.process_keyed(ts[a:a + SLICE], keys.slice(a, SLICE),
                                        values[a:a + SLICE])
                     if inst.out:
-                        plan._collect(inst, out, base)
-                        if len(out) >= plan.CHUNK:
-                            yield plan.chunks_batch(pa, out)
-                            base += len(out)
-                            out = []
+                        yield from out.collect(inst)
             if final_wm is not None:
                 inst.advance(final_wm)
             inst.finish()
@@ -188,8 +181,6 @@ def keyed_kernel(op: Aggregate,
             raise
         except Exception as e:
             raise OperatorError(op.name, None, "<a run of tuples>", e) from e
-        plan._collect(inst, out, base)
-        if out:
-            yield plan.chunks_batch(pa, out)
+        yield from out.collect(inst, final=True)
 
     return plan.gc_paused(run)

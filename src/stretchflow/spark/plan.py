@@ -363,26 +363,17 @@ def oplus_kernel(op: OPlus, last_ts: int | None,
     the instance's outputs (ts-sorted) as stream chunks."""
 
     def run(batches: Iterator[Any]) -> Iterator[Any]:
-        import pyarrow as pa
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
-        base = (ctx.partitionId() if ctx is not None else 0) << 40
         current: list[Any] = [None]
         inst = given_keys(op, current).instance()
         process = inst.process
-        out: list[tuple[int, int, int, Any]] = []
+        out = Outputs()
         ts = p = None
         try:
             for ts, i, _, _, p, ks in merge_chunks(batches):
                 current[0] = ks
                 process(ts, p, i)
                 if inst.out:
-                    _collect(inst, out, base)
-                    if len(out) >= CHUNK:
-                        yield chunks_batch(pa, out)
-                        base += len(out)
-                        out = []
+                    yield from out.collect(inst)
             ts = p = None
             if final_wm is not None:
                 inst.advance(final_wm)
@@ -394,18 +385,37 @@ def oplus_kernel(op: OPlus, last_ts: int | None,
         except Exception as e:
             raise OperatorError(op.name, ts, p if ts is not None else "<end of input>",
                                 e) from e
-        _collect(inst, out, base)
-        if out:
-            yield chunks_batch(pa, out)
+        yield from out.collect(inst, final=True)
 
     return gc_paused(run)
 
 
-def _collect(inst: Any, out: list, base: int) -> None:
-    k = base + len(out)
-    for ts, q in inst.take():
-        out.append((ts, k, 0, q))
-        k += 1
+class Outputs:
+    """An O+ instance's outputs as stream chunks (:func:`chunks_batch`) of :data:`CHUNK`
+    tuples, numbered in emission order from the Spark partition's base (partition << 40), so
+    (ts, seq) orders the outputs of all partitions."""
+
+    def __init__(self) -> None:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        self.base = (ctx.partitionId() if ctx is not None else 0) << 40
+        self.items: list[tuple[int, int, int, Any]] = []
+
+    def collect(self, inst: Any, final: bool = False) -> Iterator[Any]:
+        """Takes ``inst``'s outputs; yields a chunk once :data:`CHUNK` are held (``final``:
+        whatever is held)."""
+        import pyarrow as pa
+
+        items = self.items
+        k = self.base + len(items)
+        for ts, q in inst.take():
+            items.append((ts, k, 0, q))
+            k += 1
+        if items and (final or len(items) >= CHUNK):
+            yield chunks_batch(pa, items)
+            self.base += len(items)
+            self.items = []
 
 
 # -- errors from the workers -------------------------------------------------------------------
