@@ -33,12 +33,9 @@ def parse_conf(pairs: list[str] | dict[str, str] | None) -> dict[str, str]:
 def is_streaming(flow: Flow) -> bool:
     """True when a source is a JSON Lines directory (a growing stream of files) or Spark's
     rate source."""
-    from pathlib import Path
+    from ..spark.streaming import is_stream_source
 
-    from ..io.sources import JsonLines, RateSource
-
-    return any(n.kind == "source" and (isinstance(n.spec, RateSource) or (
-        isinstance(n.spec, JsonLines) and Path(n.spec.path).is_dir())) for n in flow.nodes)
+    return any(n.kind == "source" and is_stream_source(n.spec) for n in flow.nodes)
 
 
 def run(flow: Flow, master: str | None = None, conf: Any = None, key_groups: int | None = None,

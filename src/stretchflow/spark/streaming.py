@@ -105,7 +105,7 @@ def rate_reader(src: RateSource) -> Reader:
                 continue
             ts, rec = src.record(v)
             yield ts, rec, v
-            if v == (last or 0) - 1:
+            if last is not None and v == last - 1:
                 yield ts, None, 0
 
     return read
@@ -165,8 +165,9 @@ class _Rows:
 
 
 def stream_route_kernel(chain: list, op: OPlus, i: int, n_groups: int, read: Reader) -> Any:
-    """mapInArrow function: JSON lines -> validated tuples -> chain -> one row per key group
-    owning a key of the tuple (the tuple pickled, with the keys the group owns)."""
+    """mapInArrow function: the records ``read`` gives (JSON lines, rate rows) -> chain -> one
+    row per key group owning a key of the tuple (the tuple pickled, with the keys the group
+    owns)."""
 
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         buckets = plan.Buckets(n_groups, n_groups)  # bucket = key group
@@ -197,7 +198,7 @@ COLUMNS = -1
 
 def stream_explode_kernel(chain: list, op: Any, n_groups: int, read: Reader) -> Any:
     """mapInArrow function of the columnar path (:mod:`.columnar`, an A+ with a columnar f_MK,
-    e.g. wordcount): JSON lines -> tuples -> chain -> f_MK's columnar form -> *one* row per
+    e.g. wordcount): records -> tuples -> chain -> f_MK's columnar form -> *one* row per
     key group and batch holding the group's (ts, key, value) rows as an Arrow IPC stream
     (``sub`` = :data:`COLUMNS`). The row's ts is the latest of its rows: the watermark
     Spark derives from these rows is the one it derives from one row per tuple."""
@@ -290,8 +291,6 @@ def make_processor(op: OPlus, n_groups: int, n_inputs: int) -> Any:
                     inst.advance(wm)
             except StretchflowError:
                 raise
-            except _TupleFailed as e:
-                raise OperatorError(op.name, e.ts, e.p, e.__cause__) from e.__cause__
             except Exception as e:
                 raise OperatorError(op.name, None, "<watermark>", e) from e
             out = inst.take()
@@ -314,14 +313,6 @@ def make_processor(op: OPlus, n_groups: int, n_inputs: int) -> Any:
             pass
 
     return OPlusProcessor()
-
-
-class _TupleFailed(Exception):
-    """A user function failed on the tuple (ts, p): reported as an OperatorError naming it."""
-
-    def __init__(self, ts: int, p: Any):
-        super().__init__(ts, p)
-        self.ts, self.p = ts, p
 
 
 def _behind(i: int, ts: int, w: Any, p: Any) -> SourceError:
@@ -359,7 +350,7 @@ def _ready_rows(inst: Any, current: list, buf: list | None, new: Any, wm: int,
         except StretchflowError:
             raise
         except Exception as e:
-            raise _TupleFailed(ts, p) from e
+            raise OperatorError(inst.op.name, ts, p, e) from e
     del buf[:k]
     return buf, (buf[0][0] if buf else None)
 
@@ -426,6 +417,15 @@ def _next_event(inst: Any, first: int | None) -> int | None:
     return int(min(cands)) if cands else None
 
 
+def is_stream_source(spec: Any) -> bool:
+    """True for an input the streaming path reads: Spark's rate source, or a JSON Lines
+    source on a directory (a growing stream of files)."""
+    from ..io.sources import JsonLines
+
+    return isinstance(spec, RateSource) or (isinstance(spec, JsonLines)
+                                            and Path(spec.path).is_dir())
+
+
 def stream_shape(flow: Flow) -> tuple[plan.Stage, plan.Feed]:
     """The one O+ stage and the sink feeds of a flow the streaming path can run."""
     stages, sink_feeds = plan.analyse(flow)
@@ -435,10 +435,7 @@ def stream_shape(flow: Flow) -> tuple[plan.Stage, plan.Feed]:
             f"{len(stages)} (run bounded inputs as a batch job instead)")
     stage = stages[0]
     for f in stage.feeds:
-        if f.producer.kind == "source" and isinstance(f.producer.spec, RateSource):
-            continue
-        path = getattr(f.producer.spec, "path", None) if f.producer.kind == "source" else None
-        if path is None or not Path(path).is_dir():
+        if not (f.producer.kind == "source" and is_stream_source(f.producer.spec)):
             raise FlowDefinitionError(
                 f"spark streaming reads JSON Lines directories and Spark's rate source; input "
                 f"{f.producer.name!r} is neither (give sf.io.jsonl(a_directory) or "
