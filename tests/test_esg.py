@@ -248,6 +248,44 @@ def test_epoch_switch_with_sources_at_different_ts():
     assert drain(esg, "o1")[0] == [(10, "d"), (10, "control"), (20, "d"), (20, "control")]
 
 
+def test_add_next_goes_right_after_the_furthest_reader():
+    esg = ElasticScaleGate(["a"], ["r1", "r2"])
+    esg.add_batch([(t, f"d{t}") for t in range(1, 11)], "a")
+    assert esg.get_batch("r1", 6)[-1] == (6, "d6")
+    assert esg.get_batch("r2", 2)[-1] == (2, "d2")
+    assert esg.add_next("c1") == 6  # the ts of the tuple before it
+    assert esg.add_next("c2") == 6  # after c1, which nobody has read: request order
+    assert esg.get_batch("r1", 3) == [(6, "c1"), (6, "c2"), (7, "d7")]
+    assert esg.add_next("c3") == 7
+    seq = drain(esg, "r2")[0]
+    assert seq[3:8] == [(6, "d6"), (6, "c1"), (6, "c2"), (7, "d7"), (7, "c3")]
+    assert [t for t, _ in seq] == sorted(t for t, _ in seq)
+
+
+def test_add_next_before_anything_is_ready_and_after_the_end():
+    esg = ElasticScaleGate(["a", "b"], ["r"])
+    esg.add((5, "a5"), "a")
+    assert esg.add_next("c") == -math.inf  # b added nothing: nothing is ready yet
+    esg.add((3, "b3"), "b")
+    assert esg.get_batch("r", 9) == [(-math.inf, "c"), (3, "b3")]
+    esg.close_source("a")
+    assert esg.add_next("late") == 3  # the reader has not got a5 yet: it will get this
+    esg.close_source("b")
+    assert drain(esg, "r")[0] == [(3, "late"), (5, "a5")]
+    assert esg.add_next("too late") is None  # every source gone and every tuple read
+    assert ElasticScaleGate(["a"], []).add_next("c") is None  # nobody could read it
+
+
+def test_add_next_wakes_a_blocked_reader():
+    esg = ElasticScaleGate(["a"], ["r"])
+    t, res = run_thread(esg.get, "r")
+    time.sleep(0.05)
+    assert t.is_alive()
+    esg.add_next("c")
+    t.join(5)
+    assert res["result"] == (-math.inf, "c")
+
+
 # ---------------------------------------------------------------- membership
 
 
@@ -517,6 +555,7 @@ class ESGModel(RuleBasedStateMachine):
         self.wm: dict[str, object] = {"r0": None}
         self.seq = 0
         self.fresh = 0
+        self.marker_end = 0  # just after the latest add_next tuple
 
     def frontier(self) -> float:
         return min(v[1] for v in self.src.values()) if self.src else math.inf
@@ -581,6 +620,19 @@ class ESGModel(RuleBasedStateMachine):
             assert got == expected
         self.pos[r] = p + len(expected)
         self.wm[r] = expected[-1][0]
+
+    @rule()
+    def add_next(self):
+        q = max(max(self.pos.values()), self.marker_end)
+        if q >= len(self.log) and not self.src:
+            assert self.esg.add_next("late") is None
+            return
+        ts = self.log[q - 1][0] if q else (self.log[0][0] if self.log else self.frontier())
+        self.seq += 1
+        t = (ts, "next", self.seq)
+        assert self.esg.add_next(t[1:]) == ts
+        self.log.insert(q, t[:1] + (t[1:],))
+        self.marker_end = q + 1
 
     @rule(data=st.data())
     def add_reader(self, data):

@@ -174,6 +174,45 @@ def test_many_sources_and_readers_with_membership_changes_under_load():
     assert st["max_buffered"] <= cap + n_src + 2
 
 
+def test_add_next_from_many_threads_under_load():
+    """Control tuples added by other threads while sources add and readers read: every
+    reader gets every one of them at the same position, the log stays sorted, and none
+    lands where a reader has already passed (each reader's sequence is the same)."""
+    srcs, rdrs, n, cap = ["s0", "s1", "s2"], [f"r{i}" for i in range(6)], 3000, 128
+    esg = ElasticScaleGate(srcs, rdrs, capacity=cap)
+    crew = Crew()
+    added: list[list] = []
+    seqs: dict[str, list] = {r: [] for r in rdrs}
+    sent: list = []
+
+    def controller(k):
+        rng = random.Random(k)
+        for i in range(40):
+            ctrl = (k, i)
+            if esg.add_next(ctrl) is not None:
+                sent.append(ctrl)
+            time.sleep(rng.random() / 1000)
+
+    for i, s in enumerate(srcs):
+        crew.start(produce, esg, s, 0, n, i, added)
+    for k in range(4):
+        crew.start(controller, k)
+    for i, r in enumerate(rdrs):
+        crew.start(consume, esg, r, 100 + i, seqs[r])
+    crew.join()
+
+    full = seqs["r0"]
+    for r in rdrs[1:]:
+        assert seqs[r] == full
+    data = [t for t in full if t[1] in srcs]
+    check_common_sequence(data, added)
+    assert [t[0] for t in full] == sorted(t[0] for t in full)
+    got = [t[1] for t in full if t[1] not in srcs]
+    assert Counter(got) == Counter(sent) and len(sent) > 0
+    for k in range(4):  # one thread's requests keep their order
+        assert [c for c in got if c[0] == k] == sorted(c for c in got if c[0] == k)
+
+
 @pytest.mark.parametrize("cap", [1, 2, 8])
 def test_fast_and_slow_source_with_tiny_capacity_both_finish(cap):
     esg = ElasticScaleGate(["fast", "slow"], ["r1", "r2"], capacity=cap)

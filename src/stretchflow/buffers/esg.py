@@ -54,6 +54,12 @@ Hidden tuples (journal §6)
     that and never put hidden tuples into the ready log, so ``get`` has no
     filtering on its path and can never return one.
 
+Tuples of no source (``add_next``)
+    A reconfiguration's control tuple must reach every reader at the same position of
+    the same sequence, and should not wait: ``add_next`` puts it right after the furthest
+    reader's position (after earlier such tuples no reader has reached), stamped with the
+    ts of the tuple before it, so the log stays sorted and no reader has passed it.
+
 Membership (Table II; test-and-set of §6)
     All methods run under one lock, so concurrent calls are linearized. A
     membership call is all-or-nothing: it returns True only if it applied
@@ -246,6 +252,7 @@ class ElasticScaleGate:
         self._log: list[tuple] = []  # ready tuples; _log[i] has absolute index _base + i
         self._base = 0
         self._min_pos = 0  # slowest reader's position (log end when there is no reader)
+        self._marker_end = 0  # just after the latest add_next tuple (absolute index)
         self._frontier: float = _NEG_INF if src else _POS_INF
         self._pending_total = 0
         self._aborted: BaseException | None = None
@@ -360,6 +367,50 @@ class ElasticScaleGate:
                 self._added += k
                 if last <= self._frontier:
                     self._advance(s)
+
+    def add_next(self, payload: Any) -> Any:
+        """Add a tuple of no source that every reader gets next after the furthest reader's
+        position (and after the tuples added there this way before). Returns its ts, or
+        None, adding nothing, if no reader can get it any more (no reader, or every source
+        is gone and the furthest reader has got everything).
+
+        For the control tuples of a reconfiguration (journal §7): every reader gets it at
+        the same position of the same sequence, and no reader waits behind tuples that no
+        reader has reached yet. Its ts is that of the tuple before it (or, at the very
+        start, of the one after it, or ``W`` if the log is empty), so the log stays sorted.
+        It takes no room from the sources' capacity (one tuple per request; it counts as
+        buffered until the readers pass it).
+
+        Example:
+            >>> esg = ElasticScaleGate(sources=["a"], readers=["r1", "r2"])
+            >>> esg.add_batch([(1, "x"), (2, "y"), (3, "z")], "a")
+            >>> esg.get("r1"), esg.add_next("control")
+            ((1, 'x'), 1)
+            >>> esg.get_batch("r2", 9)
+            [(1, 'x'), (1, 'control'), (2, 'y'), (3, 'z')]
+        """
+        with self._lock:
+            if not self._readers:
+                return None
+            log, base = self._log, self._base
+            end = base + len(log)
+            ahead = max(self._readers.values(), key=_pos)
+            q = ahead.pos
+            if self._marker_end > q:  # an earlier one nobody has read yet: go after it
+                q = self._marker_end
+                ts = log[q - 1 - base][0]
+            elif ahead.wm is not None:  # the ts of log[q - 1], which may be released
+                ts = ahead.wm
+            else:  # no reader got anything yet
+                ts = log[0][0] if log else self._frontier
+            if q >= end and not self._sources:
+                return None
+            log.insert(q - base, (ts, payload))
+            self._marker_end = q + 1
+            self._added += 1
+            if self._reader_waiting:
+                self._readable.notify_all()
+            return ts
 
     def _wait_room(self, s: _Source, want: int) -> int:
         """Wait (lock held) until ``s`` may add; return how many of ``want`` tuples fit now."""
