@@ -81,3 +81,42 @@ def test_a_failing_run_releases_its_holds(monkeypatch):
                                      reconfigure=[(1000, 4), (1199, 1), (2000, 3)])
     assert hold.holds == 0 and gc.isenabled()
     assert gc_hold.GC_HOLD.holds == 0
+
+
+def test_a_run_freezes_the_heap_it_starts_with_and_gives_it_back():
+    seen = []
+
+    def update(a, t):
+        if not seen:
+            seen.append(gc.get_freeze_count())
+        return a + 1
+
+    flow = sf.Flow("freeze")
+    flow.source(sf.io.iterable([{"ts": t, "k": t % 3} for t in range(50)])).aggregate(
+        size=10, keys=lambda t: {t["k"]}, init=lambda: 0, update=update,
+        output=lambda k, a: {"k": k, "n": a}).collect()
+    assert gc.get_freeze_count() == 0
+    flow.run()
+    assert seen and seen[0] > 0  # during the run, the objects alive at its start were frozen
+    assert gc.get_freeze_count() == 0
+    with pytest.raises(sf.OperatorError):  # a failing run gives them back too
+        _wordcount(fail_at=10).run()
+    assert gc.get_freeze_count() == 0
+
+
+def test_nested_runs_and_a_program_that_froze_objects_itself():
+    freeze = gc_hold.RunFreeze()
+    with freeze:
+        n = gc.get_freeze_count()
+        with freeze:  # a second flow running at the same time
+            pass
+        assert gc.get_freeze_count() == n > 0
+    assert gc.get_freeze_count() == 0
+    gc.freeze()
+    try:
+        mine = gc.get_freeze_count()
+        with freeze:
+            assert gc.get_freeze_count() == mine  # left alone
+        assert gc.get_freeze_count() == mine  # not unfrozen by the run
+    finally:
+        gc.unfreeze()

@@ -146,8 +146,11 @@ class Flow:
     def run(self, engine: str = "reference", **options: Any) -> Any:
         """Runs the flow to the end of its inputs; returns the engine's run result."""
         from .executors import get_engine
+        from .executors.gc_hold import RUN_FREEZE
 
-        return get_engine(engine)(self, **options)
+        engine_run = get_engine(engine)
+        with RUN_FREEZE:  # collections during the run skip the heap it started with
+            return engine_run(self, **options)
 
     # -- internals ------------------------------------------------------------------------------
     def _add(self, kind: str, spec: Any, inputs: list[Stream], name: str | None = None) -> Stream:

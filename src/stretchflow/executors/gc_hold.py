@@ -8,13 +8,21 @@ with the number of live container objects), and one landing inside a reconfigura
 it ten times slower. The executor therefore defers automatic collections from the
 ``reconfigure`` call until the switch is applied (:class:`GCHold`): the pause is not removed,
 it happens right after, where it delays tuples as any other moment's collection would.
-Reference counting keeps freeing memory meanwhile; only cycles wait. A reconfiguration that
-waits a long time for its trigger (a slow source: Alg. 5's control tuple needs the next
-tuple of every source) keeps collections deferred as long, which is why the executor option
-``defer_gc`` can turn this off.
+Reference counting keeps freeing memory meanwhile; only cycles wait. A reconfiguration
+whose instances are slow to reach its control tuple keeps collections deferred as long,
+which is why the executor option ``defer_gc`` can turn this off.
 
 The Spark kernels (``spark/plan.py``, ``no_gc``) take the same hold while they allocate
 millions of short-lived acyclic objects, where generation-0 passes doubled their time.
+
+**The heap a run starts with** (:data:`RUN_FREEZE`, taken by ``Flow.run``): a full collection
+traverses every tracked object, and the libraries a run imports (numba, pandas, pyarrow) leave
+tens of thousands of them that take 65–120 ms to traverse here — most of every generation-2
+pause, and the tail of a reconfiguration that a pause just delayed. ``gc.freeze()`` at the
+start of a run moves the objects alive then out of the collector's generations, so the
+collections during the run traverse only what the run created; ``gc.unfreeze()`` at its end
+gives them back. Cyclic garbage among the frozen objects waits for the end of the run. A
+program that froze objects itself (``gc.get_freeze_count() > 0``) is left alone.
 
 The collector's switch is process-wide, so the holds of every operator and executor in the
 process are counted together; the collector is enabled again when the last hold is released,
@@ -64,7 +72,35 @@ class GCHold:
         return self._holds
 
 
+class RunFreeze:
+    """A counted ``gc.freeze()`` over running flows (thread-safe); a context manager."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._runs = 0
+        self._ours = False
+
+    def __enter__(self) -> RunFreeze:
+        with self._lock:
+            if self._runs == 0:
+                # objects someone else froze must not be unfrozen by us
+                self._ours = gc.get_freeze_count() == 0
+                if self._ours:
+                    gc.freeze()
+            self._runs += 1
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._runs -= 1
+            if self._runs == 0 and self._ours:
+                gc.unfreeze()
+                self._ours = False
+
+
 #: the process's hold: gc.disable() is process-wide, so every executor shares one count
 GC_HOLD = GCHold()
+#: the heap of the running flows' start, frozen while any of them runs (gc.freeze is global)
+RUN_FREEZE = RunFreeze()
 
-__all__ = ["GC_HOLD", "GCHold"]
+__all__ = ["GC_HOLD", "RUN_FREEZE", "GCHold", "RunFreeze"]

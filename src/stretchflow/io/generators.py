@@ -31,10 +31,16 @@ from pathlib import Path
 
 import numpy as np
 import orjson
+import pandas  # noqa: F401 - see below
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
+
+# pandas: pyarrow imports it at its first conversion of Python objects (pa.array of a list),
+# which for a generated source would happen inside the running flow — 37 000 new objects that
+# every full collection of the run then traverses (Flow.run freezes only the heap it starts
+# with, executors/gc_hold.py). Imported with this module, it belongs to that heap.
 
 __all__ = [
     "DEFAULT_START",
@@ -538,6 +544,15 @@ GENERATORS: dict[str, Callable[..., pa.Table | tuple[pa.Table, pa.Table]]] = {
 """Generator functions by name; each takes ``(rows, seed=..., **params)``."""
 
 
+def generator(name: str) -> Callable[..., pa.Table | tuple[pa.Table, pa.Table]]:
+    """The generator function called ``name``; ValueError naming the valid ones if none is."""
+    if name not in GENERATORS:
+        raise ValueError(
+            f"unknown generator {name!r}; valid names: {', '.join(sorted(GENERATORS))}"
+        )
+    return GENERATORS[name]
+
+
 def generate(name: str, rows: int, seed: int, out: str | os.PathLike, **params) -> list[Path]:
     """Run generator ``name`` and write its output, returning the paths written.
 
@@ -553,11 +568,7 @@ def generate(name: str, rows: int, seed: int, out: str | os.PathLike, **params) 
     >>> [p.name for p in generate("bandjoin", 10, 0, d / "bj.csv", rate=50.0)]
     ['bj-left.csv', 'bj-right.csv']
     """
-    if name not in GENERATORS:
-        raise ValueError(
-            f"unknown generator {name!r}; valid names: {', '.join(sorted(GENERATORS))}"
-        )
-    func = GENERATORS[name]
+    func = generator(name)
     accepted = [p for p in inspect.signature(func).parameters if p not in ("rows", "seed")]
     unknown = sorted(set(params) - set(accepted))
     if unknown:

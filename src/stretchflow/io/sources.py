@@ -318,6 +318,11 @@ class Generated(Source):
 
     def __init__(self, generator: str, *, rows: int, seed: int = 0, stream: str | None = None,
                  name: str | None = None, **params: Any):
+        # imported here, not at the first tuple: its libraries (pyarrow) then load before
+        # the run, whose collections skip the heap it started with (Flow.run, gc_hold.py)
+        from .generators import generator as check
+
+        self._make = check(generator)
         self.generator = generator
         self.rows = rows
         self.seed = seed
@@ -326,10 +331,7 @@ class Generated(Source):
         super().__init__(name or generator + (f"-{stream}" if stream else ""), "ts", True)
 
     def _raw(self) -> Iterator[tuple[Any, Any, Any]]:
-        from . import generators
-
-        table = generators.GENERATORS[self.generator](rows=self.rows, seed=self.seed,
-                                                      **self.params)
+        table = self._make(rows=self.rows, seed=self.seed, **self.params)
         if isinstance(table, tuple):
             table = table[0 if self.stream in (None, "left") else 1]
         row = 0

@@ -63,15 +63,13 @@ def generate_with_spark(kind: str, rows: int, seed: int, out: str | os.PathLike,
                         master: str | None = None, **params: Any) -> list[Path]:
     """Generates ``kind`` and writes it through Spark as Parquet directories (``out`` must end
     in .parquet; bandjoin writes ``<stem>-left.parquet`` and ``<stem>-right.parquet``)."""
-    from ..io.generators import GENERATORS
+    from ..io.generators import generator
     from .session import get_session
 
     out = Path(out)
     if out.suffix.lower() != ".parquet":
         raise ValueError(f"generate --engine spark writes Parquet: {out} must end in .parquet")
-    if kind not in GENERATORS:
-        raise ValueError(f"unknown generator {kind!r}; valid names: {', '.join(GENERATORS)}")
-    result = GENERATORS[kind](rows, seed=seed, **params)
+    result = generator(kind)(rows, seed=seed, **params)
     tables = ([(result[0], out.with_name(f"{out.stem}-left.parquet")),
                (result[1], out.with_name(f"{out.stem}-right.parquet"))]
               if isinstance(result, tuple) else [(result, out)])
