@@ -163,6 +163,40 @@ def test_reconfigure_from_another_thread_while_running():
         assert rec.applied or rec.note
 
 
+def test_reconfiguration_does_not_wait_for_an_idle_source():
+    """The control tuple goes into ESG_in at once (Inlet.send_control): with the source
+    silent, a reconfiguration still applies, and the output is still the reference's."""
+    recs = tweet_records(6, 600, rate=300)
+    half = threading.Event()
+    resume = threading.Event()
+
+    def paused():
+        for i, r in enumerate(recs):
+            if i == len(recs) // 2:
+                half.set()
+                assert resume.wait(60)
+            yield r
+
+    applied = []
+
+    def driver(ex):
+        def go():
+            half.wait(60)
+            for p in (4, 1, 3):
+                applied.append(ex.reconfigure(p)[0])  # returns once applied
+            resume.set()
+        threading.Thread(target=go, daemon=True).start()
+
+    ref, _ = run_query("wordcount", [recs], QUERY_PARAMS["wordcount"])
+    flow = sf.Flow()
+    col = build_query("wordcount", [flow.source(sf.io.iterable(paused))],
+                      **QUERY_PARAMS["wordcount"]).collect()
+    VSNExecutor(flow, parallelism=2, max_parallelism=4, on_start=driver).run()
+    assert [r.applied for r in applied] == [True, True, True]
+    assert all(r.trigger_ts <= recs[len(recs) // 2]["ts"] for r in applied)
+    assert multiset(col.items) == multiset(ref)
+
+
 def test_chained_operators_and_stateless_on_upstream_threads():
     recs = tweet_records(3, 800, rate=300)
 

@@ -15,7 +15,6 @@ downstream, each producer adding under its own source id.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Hashable
 from typing import Any
 
@@ -38,67 +37,42 @@ class Tagged:
 
 
 class Inlet:
-    """The ESG a consumer reads, with Alg. 5's per-source queues of control tuples."""
+    """The ESG a consumer reads; the executors' producers add to it under their own ids."""
 
     def __init__(self, name: str, producers: list[Hashable], readers: list[Hashable],
                  capacity: int, n_inputs: int = 1):
         self.name = name
         self.tagged = n_inputs > 1
         self.esg = ElasticScaleGate(producers, readers, capacity=capacity)
-        self._lock = threading.Lock()
-        self._controls: dict[Hashable, list[Any]] = {}
-        self._has_controls = False
-        self._latest: dict[Hashable, int] = {}  # T[i] of Alg. 5: each producer's latest ts
-        self._producers = set(producers)
-        self._closed: set[Hashable] = set()
 
-    # -- addSTRETCH (Alg. 5) -------------------------------------------------------------------
     def push(self, pid: Hashable, items: list[tuple[int, Any]]) -> None:
-        """Adds a producer's sorted items; pending control tuples go first.
-
-        Alg. 5 stamps a control tuple with the timestamp of the tuple t it precedes, so the
-        switch (Alg. 4 L10: a watermark beyond γ) waits for a tuple after t. Stamped with the
-        producer's previous timestamp instead — still no later than anything it adds next,
-        and no earlier than any watermark it has caused — the switch happens at t itself."""
-        if self._has_controls:
-            with self._lock:
-                ctrls = self._controls.pop(pid, None)
-                self._has_controls = bool(self._controls)
-            if ctrls:
-                stamp = self._latest.get(pid, items[0][0])
-                self.esg.add_batch([(stamp, c) for c in ctrls], pid)
+        """Adds a producer's timestamp-sorted items."""
         self.esg.add_batch(items, pid)
-        self._latest[pid] = items[-1][0]
 
     def send_control(self, control: Any) -> bool:
-        """Queues a control tuple for every producer still adding; False if none is left."""
-        with self._lock:
-            live = self._producers - self._closed
-            for pid in live:
-                self._controls.setdefault(pid, []).append(control)
-            self._has_controls = bool(self._controls)
-            return bool(live)
+        """Adds a control tuple for the readers (addSTRETCH, journal Alg. 5 and §7); False,
+        adding nothing, if no reader can get it any more (the input has ended).
+
+        Alg. 5 queues a copy per producer, added before the producer's next tuple and
+        stamped with its latest timestamp, so the control tuple queues behind every tuple
+        already added, and before it behind the producer's next one. What Theorems 3 and 4
+        need is only that every instance gets it at the same position of the same sequence.
+        The ESG puts it at once right after the furthest instance's position
+        (:meth:`ElasticScaleGate.add_next`): a reconfiguration neither waits for a
+        producer's next tuple (forever, for an idle one) nor behind a backlog no instance
+        has reached — which, when the reconfiguration provisions instances for a load
+        peak, the new instances then help to process."""
+        return self.esg.add_next(control) is not None
 
     # -- membership ----------------------------------------------------------------------------
     def add_producers(self, pids: list[Hashable], j: Hashable) -> bool:
-        with self._lock:
-            self._producers.update(pids)
         return self.esg.add_sources(pids, j)
 
     def remove_producers(self, pids: list[Hashable]) -> bool:
-        with self._lock:
-            self._producers.difference_update(pids)
-            for pid in pids:
-                self._controls.pop(pid, None)
-            self._has_controls = bool(self._controls)
         return self.esg.remove_sources(pids)
 
     def close(self, pid: Hashable) -> None:
-        """A producer's end of input: its queued control tuples can never be added."""
-        with self._lock:
-            self._closed.add(pid)
-            self._controls.pop(pid, None)
-            self._has_controls = bool(self._controls)
+        """A producer's end of input."""
         self.esg.close_source(pid)
 
 

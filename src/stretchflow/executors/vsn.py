@@ -7,20 +7,26 @@
 handles the keys and expired windows of its groups only (Alg. 4 L16–L19), so no key is touched
 by two instances and σ needs no per-key lock.
 
-Elasticity (Alg. 4–6): :meth:`VSNOperator.reconfigure` queues a control tuple ⟨e*, O*, f_μ*⟩
-at every producer of ESG_in; each producer adds it before its next tuple, stamped with that
-tuple's timestamp (addSTRETCH, Alg. 5). An instance that reads a control tuple of a newer
-epoch stores it (prepareReconfig, Alg. 6; the latest one wins, Theorem 4). When a regular tuple
-raises its watermark beyond γ, the instance waits at a barrier with the other connected
-instances; exactly one of them (the barrier's action) adds joining instances as sources of
-ESG_out and then as readers of ESG_in (starting with the tuple that triggered the switch), or
-removes leaving instances as readers of ESG_in and then as sources of ESG_out. Every instance
-then switches to f_μ* and processes the tuple. Nothing in σ is copied: instances only change
-which key groups they own.
+Elasticity (Alg. 4–6): :meth:`VSNOperator.reconfigure` adds a control tuple ⟨e*, O*, f_μ*⟩
+to ESG_in at once, stamped with ESG_in's frontier — the timestamp the first of Alg. 5's
+per-producer copies would carry (:meth:`~stretchflow.executors.plan.Inlet.send_control`). An
+instance that reads a control tuple of a newer epoch (prepareReconfig, Alg. 6) waits right
+there at a barrier with the other connected instances; exactly one of them (the barrier's
+action) applies the latest request (Theorem 4: the latest control tuple wins, earlier ones are
+superseded): it adds joining instances as sources of ESG_out and then as readers of ESG_in
+(starting with the tuple after the control tuple), or removes leaving instances as readers of
+ESG_in and then as sources of ESG_out. Every instance then switches to f_μ* and goes on.
+Nothing in σ is copied: instances only change which key groups they own.
 
-Instances that leave first release the f_U outputs they hold (their ESG_out source is about to
-be flushed). Joining instances start from the triggering instance's watermark W̄ (Lemma 3: a
-safe lower bound) and from its position in ESG_in.
+Alg. 4 L10 switches at the first tuple that raises the watermark beyond γ, the control tuple's
+timestamp; here the switch is at the control tuple itself. Theorem 3 needs only that every
+instance switches at the same position of ESG_in's sequence, with everything before it done
+under the old f_μ — true at any position. Switching at the control tuple means a
+reconfiguration does not wait for the producers' next tuples (ties at γ included), nor forever
+for an idle source. Leaving instances first release the f_U outputs they hold (their ESG_out
+source is about to be flushed). Joining instances start from the acting instance's watermark
+W̄ (Lemma 3: every later tuple has ts >= W̄, so W̄ is a safe lower bound) and from its
+position in ESG_in.
 
 Threads: one per source (stateless operators run on it), ``n`` per O+, one per sink, and one
 for the controller if there is one. Everything blocks on conditions; nothing spins.
@@ -76,6 +82,7 @@ class Reconfiguration:
     note: str = ""
     done: threading.Event = field(default_factory=threading.Event, repr=False)
     gc_held: bool = field(default=False, repr=False)
+    control: Control | None = field(default=None, repr=False)
 
     def finish(self) -> None:
         """Marks the request done and lets garbage collection run again (see gc_hold);
@@ -156,6 +163,14 @@ class VSNOperator:
         ``f_mu``: None (key group g to instance g mod P), ``"balanced"`` (key groups packed by
         their measured load), a sequence of G instance indices, or ``fn(g, P) -> instance``.
         """
+        rec = self.request(parallelism, f_mu)
+        self.send(rec)
+        if wait:
+            rec.done.wait(timeout)
+        return rec
+
+    def request(self, parallelism: int | None = None, f_mu: Any = None) -> Reconfiguration:
+        """Registers a request without sending its control tuple (see :meth:`send`)."""
         with self.lock:
             before = self.parallelism
             p = parallelism if parallelism is not None else before
@@ -168,18 +183,25 @@ class VSNOperator:
             if self.ex.defer_gc:  # before the clock starts: the hold is not free either
                 GC_HOLD.acquire()
             rec = Reconfiguration(self.name, e, before, p, time.perf_counter(),
-                                  assignment=assign, gc_held=self.ex.defer_gc)
+                                  assignment=assign, gc_held=self.ex.defer_gc,
+                                  control=Control(e, frozenset(range(p)), assign))
             self._requests[e] = rec
             self.log.append(rec)
             if self.done:
                 self._resolve(rec, False, "the input had ended")
-        if not rec.done.is_set():
-            if not self.inlet.send_control(Control(e, frozenset(range(p)), assign)):
-                with self.lock:
-                    self._resolve(rec, False, "the input had ended")
-        if wait:
-            rec.done.wait(timeout)
-        return rec
+            return rec
+
+    def send(self, rec: Reconfiguration) -> None:
+        """Adds ``rec``'s control tuple to ESG_in. Earlier requests still pending are
+        superseded once it applies (the latest wins), so of several requests made at once
+        (``--reconfigure`` steps due at the same tuple) only the latest needs sending."""
+        if rec.done.is_set():
+            return
+        if not self.inlet.send_control(rec.control):
+            with self.lock:
+                for e in sorted(self._requests):
+                    if e <= rec.epoch:
+                        self._resolve(self._requests[e], False, "the input had ended")
 
     def _resolve_f_mu(self, f_mu: Any, p: int) -> tuple[int, ...]:
         G = self.G
@@ -214,14 +236,28 @@ class VSNOperator:
             return b
 
     def _apply(self, epoch: int) -> None:
-        """Run by exactly one instance while all connected instances wait (Alg. 4 L11–L13)."""
+        """Run by exactly one instance while all connected instances wait (Alg. 4 L11–L13):
+        applies the request whose control tuple the instances read. Requests of lower
+        epochs still pending are superseded — their control tuples come later in ESG_in, or
+        never, and instances ignore them (the latest control tuple wins, Theorem 4)."""
+        try:
+            self._apply_request(epoch)
+        except BaseException as e:
+            # recorded before the barrier breaks, so the other instances report this error
+            # and not the broken barrier (fail() itself would deadlock on the barrier's lock)
+            self.ex.record_error(e)
+            raise
+
+    def _apply_request(self, epoch: int) -> None:
         acting: VSNInstance = _tls.instance
-        ctrl: Control = acting.pending
-        trigger_ts = acting.remaining[0][0]
+        with self.lock:
+            ctrl = self._requests[epoch].control
         old, new = self.O, ctrl.instances
         joining = sorted(new - old)
         leaving = sorted(old - new)
         outlets = acting.pusher.inlets()
+        for j in leaving:  # parked at the barrier: their outputs go out before they leave
+            self.instances[j].release_held()
         if joining:  # provisioning: sources of ESG_out first, then readers of ESG_in
             pids = [(self.name, j) for j in joining]
             for inlet in outlets:
@@ -254,7 +290,7 @@ class VSNOperator:
                     break
                 rec = self._requests.pop(e)
                 rec.applied_at = now
-                rec.trigger_ts = trigger_ts
+                rec.trigger_ts = acting.trigger_ts
                 if e == epoch:
                     rec.applied = True
                 else:
@@ -275,8 +311,8 @@ class VSNOperator:
             if self._finished == len(self.O):
                 self.done = True
                 for rec in list(self._requests.values()):
-                    self._resolve(rec, False, "the input ended before a later tuple could "
-                                              "trigger it")
+                    self._resolve(rec, False, "the input ended before its control tuple "
+                                              "was read")
                 self.cond.notify_all()
 
     def wake_all(self) -> None:
@@ -302,8 +338,7 @@ class VSNInstance:
         self.inst.group_hits = [0] * vop.G
         self.connected = j in vop.O
         self.e = 0
-        self.pending: Control | None = None
-        self.gamma: int | float = math.inf
+        self.trigger_ts: float | None = None  # the ts of the control tuple of the switch
         self.prefix: list | None = None
         self.remaining: list | None = None
         self.W_bar: float = -math.inf
@@ -352,20 +387,14 @@ class VSNInstance:
         """processVSN (Alg. 4) over a batch; False once this instance has left."""
         inst = self.inst
         process, advance = inst.process, inst.advance
-        pending = self.pending
         n = 0
         for idx, (ts, p) in enumerate(items):
             kind = type(p)
-            if kind is Control:  # isControl / prepareReconfig (Alg. 6)
-                if p.epoch > self.e:
-                    self.pending = pending = p
-                    self.gamma = ts
-                continue
-            if pending is not None and ts > inst.W and ts > self.gamma:  # Alg. 4 L10
-                if not self._switch(items, idx):
+            if kind is Control:  # isControl / prepareReconfig (Alg. 6), switching here
+                if p.epoch > self.e and not self._switch(p, ts, items, idx + 1):
                     self.processed += n
                     return False
-                pending = None
+                continue
             n += 1
             try:
                 if p is WATERMARK:
@@ -386,8 +415,6 @@ class VSNInstance:
         OPlusInstance.process_batch as one run, so a numpy kernel covers many tuples per call
         while the GIL is released. From a control tuple on, the batch takes the
         tuple-at-a-time path, which handles Alg. 4's epoch switch."""
-        if self.pending is not None:
-            return self._process(items)
         run: list[tuple[int, Any, int]] = []
         for idx, (ts, p) in enumerate(items):
             kind = type(p)
@@ -416,37 +443,40 @@ class VSNInstance:
             raise OperatorError(self.vop.name, run[0][0], run[0][1], e) from e
         self.processed += len(run)
 
-    def _switch(self, items: list, idx: int) -> bool:
-        """waitForInstances and the epoch switch; False if this instance leaves (it does not
-        process the triggering tuple)."""
-        ctrl = self.pending
+    def _switch(self, ctrl: Control, ts: float, items: list, idx: int) -> bool:
+        """waitForInstances and the epoch switch at the control tuple ``(ts, ctrl)``, which
+        is ``items[idx - 1]``; False if this instance left."""
+        vop = self.vop
+        # decided now: once the barrier releases a leaving instance, a later epoch may
+        # re-provision it before this thread runs again (and touches anything)
         leaving = self.j not in ctrl.instances
-        if leaving:
-            self.inst.flush_pending()
         self._emit()  # what W̄ released reaches ESG_out before its membership changes
+        self.trigger_ts = ts
         self.remaining = items[idx:]
         self.W_bar = self.inst.W
         try:
-            self.vop.barrier(ctrl.epoch).wait(BARRIER_TIMEOUT)
+            vop.barrier(ctrl.epoch).wait(BARRIER_TIMEOUT)
         except threading.BrokenBarrierError:
-            if self.vop.ex.error is not None:
+            if vop.ex.error is not None:
                 raise _Aborted from None
-            raise RuntimeError(f"{self.vop.name}: barrier of epoch {ctrl.epoch} broke") from None
+            raise RuntimeError(f"{vop.name}: barrier of epoch {ctrl.epoch} broke") from None
         if leaving:
             return False  # the barrier action has moved this instance to the pool
-        self.e = ctrl.epoch
-        self.pending = None
-        self.gamma = math.inf
         self.remaining = None
+        self.e = ctrl.epoch
         self.inst.set_assignment(list(ctrl.assign))
         return True
+
+    def release_held(self) -> None:
+        """A leaving instance's f_U outputs held for order, out to ESG_out before its source
+        there is removed (called in the barrier action, while this thread is parked)."""
+        self.inst.flush_pending()
+        self._emit()
 
     def leave(self, ctrl: Control) -> None:
         """Disconnects this instance (called in the barrier action)."""
         self.connected = False
         self.e = ctrl.epoch
-        self.pending = None
-        self.gamma = math.inf
         self.remaining = None
         self.inst.set_assignment(list(ctrl.assign))
 
@@ -456,8 +486,6 @@ class VSNInstance:
         self.inst.saw_time(acting.W_bar)
         self.inst.set_assignment(list(ctrl.assign))
         self.e = ctrl.epoch
-        self.pending = None
-        self.gamma = math.inf
         self.prefix = list(acting.remaining)
         self.last_wm = acting.last_wm
 
@@ -473,7 +501,6 @@ class VSNInstance:
             self.pusher.push(out)
 
     def _finish(self) -> None:
-        self.pending = None  # a reconfiguration still pending can no longer trigger
         try:
             self.inst.finish()
         except StretchflowError:
@@ -571,8 +598,7 @@ class VSNExecutor:
             clock = time.perf_counter
             started = clock()
             # a paced or replayed source (a live one) makes us wait for every item: holding
-            # its tuples for a fuller batch would only add latency, to outputs and to the
-            # control tuples that wait for its next push (Alg. 5)
+            # its tuples for a fuller batch would only add latency
             live = bool(getattr(node.spec, "rate", None) or getattr(node.spec, "speed", None))
             for item in node.spec.items():
                 if self.error is not None:
@@ -588,8 +614,7 @@ class VSNExecutor:
                         if due:  # --reconfigure: after the COUNT-th tuple of all sources
                             pusher.push(batch)
                             batch = []
-                            for p in due:
-                                self.reconfigure(p, wait=False)
+                            self._scheduled(due)
                 # a batch goes out when full, BATCH_DELAY old, or its source is slow
                 n = len(batch)
                 if n and (n >= BATCH or live or now - started >= BATCH_DELAY):
@@ -604,11 +629,18 @@ class VSNExecutor:
                 last = self._sources_left == 0
                 rest = [p for _, p in self.schedule] if last else []
                 self.schedule = [] if last else self.schedule
-            for p in rest:  # requested after the last tuple: they cannot take effect
-                self.reconfigure(p, wait=False)
+            self._scheduled(rest)  # due after the last tuple: applied at the end of input
             pusher.close()
         except BaseException as e:  # noqa: BLE001
             self.fail(e)
+
+    def _scheduled(self, due: list[int]) -> None:
+        """Requests the parallelisms of ``--reconfigure`` steps due now; of several due at
+        once only the latest is sent and applied (the latest control tuple wins)."""
+        if due:
+            for vop in self.ops.values():
+                recs = [vop.request(p) for p in due]
+                vop.send(recs[-1])
 
     def _count_tuple(self) -> list[int]:
         """Counts one input tuple over all sources; the parallelisms now due."""
@@ -684,10 +716,14 @@ class VSNExecutor:
         except BaseException as e:  # noqa: BLE001
             self.fail(e)
 
-    def fail(self, e: BaseException) -> None:
+    def record_error(self, e: BaseException) -> None:
+        """Keeps the first error of the run."""
         with self._error_lock:
             if self.error is None:
                 self.error = e
+
+    def fail(self, e: BaseException) -> None:
+        self.record_error(e)
         for inlet in self.plan.inlets.values():
             inlet.esg.abort(e)
         for vop in self.ops.values():
