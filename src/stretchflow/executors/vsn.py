@@ -8,23 +8,24 @@ handles the keys and expired windows of its groups only (Alg. 4 L16–L19), so n
 by two instances and σ needs no per-key lock.
 
 Elasticity (Alg. 4–6): :meth:`VSNOperator.reconfigure` adds a control tuple ⟨e*, O*, f_μ*⟩
-to ESG_in at once, stamped with ESG_in's frontier — the timestamp the first of Alg. 5's
-per-producer copies would carry (:meth:`~stretchflow.executors.plan.Inlet.send_control`). An
-instance that reads a control tuple of a newer epoch (prepareReconfig, Alg. 6) waits right
-there at a barrier with the other connected instances; exactly one of them (the barrier's
-action) applies the latest request (Theorem 4: the latest control tuple wins, earlier ones are
-superseded): it adds joining instances as sources of ESG_out and then as readers of ESG_in
-(starting with the tuple after the control tuple), or removes leaving instances as readers of
-ESG_in and then as sources of ESG_out. Every instance then switches to f_μ* and goes on.
-Nothing in σ is copied: instances only change which key groups they own.
+to ESG_in at once, right after the position of the instance furthest ahead
+(:meth:`~stretchflow.executors.plan.Inlet.send_control`). An instance that reads a control
+tuple of a newer epoch (prepareReconfig, Alg. 6) waits right there at a barrier with the other
+connected instances; exactly one of them (the barrier's action) applies that request, and
+earlier ones still pending are superseded (Theorem 4: the latest control tuple wins): it adds
+joining instances as sources of ESG_out and then as readers of ESG_in (starting with the tuple
+after the control tuple), or removes leaving instances as readers of ESG_in and then as
+sources of ESG_out. Every instance then switches to f_μ* and goes on. Nothing in σ is copied:
+instances only change which key groups they own.
 
-Alg. 4 L10 switches at the first tuple that raises the watermark beyond γ, the control tuple's
-timestamp; here the switch is at the control tuple itself. Theorem 3 needs only that every
-instance switches at the same position of ESG_in's sequence, with everything before it done
-under the old f_μ — true at any position. Switching at the control tuple means a
-reconfiguration does not wait for the producers' next tuples (ties at γ included), nor forever
-for an idle source. Leaving instances first release the f_U outputs they hold (their ESG_out
-source is about to be flushed). Joining instances start from the acting instance's watermark
+Alg. 5 adds the control tuple before each producer's next tuple, and Alg. 4 L10 switches at the
+first tuple that raises the watermark beyond γ, the control tuple's timestamp; here the control
+tuple goes in at once and the switch is at the control tuple itself. Theorem 3 needs only that
+every instance switches at the same position of ESG_in's sequence, with everything before it
+done under the old f_μ — true at any position. So a reconfiguration waits neither for the
+producers' next tuples (ties at γ included; forever, for an idle source) nor behind a backlog
+no instance has reached. Leaving instances first release the f_U outputs they hold (their
+ESG_out source is about to be flushed). Joining instances start from the acting instance's watermark
 W̄ (Lemma 3: every later tuple has ts >= W̄, so W̄ is a safe lower bound) and from its
 position in ESG_in.
 
@@ -198,10 +199,10 @@ class VSNOperator:
         if rec.done.is_set():
             return
         if not self.inlet.send_control(rec.control):
+            # only rec: an earlier request's control tuple may still be on its way to the
+            # slower instances (those not sent end when the instances do)
             with self.lock:
-                for e in sorted(self._requests):
-                    if e <= rec.epoch:
-                        self._resolve(self._requests[e], False, "the input had ended")
+                self._resolve(rec, False, "the input had ended")
 
     def _resolve_f_mu(self, f_mu: Any, p: int) -> tuple[int, ...]:
         G = self.G
