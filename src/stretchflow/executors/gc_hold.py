@@ -44,58 +44,71 @@ import gc
 import threading
 
 
-class GCHold:
-    """A counted hold on automatic garbage collection (thread-safe)."""
+class _Counted:
+    """A process-wide switch under counted holds (thread-safe): the first hold turns it on,
+    the last release puts back what was there before; a context manager too."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._holds = 0
         self._restore = False
 
+    def _on(self) -> bool:
+        """Turns the switch on; True if the last release must turn it off again."""
+        raise NotImplementedError
+
+    def _off(self) -> None:
+        raise NotImplementedError
+
     def acquire(self) -> None:
         with self._lock:
             if self._holds == 0:
-                self._restore = gc.isenabled()
-                gc.disable()
+                self._restore = self._on()
             self._holds += 1
 
     def release(self) -> None:
         with self._lock:
             if self._holds == 0:
-                raise RuntimeError("GCHold.release without a matching acquire")
+                raise RuntimeError(f"{type(self).__name__}.release without a matching acquire")
             self._holds -= 1
             if self._holds == 0 and self._restore:
-                gc.enable()
+                self._off()
+
+    def __enter__(self) -> _Counted:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
     @property
     def holds(self) -> int:
         return self._holds
 
 
-class RunFreeze:
-    """A counted ``gc.freeze()`` over running flows (thread-safe); a context manager."""
+class GCHold(_Counted):
+    """A counted hold on automatic garbage collection."""
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._runs = 0
-        self._ours = False
+    def _on(self) -> bool:
+        enabled = gc.isenabled()  # a program that disabled it keeps it disabled
+        gc.disable()
+        return enabled
 
-    def __enter__(self) -> RunFreeze:
-        with self._lock:
-            if self._runs == 0:
-                # objects someone else froze must not be unfrozen by us
-                self._ours = gc.get_freeze_count() == 0
-                if self._ours:
-                    gc.freeze()
-            self._runs += 1
-        return self
+    def _off(self) -> None:
+        gc.enable()
 
-    def __exit__(self, *exc: object) -> None:
-        with self._lock:
-            self._runs -= 1
-            if self._runs == 0 and self._ours:
-                gc.unfreeze()
-                self._ours = False
+
+class RunFreeze(_Counted):
+    """A counted ``gc.freeze()`` over running flows."""
+
+    def _on(self) -> bool:
+        if gc.get_freeze_count():  # objects someone else froze must not be unfrozen by us
+            return False
+        gc.freeze()
+        return True
+
+    def _off(self) -> None:
+        gc.unfreeze()
 
 
 #: the process's hold: gc.disable() is process-wide, so every executor shares one count
