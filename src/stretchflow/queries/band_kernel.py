@@ -9,16 +9,33 @@ over the same columns release the GIL only per ufunc (a few microseconds each he
 threads then mostly wait for each other.
 
 The first call compiles the kernel (about a second) and caches the machine code next to this
-file (``cache=True``); later processes load it.
+file (``cache=True``); later processes load it. numba itself (80 MB and tens of thousands of
+objects) is imported only by :func:`warm_up` or the first call, so flows without a ScaleJoin
+never load it; :class:`~stretchflow.queries.scalejoin.ScaleJoin` warms up when it is built,
+before any run (whose collections then skip numba's objects, ``executors/gc_hold.py``).
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 import numpy as np
-from numba import njit
 
 
-@njit(nogil=True, cache=True)
+@functools.cache
+def _kernel() -> Callable[..., int]:
+    from numba import njit
+
+    return njit(nogil=True, cache=True)(_pairs)
+
+
+def warm_up() -> None:
+    """Imports numba and loads (or compiles) the kernel for the types runs use, now."""
+    f, i = np.zeros(1), np.zeros(1, dtype=np.int64)
+    band_pairs(f, f, i, i, f, f, 0.0)
+
+
 def _pairs(u, v, lo, hi, qu, qv, band, out_r, out_c):  # pragma: no cover - compiled
     n = 0
     cap = out_r.shape[0]
@@ -42,10 +59,10 @@ def band_pairs(u: np.ndarray, v: np.ndarray, lo: np.ndarray, hi: np.ndarray, qu:
     while True:
         out_r = np.empty(cap, dtype=np.int64)
         out_c = np.empty(cap, dtype=np.int64)
-        n = _pairs(u, v, lo, hi, qu, qv, float(band), out_r, out_c)
+        n = _kernel()(u, v, lo, hi, qu, qv, float(band), out_r, out_c)
         if n <= cap:
             return out_r[:n], out_c[:n]
         cap = n  # rare: more matches than room; the second pass has exactly enough
 
 
-__all__ = ["band_pairs"]
+__all__ = ["band_pairs", "warm_up"]

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..errors import RunTupleError
 from ..operators.oplus import OPlus, Run, WindowSet
-from .band_kernel import band_pairs
+from .band_kernel import band_pairs, warm_up
 
 
 class Columns:
@@ -209,6 +209,7 @@ class ScaleJoin(OPlus):
         self.band = band
         self.n_keys = n_keys
         self._keys = frozenset(range(n_keys))
+        warm_up()  # numba's import and the kernel's load happen here, not in a running flow
 
     def keys(self, t: Any, i: int) -> frozenset:
         return self._keys
