@@ -24,7 +24,9 @@ Readiness (journal Definition 3, conference §2)
     the next data tuple of every source, and an idle source would stall the
     reconfiguration. With the inclusive reading, when every source has
     reached ``T`` and adds its control tuple at ``T``, all of them are ready
-    immediately.
+    immediately. (The VSN executor now adds its control tuples with
+    ``add_next``, below, which does not depend on this rule; the rule still
+    decides when the sources' tuples are ready.)
 
 A source's last tuple
     It becomes ready as soon as every other current source has added a tuple
