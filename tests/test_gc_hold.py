@@ -5,8 +5,8 @@ import gc
 import pytest
 
 import stretchflow as sf
-from stretchflow.executors import gc_hold
-from stretchflow.executors.gc_hold import GCHold
+from stretchflow.runtime import gc_hold
+from stretchflow.runtime.gc_hold import GCHold
 
 
 def test_holds_are_counted_and_restore_the_previous_state():

@@ -32,6 +32,7 @@ from .operators.aggregate import Aggregate
 from .operators.join import Join
 from .operators.oplus import OPlus
 from .operators.stateless import Filter, FlatMap, Map
+from .runtime.result import RunResult
 
 
 @dataclass(eq=False)
@@ -143,14 +144,38 @@ class Flow:
         self._names.add(op.name)
         return self._add("oplus", op, list(inputs), op.name)
 
-    def run(self, engine: str = "reference", **options: Any) -> Any:
-        """Runs the flow to the end of its inputs; returns the engine's run result."""
-        from .executors import get_engine
-        from .executors.gc_hold import RUN_FREEZE
+    def run(self, engine: str = "reference", *, parallelism: int | None = None,
+            max_parallelism: int | None = None, key_groups: int | None = None,
+            capacity: int | None = None, reconfigure: Any = None, controller: Any = None,
+            **options: Any) -> RunResult:
+        """Runs the flow to the end of its inputs on ``engine``; returns its :class:`RunResult`.
 
-        engine_run = get_engine(engine)
+        Args:
+            engine: ``reference`` (default), ``vsn``, ``sn``, ``ordered``, ``slack`` or
+                ``spark`` (``stretchflow.engines.ENGINES`` lists them with their options).
+            parallelism: instances of each O+ (threads, channels, workers or partitions).
+            max_parallelism: the most instances a reconfiguration or controller may use.
+            key_groups: key groups G that keys hash to; f_μ moves groups between instances.
+            capacity: tuples a buffer between threads holds before its writers block.
+            reconfigure: ``"COUNT:P,..."`` or ``[(COUNT, P), ...]``: after the COUNT-th input
+                tuple of all sources, request parallelism P.
+            controller: an elasticity controller, by name (``threshold``, ``level``) or object.
+            **options: the engine's own options (docs/api.md lists them per engine).
+
+        Options left as None take the engine's default. An option the engine does not take is
+        a :class:`FlowDefinitionError` naming the engine and the options it accepts.
+        """
+        from . import engines
+        from .runtime.gc_hold import RUN_FREEZE
+
+        common = {"parallelism": parallelism, "max_parallelism": max_parallelism,
+                  "key_groups": key_groups, "capacity": capacity,
+                  "reconfigure": reconfigure, "controller": controller}
+        given = {k: v for k, v in common.items() if v is not None}
+        given.update(options)
+        self.validate()
         with RUN_FREEZE:  # collections during the run skip the heap it started with
-            return engine_run(self, **options)
+            return engines.run(self, engine, given)
 
     # -- internals ------------------------------------------------------------------------------
     def _add(self, kind: str, spec: Any, inputs: list[Stream], name: str | None = None) -> Stream:

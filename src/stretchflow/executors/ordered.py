@@ -95,7 +95,7 @@ from ..io.sinks import Collector, Sink
 from ..io.sources import Source
 from ..operators.oplus import OPlus, OPlusInstance, SharedState
 from ..operators.stateless import Filter, FlatMap, Map, apply_batch
-from .reference import RunResult
+from ..runtime.result import RunResult
 from .scheduler import Candidate, OpStats, Scheduler
 
 __all__ = [

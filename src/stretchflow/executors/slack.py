@@ -64,7 +64,7 @@ from ..eventtime import WATERMARK
 from ..flow import Flow, Node
 from ..operators.oplus import OPlus, OPlusInstance, SharedState
 from ..operators.stateless import apply_batch
-from .reference import RunResult
+from ..runtime.result import RunResult
 
 __all__ = ["SlackInstance", "run"]
 

@@ -61,7 +61,7 @@ from ..eventtime import WATERMARK
 from ..flow import Flow, Node
 from ..operators.oplus import OPlus, OPlusInstance, SharedState
 from ..operators.stateless import Filter, FlatMap, Map, apply_batch
-from .reference import RunResult
+from ..runtime.result import RunResult
 
 Stateless = Map | FlatMap | Filter
 _DROPPED = object()  # marks a source tuple its stateless chain dropped

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..errors import FlowDefinitionError
 from ..flow import Flow
-from .reference import RunResult
+from ..runtime.result import RunResult
 
 
 def parse_conf(pairs: list[str] | dict[str, str] | None) -> dict[str, str]:

@@ -48,9 +48,9 @@ from ..errors import FlowDefinitionError, OperatorError, RunTupleError, Stretchf
 from ..eventtime import WATERMARK
 from ..flow import Flow, Node
 from ..operators.oplus import SharedState
-from .gc_hold import GC_HOLD
+from ..runtime.gc_hold import GC_HOLD
 from .plan import Inlet, PhysicalPlan, Pusher, Tagged
-from .reference import RunResult
+from ..runtime.result import RunResult
 
 BATCH = 256  # tuples an instance takes from ESG_in at once, and a source adds at once
 RUN_BATCH = 1024  # tuples an instance of an O+ with update_many takes at once

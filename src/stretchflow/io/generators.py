@@ -40,7 +40,7 @@ import pyarrow.parquet as pq
 # pandas: pyarrow imports it at its first conversion of Python objects (pa.array of a list),
 # which for a generated source would happen inside the running flow — 37 000 new objects that
 # every full collection of the run then traverses (Flow.run freezes only the heap it starts
-# with, executors/gc_hold.py). Imported with this module, it belongs to that heap.
+# with, runtime/gc_hold.py). Imported with this module, it belongs to that heap.
 
 __all__ = [
     "DEFAULT_START",

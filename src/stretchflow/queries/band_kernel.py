@@ -12,7 +12,7 @@ The first call compiles the kernel (about a second) and caches the machine code 
 file (``cache=True``); later processes load it. numba itself (80 MB and tens of thousands of
 objects) is imported only by :func:`warm_up` or the first call, so flows without a ScaleJoin
 never load it; :class:`~stretchflow.queries.scalejoin.ScaleJoin` warms up when it is built,
-before any run (whose collections then skip numba's objects, ``executors/gc_hold.py``).
+before any run (whose collections then skip numba's objects, ``runtime/gc_hold.py``).
 """
 
 from __future__ import annotations

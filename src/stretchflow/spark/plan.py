@@ -36,7 +36,7 @@ from typing import Any
 
 from ..elastic.consistent_hash import stable_hash
 from ..errors import FlowDefinitionError, OperatorError, SourceError, StretchflowError
-from ..executors.gc_hold import GC_HOLD
+from ..runtime.gc_hold import GC_HOLD
 from ..flow import Flow, Node
 from ..operators.oplus import OPlus
 from ..operators.stateless import Filter, FlatMap, Map, apply_batch

@@ -1,0 +1,160 @@
+"""Run control: the first error wins, then every thread of the run stops.
+
+Every threaded executor used to write this itself (an error field under a lock, a stop event,
+its own "stopped" exception, its own list of things to abort). One :class:`RunControl` per run
+now holds the first error and runs the abort hooks the executor registered — aborting its
+buffers (ESG, SSG), breaking its barriers, terminating its child processes — exactly once,
+so that no thread stays blocked after another failed. Correct without the GIL: the error and
+the hooks are read and written under a lock, and hooks run outside it.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import OperatorError, RunTupleError, StretchflowError
+
+_SLICE = 0.1  # seconds a blocking put/get waits before checking whether the run stopped
+
+
+class Stopped(Exception):
+    """Raised in a thread whose run was stopped (another thread failed, or the run was
+    aborted): the thread just exits; the run reports the first error, not this."""
+
+
+class Barrier:
+    """The payload of a control tuple: an epoch barrier travelling in a batch at its own
+    position. Executors subclass it (a VSN reconfiguration's ⟨e*, O*, f_μ*⟩); a checkpoint
+    barrier will be the same cut with another action."""
+
+    __slots__ = ("epoch",)
+
+    def __init__(self, epoch: int):
+        self.epoch = epoch
+
+
+def user_error(operator: str, ts: Any, payload: Any, e: BaseException) -> BaseException:
+    """The exception a run reports for ``e`` raised while ``operator`` processed a tuple:
+    stretchflow's own errors (a source's, an upstream operator's) already name their origin
+    and pass unchanged; a :class:`RunTupleError` names the tuple of a run that failed; any
+    other exception of a user function becomes an :class:`OperatorError`."""
+    if isinstance(e, StretchflowError | Stopped):
+        return e
+    if isinstance(e, RunTupleError):
+        return OperatorError(operator, e.ts, e.payload, e.cause)
+    if ts is None:
+        payload = "<end of input>"
+    return OperatorError(operator, ts, payload, e)
+
+
+class RunControl:
+    """Shared by the threads of one run: the first error, the stop flag and the abort hooks."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.error: BaseException | None = None
+        self.stop = threading.Event()
+        self._hooks: list[Callable[[BaseException], Any]] = []
+
+    @property
+    def stopped(self) -> bool:
+        return self.stop.is_set()
+
+    def on_abort(self, hook: Callable[[BaseException], Any]) -> None:
+        """Calls ``hook(error)`` once when the run fails (at once if it already has)."""
+        with self._lock:
+            err = self.error if self.stop.is_set() else None
+            if err is None:
+                self._hooks.append(hook)
+                return
+        hook(err)
+
+    def record(self, e: BaseException) -> bool:
+        """Keeps ``e`` if it is the run's first error (without stopping); True if it was."""
+        if isinstance(e, Stopped):
+            return False
+        with self._lock:
+            if self.error is None:
+                self.error = e
+                return True
+            return False
+
+    def fail(self, e: BaseException) -> None:
+        """Records ``e`` (if first) and stops the run: every abort hook runs once."""
+        self.record(e)
+        with self._lock:
+            if self.stop.is_set():
+                return
+            self.stop.set()
+            hooks, self._hooks = self._hooks, []
+            err = self.error if self.error is not None else e
+        for hook in hooks:
+            try:
+                hook(err)
+            except Exception:  # noqa: BLE001, S110  # an abort must reach every other hook
+                pass
+
+    def check(self) -> None:
+        """Raises :class:`Stopped` if the run was stopped."""
+        if self.stop.is_set():
+            raise Stopped
+
+    def guard(self, fn: Callable[..., Any], *args: Any) -> Callable[[], None]:
+        """``fn(*args)`` as a thread target: :class:`Stopped` ends it quietly, any other
+        exception fails the run."""
+        def target() -> None:
+            try:
+                fn(*args)
+            except Stopped:
+                pass
+            except BaseException as e:  # noqa: BLE001
+                self.fail(e)
+        return target
+
+    def thread(self, fn: Callable[..., Any], *args: Any, name: str) -> threading.Thread:
+        """A daemon thread running ``fn(*args)`` under :meth:`guard`."""
+        return threading.Thread(target=self.guard(fn, *args), name=name, daemon=True)
+
+    def raise_error(self) -> None:
+        """Raises the run's first error, if any (call after joining the threads)."""
+        if self.error is not None:
+            raise self.error
+
+    # -- blocking calls that give up once the run is stopped -------------------------------------
+    def put(self, q: Any, item: Any) -> None:
+        """``q.put(item)`` on a bounded queue (``queue.Queue`` or a multiprocessing queue)
+        whose reader may have died: waits in slices (blocking, no spinning) and raises
+        :class:`Stopped` once the run is stopped."""
+        while True:
+            if self.stop.is_set():
+                raise Stopped
+            try:
+                q.put(item, timeout=_SLICE)
+                return
+            except queue.Full:
+                continue
+
+    def get(self, q: Any) -> Any:
+        """``q.get()``, raising :class:`Stopped` once the run is stopped."""
+        while True:
+            if self.stop.is_set():
+                raise Stopped
+            try:
+                return q.get(timeout=_SLICE)
+            except queue.Empty:
+                continue
+
+    def wait(self, barrier: threading.Barrier) -> int:
+        """``barrier.wait()``; a broken barrier (the run failed) raises :class:`Stopped`."""
+        try:
+            return barrier.wait()
+        except threading.BrokenBarrierError:
+            raise Stopped from None
+
+    def track(self, barrier: threading.Barrier) -> threading.Barrier:
+        """Aborts ``barrier`` when the run fails, so nobody waits at it forever."""
+        self.on_abort(lambda _e: barrier.abort())
+        return barrier

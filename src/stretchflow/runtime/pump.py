@@ -1,0 +1,140 @@
+"""The source pump and the sink drain: how batches enter and leave every threaded engine.
+
+A :class:`SourcePump` reads a source's ``(ts, payload)`` items and hands them on in batches:
+a batch goes out when it is full, when it is ``delay`` seconds old, or at once for a live
+source (a paced or replayed one, or one that says ``live = True``), where holding tuples for
+a fuller batch would only add latency. It counts input tuples for the ``--reconfigure``
+schedule (:class:`ReconfigureSchedule`, shared by all sources of a run: COUNT counts tuples
+of all sources) and cuts the batch at the tuple a step is due, so the engine's control tuple
+follows exactly that tuple.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ..eventtime import WATERMARK
+from .control import RunControl, Stopped
+from .latency import IngestClock
+
+Item = tuple[int, Any]
+
+
+def is_live(source: Any) -> bool:
+    """True for a source whose tuples arrive over time: paced (``rate``), replayed in event
+    time (``speed``), or one that says so (``live = True``)."""
+    return bool(getattr(source, "live", False) or getattr(source, "rate", None)
+                or getattr(source, "speed", None))
+
+
+class ReconfigureSchedule:
+    """``[(COUNT, P), ...]``: after the COUNT-th input tuple of all sources, request
+    parallelism P. Thread-safe; steps left when the last source ends are due then."""
+
+    def __init__(self, steps: Iterable[tuple[int, int]] | None, sources: int):
+        self.steps = sorted(steps or [])
+        self.read = 0
+        self._sources_left = sources
+        self._lock = threading.Lock()
+
+    def __bool__(self) -> bool:
+        return bool(self.steps)
+
+    def count(self, n: int = 1) -> list[int]:
+        """Counts ``n`` input tuples; the parallelisms now due, in order."""
+        with self._lock:
+            self.read += n
+            due = []
+            while self.steps and self.read >= self.steps[0][0]:
+                due.append(self.steps.pop(0)[1])
+            return due
+
+    def source_ended(self) -> list[int]:
+        """A source ended; when it was the last, every step left is due now."""
+        with self._lock:
+            self._sources_left -= 1
+            if self._sources_left > 0:
+                return []
+            rest = [p for _, p in self.steps]
+            self.steps = []
+            return rest
+
+
+class SourcePump:
+    """Reads one source into batches for ``push``; see the module docstring.
+
+    Args:
+        source: a :class:`~stretchflow.io.sources.Source`.
+        push: called with each batch (a fresh list the callee may keep).
+        control: the run's control; the pump stops when the run does.
+        schedule: the run's ``--reconfigure`` schedule, or None.
+        on_due: called with the parallelisms due, right after the batch that ends with the
+            tuple they are due at was pushed.
+        clock: records when the batch's last timestamp entered (for latency), or None.
+        batch: tuples per batch; delay: seconds a partial batch may wait.
+    """
+
+    def __init__(self, source: Any, push: Callable[[list[Item]], None], control: RunControl,
+                 *, schedule: ReconfigureSchedule | None = None,
+                 on_due: Callable[[list[int]], None] | None = None,
+                 clock: IngestClock | None = None, batch: int = 256, delay: float = 0.001):
+        self.source = source
+        self.push = push
+        self.control = control
+        self.schedule = schedule if schedule else None
+        self.on_due = on_due
+        self.clock = clock
+        self.batch = batch
+        self.delay = delay
+        self.count = 0
+
+    def run(self) -> None:
+        """Pumps the source to its end (raises :class:`Stopped` if the run stops first)."""
+        push, stop, clock = self.push, self.control.stop, self.clock
+        schedule = self.schedule
+        size, delay, live = self.batch, self.delay, is_live(self.source)
+        now_fn = time.perf_counter
+        batch: list[Item] = []
+        started = now_fn()
+        count = 0
+        for item in self.source.items():
+            if stop.is_set():
+                raise Stopped
+            now = now_fn()
+            if not batch:
+                started = now
+            batch.append(item)
+            if item[1] is not WATERMARK:
+                count += 1
+                if schedule is not None:
+                    due = schedule.count()
+                    if due:  # the control tuple must follow exactly this tuple
+                        self._out(batch)
+                        batch = []
+                        if self.on_due is not None:
+                            self.on_due(due)
+                        continue
+            n = len(batch)
+            if n >= size or live or now - started >= delay:
+                self._out(batch)
+                batch = []
+        if batch:
+            self._out(batch)
+        self.count = count
+        if schedule is not None:
+            rest = schedule.source_ended()
+            if rest and self.on_due is not None:
+                self.on_due(rest)  # due after the last tuple: applied at the end of input
+
+    def _out(self, batch: list[Item]) -> None:
+        self.push(batch)
+        if self.clock is not None:
+            self.clock.record(batch[-1][0])
+
+
+def drain_batch(items: list[Item]) -> list[Item]:
+    """The data tuples of a batch read by a sink (watermarks are the engine's, not output)."""
+    return [item for item in items if item[1] is not WATERMARK]
