@@ -66,7 +66,7 @@ TWEET_PARAMS = {
 def test_tweet_queries_match_reference(spark, query, seed, groups, partitions):
     recs = tweets(300, seed=seed, rate=200, vocabulary=40).to_pylist()
     res = assert_same_as_reference(query, [recs], TWEET_PARAMS[query], key_groups=groups,
-                                   partitions=partitions)
+                                   parallelism=partitions)
     assert res.extra["mode"] == "batch"
 
 
@@ -76,8 +76,8 @@ def test_scalejoin_and_forward_match_reference(spark, seed, groups):
     left, right = bandjoin(150, seed=seed, rate=50)
     inputs = [left.to_pylist(), right.to_pylist()]
     assert_same_as_reference("scalejoin", inputs, {"window": 3000, "band": 30, "keys": 20},
-                             key_groups=groups, partitions=2)
-    assert_same_as_reference("forward", inputs, {}, partitions=3)
+                             key_groups=groups, parallelism=2)
+    assert_same_as_reference("forward", inputs, {}, parallelism=3)
 
 
 def test_user_flow_custom_oplus_chains_and_two_sinks(spark):
@@ -108,7 +108,7 @@ def test_user_flow_custom_oplus_chains_and_two_sinks(spark):
     f1, r1, r2 = build()
     run_reference(f1)
     f2, s1, s2 = build()
-    res = run_spark(f2, key_groups=5, partitions=3)
+    res = run_spark(f2, key_groups=5, parallelism=3)
     assert multiset(s1.items) == multiset(r1.items) and len(r1.items) > 50
     assert multiset(s2.items) == multiset(r2.items) and r2.items
     assert res.tuples_in == {"a": len(recs), "b": len(other)}

@@ -21,46 +21,30 @@ import heapq
 import itertools
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
 
-from ..errors import OperatorError, StretchflowError
 from ..eventtime import WATERMARK
 from ..flow import Flow, Node
-from ..operators.oplus import OPlus
+from ..operators.oplus import OPlus, OPlusInstance, SharedState
 from ..operators.stateless import Filter, FlatMap, Map
+from ..runtime.control import user_error
+from ..runtime.result import RunResult
 
 Item = tuple[int, Any]
 
 
-@dataclass
-class RunResult:
-    """What a run did: tuples read per source, tuples written per sink, wall-clock time."""
+def run(flow: Flow, parallelism: int = 1, key_groups: int | None = None) -> RunResult:
+    """Runs ``flow`` to the end of its inputs on one thread.
 
-    engine: str
-    elapsed: float
-    tuples_in: dict[str, int] = field(default_factory=dict)
-    tuples_out: dict[str, int] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def total_in(self) -> int:
-        return sum(self.tuples_in.values())
-
-    @property
-    def throughput(self) -> float:
-        """Input tuples per second of wall-clock time."""
-        return self.total_in / self.elapsed if self.elapsed > 0 else float("inf")
-
-
-def run(flow: Flow, **options: Any) -> RunResult:
-    """Runs ``flow`` to the end of its inputs on one thread."""
-    if options:
-        raise TypeError(f"the reference engine takes no options, got {sorted(options)}")
+    ``parallelism`` P > 1 runs each O+ as P instances in turn on this one thread, each owning
+    the key groups f_μ gives it (g mod P of ``key_groups`` G, default max(128, 16·P)) and every
+    instance reading every tuple (journal Alg. 2, processSN, on P instances): the partitioned
+    algorithm without threads, so its output can be checked against P = 1's exactly."""
     flow.validate()
+    G = key_groups or (max(128, 16 * parallelism) if parallelism > 1 else 1)
     counts: dict[str, list[int]] = {}
-    streams = _compile(flow, counts)
+    streams = _compile(flow, counts, parallelism, G)
     t0 = time.perf_counter()
     sinks = [s for _, s in flow.sinks]
     for s in sinks:
@@ -118,7 +102,8 @@ def _drain_many(streams: list[Iterator[Item]], sinks: list[Any]) -> None:
             s.write(b)
 
 
-def _compile(flow: Flow, counts: dict[str, list[int]]) -> list[Iterator[Item]]:
+def _compile(flow: Flow, counts: dict[str, list[int]], P: int = 1,
+             G: int = 1) -> list[Iterator[Item]]:
     """One iterator per sink, built bottom-up; shared streams are teed."""
     consumers = flow.consumers()
     pools: dict[Node, list[Iterator[Item]]] = {}
@@ -137,7 +122,9 @@ def _compile(flow: Flow, counts: dict[str, list[int]]) -> list[Iterator[Item]]:
         ups = [take(u) for u in node.inputs]
         if node.kind == "stateless":
             return _stateless(node.spec, ups[0])
-        return _oplus(node.spec, ups)
+        if node.kind == "stateful":
+            return _stateful(node.spec, ups[0])
+        return _oplus(node.spec, ups, P, G)
 
     return [take(node) for node, _ in flow.sinks]
 
@@ -167,10 +154,19 @@ def _stateless(op: Map | FlatMap | Filter, up: Iterator[Item]) -> Iterator[Item]
             else:
                 for out in fn(v):
                     yield ts, out
-        except StretchflowError:
-            raise
         except Exception as e:
-            raise OperatorError(op.name, ts, v, e) from e
+            raise user_error(op.name, ts, v, e) from e
+
+
+def _stateful(op: Any, up: Iterator[Item]) -> Iterator[Item]:
+    """A stateful operator of a :class:`~stretchflow.pipeline.Pipeline` (ordered-multicore
+    paper): its instance keeps the state and returns each tuple's outputs in order."""
+    process = op.instance().process
+    for ts, v in up:
+        if v is WATERMARK:
+            yield ts, v
+            continue
+        yield from process(ts, v)
 
 
 def _tag(items: Iterator[Item], i: int) -> Iterator[tuple[int, int, Any]]:
@@ -178,29 +174,55 @@ def _tag(items: Iterator[Item], i: int) -> Iterator[tuple[int, int, Any]]:
         yield ts, i, v
 
 
-def _oplus(op: OPlus, ups: list[Iterator[Item]]) -> Iterator[Item]:
-    inst = op.instance()
-    process, advance = inst.process, inst.advance
+def _oplus(op: OPlus, ups: list[Iterator[Item]], P: int = 1, G: int = 1) -> Iterator[Item]:
+    if P == 1 and G == 1:
+        insts = [op.instance()]
+    else:
+        sigma = SharedState(G)
+        assign = [g % P for g in range(G)]  # f_μ: key group g to instance g mod P
+        insts = [op.instance(sigma, j, assign) for j in range(P)]
     if len(ups) == 1:
         tagged: Iterator[tuple[int, int, Any]] = _tag(ups[0], 0)
     else:
         tagged = heapq.merge(*(_tag(up, i) for i, up in enumerate(ups)), key=itemgetter(0))
     ts = v = None
     try:
-        for ts, i, v in tagged:
-            if v is WATERMARK:
-                advance(ts)
+        if len(insts) == 1:
+            inst = insts[0]
+            process, advance = inst.process, inst.advance
+            for ts, i, v in tagged:
+                if v is WATERMARK:
+                    advance(ts)
+                    if inst.out:
+                        yield from inst.take()
+                    yield ts, WATERMARK
+                    continue
+                process(ts, v, i)
                 if inst.out:
                     yield from inst.take()
-                yield ts, WATERMARK
-                continue
-            process(ts, v, i)
-            if inst.out:
-                yield from inst.take()
+        else:
+            for ts, i, v in tagged:
+                for inst in insts:
+                    if v is WATERMARK:
+                        inst.advance(ts)
+                    else:
+                        inst.process(ts, v, i)
+                yield from _merged(insts)
+                if v is WATERMARK:
+                    yield ts, WATERMARK
         ts = v = None
-        inst.finish()
-    except StretchflowError:
-        raise  # a source's or an upstream operator's error already names its origin
+        for inst in insts:
+            inst.finish()
     except Exception as e:
-        raise OperatorError(op.name, ts, v if ts is not None else "<end of input>", e) from e
-    yield from inst.take()
+        raise user_error(op.name, ts, v, e) from e
+    yield from _merged(insts)
+
+
+def _merged(insts: list[OPlusInstance]) -> Iterator[Item]:
+    """The instances' outputs of one step, merged by timestamp: each instance's are sorted
+    and every instance read the same tuples, so all of them are at or below the watermark."""
+    outs = [inst.take() for inst in insts if inst.out]
+    if len(outs) == 1:
+        yield from outs[0]
+    elif outs:
+        yield from heapq.merge(*outs, key=itemgetter(0))

@@ -1,6 +1,6 @@
 """``--engine spark``: runs a Flow on Apache Spark (see :mod:`stretchflow.spark`).
 
-``run(flow, master=None, conf=None, key_groups=None, partitions=None)`` runs a flow with
+``run(flow, parallelism=None, key_groups=None, master=None, spark_conf=None)`` runs a flow with
 bounded inputs as a batch job; :func:`stretchflow.spark.streaming.run_stream` runs it as a
 Structured Streaming query over growing inputs.
 """
@@ -38,13 +38,14 @@ def is_streaming(flow: Flow) -> bool:
     return any(n.kind == "source" and is_stream_source(n.spec) for n in flow.nodes)
 
 
-def run(flow: Flow, master: str | None = None, conf: Any = None, key_groups: int | None = None,
-        partitions: int | None = None, checkpoint: str | None = None,
+def run(flow: Flow, parallelism: int | None = None, key_groups: int | None = None,
+        master: str | None = None, spark_conf: Any = None, checkpoint: str | None = None,
         max_files_per_trigger: int = 1) -> RunResult:
     """Runs ``flow`` to the end of its inputs on Spark.
 
     ``master``: a Spark master URL (``local[*]`` by default, ``spark://host:7077``, ``yarn``,
-    ``k8s://…``); ``conf``: extra Spark settings; ``partitions``: Spark partitions of each O+
+    ``k8s://…``); ``spark_conf``: extra Spark settings (a dict or ``KEY=VALUE`` strings);
+    ``parallelism``: Spark partitions of each O+
     (batch default: the cores, ``defaultParallelism``; streaming: the state partitions,
     ``spark.sql.shuffle.partitions``); ``key_groups``: G, the key groups keys hash
     to (default 4 × partitions). The session is started once per process and reused.
@@ -60,12 +61,12 @@ def run(flow: Flow, master: str | None = None, conf: Any = None, key_groups: int
 
     flow.validate()
     t0 = time.perf_counter()
-    spark = get_session(master, parse_conf(conf))
+    spark = get_session(master, parse_conf(spark_conf))
     t_session = time.perf_counter() - t0
     streaming = is_streaming(flow)
     # batch: one partition per core — every partition a tuple's keys reach gets a copy, so
     # more partitions than cores only add copies; streaming: the state partitions
-    P = partitions or (int(spark.conf.get("spark.sql.shuffle.partitions")) if streaming
+    P = parallelism or (int(spark.conf.get("spark.sql.shuffle.partitions")) if streaming
                        else spark.sparkContext.defaultParallelism)
     G = key_groups or 4 * P
     if P < 1 or G < 1:
