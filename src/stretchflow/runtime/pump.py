@@ -93,7 +93,7 @@ class SourcePump:
 
     def run(self) -> None:
         """Pumps the source to its end (raises :class:`Stopped` if the run stops first)."""
-        push, stop, clock = self.push, self.control.stop, self.clock
+        stop = self.control.stop
         schedule = self.schedule
         size, delay, live = self.batch, self.delay, is_live(self.source)
         now_fn = time.perf_counter
