@@ -25,6 +25,7 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .engines import run as run_engine
 from .errors import FlowDefinitionError
 from .io.sinks import Collector, Sink, open_sink
 from .io.sources import Source
@@ -32,6 +33,7 @@ from .operators.aggregate import Aggregate
 from .operators.join import Join
 from .operators.oplus import OPlus
 from .operators.stateless import Filter, FlatMap, Map
+from .runtime.gc_hold import RUN_FREEZE
 from .runtime.result import RunResult
 
 
@@ -40,7 +42,7 @@ class Node:
     """A vertex of the logical plan: a source, a stateless operator or an O+."""
 
     name: str
-    kind: str  # "source" | "stateless" | "oplus"
+    kind: str  # "source" | "stateless" | "stateful" | "oplus"
     spec: Any
     inputs: list[Node] = field(default_factory=list)
 
@@ -70,6 +72,13 @@ class Stream:
         return self.flow._add("stateless", Filter(fn, self.flow._name(name, "filter")), [self])
 
     # -- stateful -----------------------------------------------------------------------------
+    def stateful(self, op: Any, name: str | None = None) -> Stream:
+        """Applies an ordered-multicore stateful or partitioned-stateful operator
+        (:mod:`stretchflow.operators.stateful`; usually through :class:`~stretchflow.pipeline.
+        Pipeline`): a node of kind ``"stateful"`` whose outputs keep their inputs' order."""
+        return self.flow._add("stateful", op, [self], self.flow._name(name or op.name,
+                                                                      "stateful"))
+
     def oplus(self, op: OPlus, *others: Stream) -> Stream:
         """Applies an O+ whose input 0 is this stream and inputs 1.. are ``others``."""
         return self.flow.oplus(op, self, *others)
@@ -165,9 +174,6 @@ class Flow:
         Options left as None take the engine's default. An option the engine does not take is
         a :class:`FlowDefinitionError` naming the engine and the options it accepts.
         """
-        from . import engines
-        from .runtime.gc_hold import RUN_FREEZE
-
         common = {"parallelism": parallelism, "max_parallelism": max_parallelism,
                   "key_groups": key_groups, "capacity": capacity,
                   "reconfigure": reconfigure, "controller": controller}
@@ -175,7 +181,7 @@ class Flow:
         given.update(options)
         self.validate()
         with RUN_FREEZE:  # collections during the run skip the heap it started with
-            return engines.run(self, engine, given)
+            return run_engine(self, engine, given)
 
     # -- internals ------------------------------------------------------------------------------
     def _add(self, kind: str, spec: Any, inputs: list[Stream], name: str | None = None) -> Stream:
