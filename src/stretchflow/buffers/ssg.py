@@ -40,10 +40,12 @@ Flags (Alg. 3)
     least slack-ready). A head tuple is ready if ``ts <= merge_ts``, else slack-ready if
     ``max_ts - ts > SLT``, else the reader waits (L13–L29).
 
-SLT
-    In event-time ms, changed at run time by :meth:`set_slt` (the SLT Setter of §4.2).
-    ``math.inf`` (the default) reads ready tuples only: the SSG is then an ESG. Lowering SLT
-    wakes waiting readers, since tuples may have just become slack-ready.
+SLT, membership and statistics
+    SLT is changed at run time by ``set_slt``; writers and readers join and leave while
+    tuples flow. Those calls, and ``stats``, live in :mod:`stretchflow.buffers.ssg_membership`
+    (a mixin of :class:`SlackScaleGate`; its docstring gives their rules). This module holds
+    the core: Alg. 1–3 with the per-reader late queues, and flow control.
+
 
 Flow control (not in the paper, which assumes unbounded memory; the ESG's rule adapted)
     ``held`` = log entries some current reader has not passed yet + the entries of every late
@@ -71,8 +73,9 @@ Flow control (not in the paper, which assumes unbounded memory; the ESG's rule a
     (W writers, counting removed writers whose tuples are still held; with one reader
     ``capacity + W`` as in the ESG). Two additions: a tuple whose cost alone exceeds the
     capacity (more readers than capacity) is admitted into an empty SSG, and the late queues
-    copied by :meth:`add_readers` (see below) count until they are read (``stats()
-    ["copied_late"]``). ``stats()["max_held"]`` records the largest ``held``. The log itself
+    copied by :meth:`add_readers` (in :mod:`stretchflow.buffers.ssg_membership`) count
+    until they are read (``stats()["copied_late"]``). ``stats()["max_held"]`` records the
+    largest ``held``. The log itself
     is compacted every ``gc_every = max(1, min(512, capacity // 8))`` reads, so ``len(_log)
     + late entries`` exceeds ``held`` by fewer than ``gc_every`` passed entries
     (``stats()["max_size"]`` records its maximum). ``insert_batch`` admits a run in parts
@@ -86,25 +89,6 @@ Flow control (not in the paper, which assumes unbounded memory; the ESG's rule a
     when the skew between the two paths exceeds a capacity. The slack executor's default
     capacity (65 536) keeps that far away for the built-in queries.
 
-Membership (as the ESG's Table II; all calls under the one lock, so linearized)
-    ``add_readers(R, j)``: each new reader starts at exactly the tuple ``j`` gets next: it
-    copies ``j``'s ScaleGate position, ``lastReadTs`` and late queue, so from then on it gets
-    exactly the tuples ``j`` gets (the same set, each exactly once). ``remove_readers(R)``:
-    their next or pending ``get`` returns :data:`END`; the log entries and late tuples only
-    they held are released. ``add_writers(W, j)``: each new writer starts with ``j``'s
-    latest ts as its ``maxWriterTs`` — the ESG's hidden *dummy* tuple at that ts, recorded
-    without materializing it (so no reader can ever get it). Since that ts is ``>=
-    merge_ts`` and ``<= max_ts``, neither moves: a tuple already returned as ready stays
-    ready, and nothing becomes slack-ready. The new writer may only insert ts ``>=`` it.
-    ``remove_writers(W)`` (``close_writer`` is one): the writer no longer holds merge_ts
-    (the ESG's *flush*); its tuples stay and are delivered; a removed writer blocked in
-    ``insert`` gets ValueError (its tuples must not vanish silently). A membership call is
-    all-or-nothing: True only if it applied every change; otherwise (a name already
-    present/absent, ``j`` not a member) nothing changes and it returns False, so of
-    concurrent conflicting calls exactly one succeeds. Once no writer is left, none can be
-    added (there is no ``j``) and readers get :data:`END` after the last tuple. With no
-    reader left, inserted tuples are released at once (nobody can read them: new readers
-    only start where an existing reader is).
 
 End of input
     Once every writer is closed every tuple is ready; ``get`` returns :data:`END` when the
@@ -135,12 +119,14 @@ import math
 import threading
 import time
 from bisect import bisect_left, insort
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Sequence
 from itertools import islice
 from operator import itemgetter, le
 from typing import Any
 
 from .esg import END, Aborted
+from .ssg_membership import SlackMembership
+from .ssg_state import _Reader, _Writer
 
 __all__ = ["END", "Aborted", "SlackScaleGate"]
 
@@ -150,37 +136,7 @@ _ts = itemgetter(0)
 _NEG_INF = -math.inf
 
 
-class _Writer:
-    __slots__ = ("name", "rank", "last", "open")
-
-    def __init__(self, name: Hashable, rank: int, last: float) -> None:
-        self.name = name
-        self.rank = rank  # index in lastReadTs rows; never reused
-        self.last = last  # maxWriterTs[w] (Alg. 1); -inf before the first insert
-        self.open = True
-
-
-class _Reader:
-    __slots__ = ("name", "pos", "late", "last_read", "n_ready", "n_slack", "n_late")
-
-    def __init__(self, name: Hashable, pos: tuple[float, int], late: list[tuple[Any, ...]],
-                 last_read: list[float]) -> None:
-        self.name = name
-        self.pos = pos  # key (ts, seq) of the last entry taken from the log
-        self.late = late  # the late queue: a heap of log entries (Alg. 1)
-        self.last_read = last_read  # lastReadTs[r][w] by writer rank (Alg. 1)
-        self.n_ready = 0
-        self.n_slack = 0
-        self.n_late = 0
-
-
-def _as_members(items: Iterable[Hashable], what: str) -> list[Hashable]:
-    if isinstance(items, str | bytes):
-        raise TypeError(f"{what} must be an iterable of names, not the single name {items!r}")
-    return list(dict.fromkeys(items))
-
-
-class SlackScaleGate:
+class SlackScaleGate(SlackMembership):
     """An SSG (Alg. 1–3) with a capacity bound and run-time membership.
 
     Args:
@@ -189,7 +145,8 @@ class SlackScaleGate:
         slt: the slack threshold in event-time ms (``math.inf``: ready tuples only).
         capacity: the flow-control bound on held tuples (>= 1), or None for no bound.
 
-    See the module docstring for the readiness, flow-control and membership rules.
+    See the module docstring for the readiness and flow-control rules, and
+    :mod:`stretchflow.buffers.ssg_membership` (the mixin) for SLT changes and membership.
     """
 
     def __init__(self, writers: Sequence[Hashable], readers: Sequence[Hashable],
@@ -239,59 +196,6 @@ class SlackScaleGate:
         self._writer_waits = 0
         self._writer_wait_s = 0.0
         self._exempt_inserts = 0
-
-    # -- configuration --------------------------------------------------------------------------
-    @staticmethod
-    def _check_slt(slt: float) -> None:
-        if not (slt >= 0):  # also rejects NaN
-            raise ValueError(f"SLT must be >= 0 (event-time ms) or math.inf, got {slt!r}")
-
-    @property
-    def slt(self) -> float:
-        return self._slt
-
-    @property
-    def capacity(self) -> int | None:
-        return self._capacity
-
-    def set_slt(self, slt: float) -> None:
-        """setSLT (§4.1): the slack threshold from now on; readers waiting are re-checked."""
-        self._check_slt(slt)
-        with self._lock:
-            lower = slt < self._slt
-            self._slt = slt
-            if lower:
-                self._cond.notify_all()
-            elif self._room_waiting:
-                # fewer tuples are slack-ready: maybe no reader can take one any more, and a
-                # writer holding merge_ts is then exempt from the bound
-                self._room.notify_all()
-
-    @property
-    def writers(self) -> list[Hashable]:
-        """The current (open) writers."""
-        with self._lock:
-            return list(self._writers)
-
-    @property
-    def readers(self) -> list[Hashable]:
-        """The current readers."""
-        with self._lock:
-            return list(self._readers)
-
-    @property
-    def max_writer_ts(self) -> dict[Hashable, float]:
-        """maxWriterTs (Alg. 1) of the current writers."""
-        with self._lock:
-            return {name: w.last for name, w in self._writers.items()}
-
-    def merge_ts(self) -> float:
-        """min over writers of their latest timestamp (+inf once all are closed)."""
-        return self._merge
-
-    def max_ts(self) -> float:
-        """max over writers of their latest timestamp."""
-        return self._max
 
     # -- insertSSGTuple (Alg. 2) ----------------------------------------------------------------
     def insert(self, t: tuple, writer: Hashable) -> None:
@@ -503,93 +407,6 @@ class SlackScaleGate:
         if self._merge > _NEG_INF and skew > self.max_skew:
             self.max_skew = skew
 
-    # -- membership (the ESG's Table II) --------------------------------------------------------
-    def close_writer(self, writer: Hashable) -> bool:
-        """The writer's end of input: ``remove_writers([writer])``. False if already closed.
-
-        Raises:
-            ValueError: ``writer`` never was a writer.
-        """
-        with self._lock:
-            if writer not in self._writers and writer not in self._removed_writers:
-                raise ValueError(f"SSG: {writer!r} is not a writer; writers: "
-                                 f"{list(self._writers)}")
-            return self._remove_writers([writer])
-
-    def remove_writers(self, writers: Iterable[Hashable]) -> bool:
-        """Removes ``writers`` (the ESG's flush): they no longer hold merge_ts back; their
-        tuples stay and are delivered. True only if all were writers, else nothing changes."""
-        gone = _as_members(writers, "writers")
-        with self._lock:
-            return self._remove_writers(gone)
-
-    def _remove_writers(self, gone: list[Hashable]) -> bool:
-        if any(x not in self._writers for x in gone):
-            return False
-        for x in gone:
-            w = self._writers.pop(x)
-            w.open = False
-            self._removed_writers.add(x)
-        self._recompute()
-        self._cond.notify_all()  # tuples may be ready now, or END reached
-        if self._room_waiting:  # a removed writer blocked in insert must raise
-            self._room.notify_all()
-        return True
-
-    def add_writers(self, writers: Iterable[Hashable], j: Hashable) -> bool:
-        """Adds ``writers``, each starting at writer ``j``'s latest ts (the ESG's dummy tuple):
-        merge_ts and max_ts do not move, so no returned tuple becomes unready; they may only
-        insert ts >= it. True only if ``j`` is a writer and none of ``writers`` is, else
-        nothing changes."""
-        new = _as_members(writers, "writers")
-        with self._lock:
-            wj = self._writers.get(j)
-            if wj is None or any(x in self._writers for x in new):
-                return False
-            for x in new:
-                self._new_writer(x, wj.last)
-            k = len(self._all_writers)
-            for r in self._readers.values():
-                r.last_read.extend([_NEG_INF] * (k - len(r.last_read)))
-            # merge_ts unchanged (wj.last >= merge_ts), max_ts unchanged (wj.last <= max_ts)
-            return True
-
-    def add_readers(self, readers: Iterable[Hashable], j: Hashable) -> bool:
-        """Adds ``readers``; each starts at the tuple reader ``j`` gets next (it copies j's
-        position, lastReadTs and late queue). True only if ``j`` is a reader and none of
-        ``readers`` is, else nothing changes."""
-        new = _as_members(readers, "readers")
-        with self._lock:
-            rj = self._readers.get(j)
-            if rj is None or any(x in self._readers for x in new):
-                return False
-            for x in new:
-                self._readers[x] = _Reader(x, rj.pos, list(rj.late), list(rj.last_read))
-                self._retired.discard(x)
-                self._late_total += len(rj.late)
-                self._copied_late += len(rj.late)
-            return True
-
-    def remove_readers(self, readers: Iterable[Hashable]) -> bool:
-        """Removes ``readers``: their next or pending ``get`` returns END, and what only they
-        held is released. True only if all were readers, else nothing changes."""
-        gone = _as_members(readers, "readers")
-        with self._lock:
-            if any(x not in self._readers for x in gone):
-                return False
-            for x in gone:
-                r = self._readers.pop(x)
-                self._late_total -= len(r.late)
-                self._gone_counts[0] += r.n_ready
-                self._gone_counts[1] += r.n_slack
-                self._gone_counts[2] += r.n_late
-                self._retired.add(x)
-            self._gc()
-            self._cond.notify_all()  # a removed reader blocked in get must return END
-            if self._room_waiting:
-                self._room.notify_all()
-            return True
-
     def abort(self, cause: BaseException | None = None) -> None:
         """Stops the SSG: every blocked and later ``get``/``insert`` raises
         :class:`~stretchflow.buffers.esg.Aborted` (a failed thread cannot leave others
@@ -730,32 +547,3 @@ class SlackScaleGate:
     @staticmethod
     def _unknown_reader(reader: Hashable) -> ValueError:
         return ValueError(f"SSG: {reader!r} is not a reader (never added)")
-
-    # -- statistics -----------------------------------------------------------------------------
-    def stats(self) -> dict[str, Any]:
-        """Counts per current reader (ready, slack-ready, late), totals including removed
-        readers, flow-control figures, SLT and skew."""
-        with self._lock:
-            rs = self._readers
-            return {
-                "slt": self._slt,
-                "capacity": self._capacity,
-                "held": self._held(),
-                "max_held": self._max_held,
-                "size": len(self._log) + self._late_total,
-                "max_size": self._max_size,
-                "gc_every": self._gc_every,
-                "copied_late": self._copied_late,
-                "writers_ever": len(self._all_writers),
-                "writer_waits": self._writer_waits,
-                "writer_wait_s": self._writer_wait_s,
-                "exempt_inserts": self._exempt_inserts,
-                "buffered": len(self._log),
-                "late_queued": {n: len(r.late) for n, r in rs.items()},
-                "ready": {n: r.n_ready for n, r in rs.items()},
-                "slack_ready": {n: r.n_slack for n, r in rs.items()},
-                "late": {n: r.n_late for n, r in rs.items()},
-                "removed_readers": dict(zip(("ready", "slack_ready", "late"),
-                                            self._gone_counts, strict=True)),
-                "max_skew": self.max_skew,
-            }
