@@ -7,7 +7,9 @@ import textwrap
 
 import pytest
 
-from stretchflow.cli import main, parse_schedule
+from stretchflow.cli import main
+from stretchflow.engines import parse_schedule
+from stretchflow.errors import FlowDefinitionError
 
 
 def read_jsonl(path):
@@ -85,20 +87,21 @@ def test_flow_file_without_flow(tmp_path, capsys):
 
 def test_spark_options_are_checked_before_any_session(tmp_path, capsys):
     """Spark-only flags on another engine, and local-engine flags on spark, are refused with
-    exit code 2 before a Spark session is started."""
+    exit code 2 and one line before a Spark session is started."""
     inp = tmp_path / "in.jsonl"
     inp.write_text('{"ts": 1, "text": "a"}\n')
     out = str(tmp_path / "o.jsonl")
     rc = main(["run", "wordcount", "--input", str(inp), "--output", out, "--engine", "vsn",
                "--master", "local[2]"])
-    assert rc == 2 and "--master applies to the spark engine only" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert rc == 2 and "vsn engine does not take option --master" in err
+    assert "applies to the spark engine" in err and len(err.strip().splitlines()) == 1
     rc = main(["run", "wordcount", "--input", str(inp), "--output", out, "--engine", "spark",
                "--controller", "threshold"])
+    err = capsys.readouterr().err
     assert rc == 2
-    assert "--controller does not apply to the spark engine" in capsys.readouterr().err
-    rc = main(["run", "wordcount", "--input", str(inp), "--output", out, "--engine", "spark",
-               "--spark-conf", "novalue", "--master", "local[1]"])
-    assert rc == 2 and "--spark-conf expects KEY=VALUE" in capsys.readouterr().err
+    assert "spark engine does not take option --controller" in err
+    assert "--master" in err and "--spark-conf" in err  # what spark accepts
 
 
 def test_run_vsn_with_schedule_matches_reference(tmp_path, capsys):
@@ -141,20 +144,66 @@ def test_run_sn_with_migrations_matches_reference(tmp_path, capsys):
     assert sorted(ref.read_text().splitlines()) == sorted(out.read_text().splitlines())
 
 
-def test_reference_rejects_parallel_options(tmp_path, capsys):
+def test_reference_takes_parallelism_but_not_elastic_options(tmp_path, capsys):
     inp = tmp_path / "in.jsonl"
-    inp.write_text('{"ts": 1, "text": "a"}\n')
-    rc = main(["run", "wordcount", "--input", str(inp), "--output", str(tmp_path / "o.jsonl"),
-               "--parallelism", "4"])
-    assert rc == 2 and "sequential reference engine" in capsys.readouterr().err
+    inp.write_text('{"ts": 1, "text": "a a"}\n')
+    out = tmp_path / "o.jsonl"
+    assert main(["run", "wordcount", "--input", str(inp), "--output", str(out),
+                 "--parallelism", "4", "--param", "size=10", "--param", "slide=10", "-q"]) == 0
+    assert read_jsonl(out) == [{"ts": 10, "word": "a", "count": 2}]
+    rc = main(["run", "wordcount", "--input", str(inp), "--output", str(out),
+               "--max-parallelism", "4"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "reference engine does not take option --max-parallelism" in err
+    assert "it applies to the vsn, sn engines" in err
 
 
 def test_parse_schedule():
     assert parse_schedule("1000:2,5000:4,9000:1") == [(1000, 2), (5000, 4), (9000, 1)]
     assert parse_schedule(None) == []
     for bad in ("10", "a:2", "10:0", "-1:2"):
-        with pytest.raises(ValueError, match="--reconfigure"):
+        with pytest.raises(FlowDefinitionError, match="reconfigure"):
             parse_schedule(bad)
+
+
+def test_run_help_lists_every_query_and_engine_flag(capsys):
+    from stretchflow.engines import options_by_name
+    from stretchflow.queries import QUERIES
+
+    with pytest.raises(SystemExit) as e:
+        main(["run", "--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    for name in QUERIES:
+        assert f"\n  {name} " in out, name
+    for decls in options_by_name().values():
+        flag = decls[0][1].flag
+        has_flag = any(o.parse is not None for _, o in decls)
+        assert (flag + " " in out) == has_flag, flag
+    assert "--scheduler {qst,lp,et,ct}" in out
+    assert "scheduling heuristic (ordered; default qst)" in " ".join(out.split())
+
+
+def test_queries_lists_every_query_with_typed_params(capsys):
+    from stretchflow.queries import QUERIES
+
+    assert main(["queries"]) == 0
+    out = capsys.readouterr().out
+    listed = [line.split()[0] for line in out.splitlines() if not line.startswith(" ")]
+    assert listed == list(QUERIES)
+    assert "size=120000 (int)" in out and "distance=3 (int or inf)" in out
+    assert "categories=0,1,2,3 (ints, comma-separated)" in out
+
+
+def test_api_only_option_is_one_line(tmp_path, capsys):
+    inp = tmp_path / "in.jsonl"
+    inp.write_text('{"ts": 1, "text": "a"}\n')
+    rc = main(["run", "wordcount", "--input", str(inp), "--output", str(tmp_path / "o.jsonl"),
+               "--engine", "slack", "--controller", "threshold"])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1
+    assert "--controller is API only on the slack engine" in err
+    assert not (tmp_path / "o.jsonl").exists()
 
 
 def test_console_script_and_module_entry_point(tmp_path):
@@ -221,6 +270,23 @@ def test_tpcxbb_queries_run_on_ordered_like_reference(tmp_path, query, kind):
     assert _sorted_lines(got) == _sorted_lines(ref)
 
 
+def test_tpcxbb_query_takes_typed_params_and_one_input(tmp_path, capsys):
+    data = tmp_path / "in.jsonl"
+    assert main(["generate", "store-sales", "--rows", "3000", "--seed", "1", "--out",
+                 str(data), "-q"]) == 0
+    out = tmp_path / "o.jsonl"
+    assert main(["run", "tpcxbb-q1", "--input", str(data), "--output", str(out), "-q",
+                 "--param", "categories=0,1,2,3,4,5,6,7,8,9", "--param", "top=3"]) == 0
+    rows = read_jsonl(out)
+    assert rows and all(len(r["top"]) <= 3 for r in rows)
+    assert main(["run", "tpcxbb-q1", "--input", str(data), "--input", str(data),
+                 "--output", str(out)]) == 2
+    assert "reads 1 input, got 2" in capsys.readouterr().err
+    assert main(["run", "tpcxbb-q1", "--input", str(data), "--output", str(out),
+                 "--param", "stores=x"]) == 2
+    assert "stores" in capsys.readouterr().err
+
+
 def test_slack_engine_with_infinite_slack_matches_reference(tmp_path):
     data = tmp_path / "t.jsonl"
     assert main(["generate", "tweets", "--rows", "1500", "--seed", "4", "--out", str(data),
@@ -238,11 +304,16 @@ def test_slack_engine_with_infinite_slack_matches_reference(tmp_path):
 
 
 @pytest.mark.parametrize("flags,engine,message", [
-    (["--slt", "5"], "vsn", "--slt applies to the slack engine only"),
-    (["--queue", "hybrid"], "sn", "--queue applies to the ordered engine only"),
-    (["--reconfigure", "10:2"], "slack", "--reconfigure does not apply to the slack engine"),
-    (["--capacity", "100"], "sn", "--capacity applies to the vsn and slack engines only"),
-    (["--capacity", "0"], "vsn", "--capacity must be at least 1"),
+    (["--slt", "5"], "vsn", "vsn engine does not take option --slt (it applies to the slack "
+                            "engine)"),
+    (["--queue", "hybrid"], "sn", "sn engine does not take option --queue (it applies to the "
+                                  "ordered engine)"),
+    (["--reconfigure", "10:2"], "slack", "slack engine does not take option --reconfigure"),
+    (["--capacity", "100"], "spark", "spark engine does not take option --capacity"),
+    (["--capacity", "0"], "vsn", "--capacity: capacity must be a positive integer, got 0"),
+    (["--parallelism", "two"], "sn", "--parallelism expects an integer, got 'two'"),
+    (["--reconfigure", "10"], "vsn", "reconfigure expects COUNT:P"),
+    (["--time-slice", "0"], "ordered", "time_slice must be a positive number"),
 ])
 def test_engine_specific_flags_are_refused_elsewhere(tmp_path, capsys, flags, engine, message):
     data = tmp_path / "t.jsonl"

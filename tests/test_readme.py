@@ -14,6 +14,9 @@ def test_readme_example_flow(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     write_table(tweets(3000, seed=2), tmp_path / "tweets.jsonl")
     exec(compile(code, "README.md", "exec"), {})
-    assert "engine='reference'" in capsys.readouterr().out
+    # print(result) is RunResult.summary(): its first line names the engine and the counts
+    first = capsys.readouterr().out.splitlines()[0]
+    assert re.fullmatch(r"reference: 3,000 tuples in, [\d,]+ out, [\d.]+ s, [\d,]+ tuples/s",
+                        first), first
     lines = (tmp_path / "longest.jsonl").read_text().splitlines()
     assert lines and all('"hashtag":"#' in line for line in lines)

@@ -13,7 +13,7 @@ from stretchflow.executors import ordered
 from stretchflow.executors.scheduler import POLICIES
 from stretchflow.workloads import micro, tpcxbb
 
-QUERIES = sorted(tpcxbb.QUERIES)
+QUERIES = sorted(tpcxbb.NAMES)
 
 
 def _canon(items: list[tuple[Any, Any]]) -> Counter:
@@ -50,15 +50,35 @@ def test_tpcxbb_ordered_equals_reference(query: str, scheduler: str,
     for workers, opts in ((1, {}), (3, {"queue": "partitioned", "reorder": "lock"}),
                           (4, {"max_batch": 7, "marker_every": 100})):
         flow, col = tpcxbb.flow(query, inputs[query])
-        ordered.run(flow, workers=workers, scheduler=scheduler, **opts)
+        flow.run(engine="ordered", parallelism=workers, scheduler=scheduler, **opts)
         assert _canon(col.items) == _canon(expected[query]), (workers, opts)
 
 
 def test_tpcxbb_is_a_chain_of_the_paper_kinds() -> None:
     for q in QUERIES:
         flow, _ = tpcxbb.flow(q, [])
-        kinds = [n.kind for n in ordered.chain_of(flow)]
+        kinds = [n.kind for n in flow.nodes]
         assert kinds[0] == "source" and "oplus" in kinds, q
+        # a chain: each operator reads the one before it (the paper's linear pipelines)
+        pairs = zip(flow.nodes, flow.nodes[1:], strict=False)
+        assert all(n.inputs == [prev] for prev, n in pairs), q
+        paper = tpcxbb.PIPELINES[q].replace("(SL)", "SL").split("→")
+        assert kinds == ["source"] + [{"SL": "stateless", "PS": "oplus", "SF": "oplus"}[k]
+                                      for k in paper[1:]], q
+
+
+def test_tpcxbb_queries_are_in_the_one_registry() -> None:
+    from stretchflow.queries import QUERIES as REGISTRY
+
+    for q in QUERIES:
+        entry = REGISTRY[q]
+        assert entry.min_inputs == entry.max_inputs == 1
+        assert entry.data in tpcxbb.GENERATORS
+        assert set(tpcxbb.generate(q, 50, seed=1)[0]) == set(entry.input_fields)
+    assert REGISTRY["tpcxbb-q1"].parse_params({"categories": "1,2", "top": "5"})[
+        "categories"] == (1, 2)
+    with pytest.raises(ValueError, match="categories"):
+        REGISTRY["tpcxbb-q1"].parse_params({"categories": "a,b"})
 
 
 def test_generators_are_deterministic_sorted_and_complete() -> None:

@@ -1,9 +1,10 @@
 """The ``stretchflow`` command: run, generate, bench, demo, queries.
 
 ``stretchflow run QUERY --input PATH [--input PATH] --output PATH [--engine E]
-[--parallelism N] [--max-parallelism N] [--param NAME=VALUE ...] [--reconfigure SCHEDULE]
-[--controller NAME]`` runs a built-in query (DESIGN.md, Built-in queries);
-``stretchflow run app.py`` runs a user's flow file.
+[--param NAME=VALUE ...] [engine options]`` runs a built-in query (DESIGN.md, Built-in
+queries; the registry :data:`stretchflow.queries.QUERIES`); ``stretchflow run app.py`` runs a
+user's flow file. The engine options, their flags, help and validation come from the engine
+specs (:mod:`stretchflow.engines`): nothing here knows which engine takes what.
 """
 
 from __future__ import annotations
@@ -18,8 +19,16 @@ from typing import Any
 from rich.console import Console
 
 from . import __version__
-from .errors import StretchflowError
-from .executors import ENGINES
+from .engines import (
+    ENGINES,
+    EngineSpec,
+    Option,
+    api_only_message,
+    get_spec,
+    options_by_name,
+    unknown_option_message,
+)
+from .errors import FlowDefinitionError, StretchflowError
 
 err = Console(stderr=True)
 
@@ -35,122 +44,73 @@ def parse_params(pairs: list[str] | None) -> dict[str, str]:
     return out
 
 
-def parse_schedule(text: str | None) -> list[tuple[int, int]]:
-    """``COUNT:P,COUNT:P``: after the COUNT-th input tuple, request parallelism P."""
-    if not text:
-        return []
-    steps = []
-    for part in text.split(","):
-        count, sep, par = part.partition(":")
-        try:
-            if not sep:
-                raise ValueError
-            c, p = int(count), int(par)
-        except ValueError:
-            raise ValueError(f"--reconfigure expects COUNT:P[,COUNT:P...], got {part!r}") from None
-        if c < 0 or p < 1:
-            raise ValueError(f"--reconfigure: COUNT must be >= 0 and P >= 1, got {part!r}")
-        steps.append((c, p))
-    return steps
+def _flag_help(decls: list[tuple[EngineSpec, Option]]) -> str:
+    """What a flag means, which engines take it and their defaults, e.g. ``scheduling
+    heuristic (ordered; default qst)``; an engine that takes the option only from Python is
+    named too."""
+    cli = [(s, o) for s, o in decls if o.parse is not None]
+    api = [s.name for s, o in decls if o.parse is None]
+    defaults = {s.name: o.default for s, o in cli if o.default}
+    where = ", ".join(s.name for s, _ in cli)
+    if len(set(defaults.values())) == 1 and len(defaults) == len(cli):
+        where += f"; default {next(iter(defaults.values()))}"
+    elif defaults:
+        where += "; default " + ", ".join(f"{e} {d}" for e, d in defaults.items())
+    if api:
+        where += f"; API only on {', '.join(api)}"
+    return f"{cli[0][1].help} ({where})".replace("%", "%%")  # argparse formats help with %
+
+
+def add_engine_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per option name that some engine takes from the command line (its spec has
+    a ``parse``); values stay strings here and are parsed once the engine is known, so a
+    flag the chosen engine does not take is reported as such, not as a bad value."""
+    group = parser.add_argument_group(
+        "engine options", "declared in stretchflow.engines; an option the chosen --engine "
+        "does not take is an error naming the engines that do (docs/cli.md has the table)")
+    for name, decls in options_by_name().items():
+        cli = [o for _, o in decls if o.parse is not None]
+        if not cli:
+            continue
+        choices = cli[0].choices if all(o.choices == cli[0].choices for o in cli) else None
+        group.add_argument(cli[0].flag, dest=name, metavar=cli[0].metavar, choices=choices,
+                           action="append" if cli[0].repeat else "store",
+                           help=_flag_help(decls))
+
+
+def _parse(opt: Option, raw: str) -> Any:
+    assert opt.parse is not None
+    try:
+        return opt.parse(raw)
+    except ValueError as e:
+        if opt.parse in (int, float):
+            kind = "an integer" if opt.parse is int else "a number"
+            raise ValueError(f"{opt.flag} expects {kind}, got {raw!r}") from None
+        msg = str(e)  # parse_schedule's message names the option already
+        raise ValueError(msg if opt.name in msg else f"{opt.flag} {raw}: {msg}") from None
 
 
 def engine_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The options the chosen engine receives; the reference engine is sequential."""
-    opts: dict[str, Any] = {}
-    spark_flags = (("--master", args.master), ("--spark-conf", args.spark_conf),
-                   ("--key-groups", args.key_groups), ("--checkpoint", args.checkpoint))
-    if args.engine != "ordered":
-        for flag, value in (("--reorder", args.reorder), ("--queue", args.queue)):
-            if value is not None:
-                raise ValueError(f"{flag} applies to the ordered engine only")
-    if args.engine != "slack":
-        for flag, value in (("--deadline", args.deadline), ("--slt", args.slt)):
-            if value is not None:
-                raise ValueError(f"{flag} applies to the slack engine only")
-    if args.engine not in ("vsn", "slack") and args.capacity is not None:
-        raise ValueError("--capacity applies to the vsn and slack engines only")
-    if args.engine in ("vsn", "slack") and args.capacity is not None:
-        if args.capacity < 1:
-            raise ValueError(f"--capacity must be at least 1, got {args.capacity}")
-        opts["capacity"] = args.capacity
-    if args.engine != "spark":
-        for flag, value in spark_flags:
-            if value is not None:
-                raise ValueError(f"{flag} applies to the spark engine only")
-    else:
-        for flag, value in (("--max-parallelism", args.max_parallelism),
-                            ("--reconfigure", args.reconfigure),
-                            ("--controller", args.controller), ("--scheduler", args.scheduler),
-                            ("--channels", args.channels)):
-            if value is not None:
-                raise ValueError(f"{flag} does not apply to the spark engine "
-                                 f"(rescale a streaming query with `stretchflow spark rescale`)")
-        if args.master is not None:
-            opts["master"] = args.master
-        if args.spark_conf:
-            from .executors.spark import parse_conf
-
-            opts["conf"] = parse_conf(args.spark_conf)
-        if args.key_groups is not None:
-            opts["key_groups"] = args.key_groups
-        if args.parallelism is not None:
-            opts["partitions"] = args.parallelism
-        if args.checkpoint is not None:
-            opts["checkpoint"] = args.checkpoint
-        return opts
-    if args.engine == "reference":
-        for flag, value, default in (("--parallelism", args.parallelism, None),
-                                     ("--max-parallelism", args.max_parallelism, None),
-                                     ("--reconfigure", args.reconfigure, None),
-                                     ("--controller", args.controller, None),
-                                     ("--scheduler", args.scheduler, None),
-                                     ("--channels", args.channels, None)):
-            if value != default and not (flag == "--parallelism" and value == 1):
-                raise ValueError(f"{flag} does not apply to the sequential reference engine")
-        return opts
-    if args.engine == "ordered":
-        for flag, value in (("--max-parallelism", args.max_parallelism),
-                            ("--reconfigure", args.reconfigure),
-                            ("--controller", args.controller)):
-            if value is not None:
-                raise ValueError(f"{flag} does not apply to the ordered engine")
-        if args.parallelism is not None:
-            opts["workers"] = args.parallelism
-        opts["scheduler"] = args.scheduler or "qst"
-        if args.reorder is not None:
-            opts["reorder"] = args.reorder
-        if args.queue is not None:
-            opts["queue"] = args.queue
-        return opts
-    if args.engine == "slack":
-        for flag, value in (("--max-parallelism", args.max_parallelism),
-                            ("--reconfigure", args.reconfigure),
-                            ("--controller", args.controller), ("--channels", args.channels),
-                            ("--scheduler", args.scheduler)):
-            if value is not None:
-                raise ValueError(f"{flag} does not apply to the slack engine")
-        if args.parallelism is not None:
-            opts["readers"] = args.parallelism
-        if args.deadline is not None:
-            opts["deadline_ms"] = args.deadline
-        if args.slt is not None:
-            opts["slt"] = args.slt
-        return opts
-    if args.scheduler is not None:
-        raise ValueError("--scheduler applies to the ordered engine only")
-    if args.channels is not None:
-        if args.engine != "sn":
-            raise ValueError("--channels applies to the sn engine only")
-        opts["channels"] = args.channels
-    if args.parallelism is not None:
-        opts["parallelism"] = args.parallelism
-    if args.max_parallelism is not None:
-        opts["max_parallelism"] = args.max_parallelism
-    if args.reconfigure:
-        opts["reconfigure"] = parse_schedule(args.reconfigure)
-    if args.controller:
-        opts["controller"] = args.controller
-    return opts
+    """The options set on the command line, parsed and checked against the chosen engine's
+    spec (one line naming the flag, the engine, the engines that take it and what this one
+    accepts, when it does not take a flag)."""
+    spec = get_spec(args.engine)
+    given: dict[str, Any] = {}
+    for name in options_by_name():
+        raw = getattr(args, name, None)
+        if raw is None:
+            continue
+        opt = spec.option(name)
+        if opt is None:
+            raise FlowDefinitionError(unknown_option_message(spec, name, cli=True))
+        if opt.parse is None:
+            raise FlowDefinitionError(api_only_message(spec, name))
+        value = [_parse(opt, r) for r in raw] if opt.repeat else _parse(opt, raw)
+        try:
+            given.update(spec.check({name: value}))
+        except FlowDefinitionError as e:
+            raise FlowDefinitionError(f"{opt.flag}: {e}") from None
+    return given
 
 
 def load_app(path: Path, params: dict[str, str]) -> Any:
@@ -173,11 +133,7 @@ def load_app(path: Path, params: dict[str, str]) -> Any:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    import stretchflow as sf
-
-    from .queries import QUERIES, build_query
-
-    opts = engine_options(args)
+    opts = engine_options(args)  # before anything is opened: a bad flag costs nothing
     params = parse_params(args.param)
     target = args.query
     if target.endswith(".py") or Path(target).is_file():
@@ -185,81 +141,55 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise ValueError("a flow file defines its own sources and sinks; "
                              "drop --input/--output")
         flow = load_app(Path(target), params)
-    elif target.startswith("tpcxbb-"):
-        flow = _tpcxbb_flow(target, args, params)
     else:
-        q = QUERIES.get(target)
-        if q is None:
-            raise ValueError(f"unknown query {target!r}; queries: {', '.join(QUERIES)}, "
-                             f"tpcxbb-q1..q4, tpcxbb-q15 (or a path to a flow file ending "
-                             f"in .py)")
-        if not args.input:
-            raise ValueError(f"query {target!r} needs --input")
-        if not args.output:
-            raise ValueError(f"query {target!r} needs --output (a path, or - for stdout)")
-        typed = q.parse_params(params)
-        flow = sf.Flow(target)
-        if args.engine == "spark":
-            from .spark.sources import open_input
-
-            streams = [flow.source(open_input(p)) for p in args.input]
-        else:
-            streams = [flow.source(sf.io.open_source(p)) for p in args.input]
-        build_query(target, streams, **typed).sink(args.output)
+        flow = query_flow(target, args.input or [], args.output, params, args.engine)
     result = _run_with_progress(flow, args.engine, opts, quiet=args.quiet)
     if not args.quiet:
-        err.print(
-            f"[bold]{flow.name}[/] on {args.engine}: {result.total_in:,} tuples in, "
-            f"{sum(result.tuples_out.values()):,} out, {result.elapsed:.2f} s, "
-            f"{result.throughput:,.0f} tuples/s"
-        )
-        print_metrics(result)
+        err.print(f"{flow.name} on {result.summary()}", markup=False, highlight=False)
+        print_reconfigurations(result)
     return 0
 
 
-def _tpcxbb_flow(target: str, args: argparse.Namespace, params: dict[str, str]) -> Any:
-    """A TPCx-BB streaming query of the ordered-multicore paper (docs/ordered.md) over one
-    generated input (``stretchflow generate store-sales|web-clickstreams``)."""
+def query_flow(name: str, inputs: list[str], output: str | None, params: dict[str, str],
+               engine: str) -> Any:
+    """A flow of built-in query ``name`` (the one registry, :data:`queries.QUERIES`) from
+    ``inputs`` to ``output``; on the spark engine an input may also be a directory stream or
+    Spark's rate source (:func:`stretchflow.spark.sources.open_input`)."""
     import stretchflow as sf
 
-    from .workloads import tpcxbb
+    from .queries import QUERIES
 
-    q = tpcxbb.QUERIES.get(target)
+    q = QUERIES.get(name)
     if q is None:
-        raise ValueError(f"unknown query {target!r}; TPCx-BB queries: "
-                         f"{', '.join(tpcxbb.QUERIES)}")
-    if not args.input or len(args.input) != 1 or not args.output:
-        raise ValueError(f"query {target!r} reads one --input and needs --output")
-    kw: dict[str, Any] = {}
-    for k, v in params.items():
-        try:
-            kw[k] = tuple(int(x) for x in v.split(",")) if "," in v else int(v)
-        except ValueError:
-            raise ValueError(f"query {target!r}: --param {k} expects an integer or a "
-                             f"comma-separated list of integers, got {v!r}") from None
-    flow = sf.Flow(target)
-    q.build(flow.source(sf.io.open_source(args.input[0])), **kw).sink(args.output)
+        raise ValueError(f"unknown query {name!r}; queries: {', '.join(QUERIES)} (or a path "
+                         f"to a flow file ending in .py)")
+    if not inputs:
+        raise ValueError(f"query {name!r} needs --input")
+    if not output:
+        raise ValueError(f"query {name!r} needs --output (a path, or - for stdout)")
+    q.check_inputs(len(inputs))
+    typed = q.parse_params(params)
+    if engine == "spark":
+        from .spark.sources import open_input
+    else:
+        open_input = sf.io.open_source
+    flow = sf.Flow(name)
+    q.build([flow.source(open_input(p)) for p in inputs], **typed).sink(output)
     return flow
 
 
-def print_metrics(result: Any) -> None:
-    """Latency and reconfigurations of a parallel run (stderr)."""
-    extra = result.extra
-    lat = extra.get("latency_ms")
-    if lat and lat.get("samples"):
-        err.print(f"latency: p50 {lat['p50']:.1f} ms, p99 {lat['p99']:.1f} ms "
-                  f"({lat['samples']:,} samples)")
-    if "parallelism" in extra:
-        err.print("final parallelism: " + ", ".join(f"{k} {v}" for k, v in
-                                                     extra["parallelism"].items()))
-    for r in extra.get("reconfigurations", []):
+def print_reconfigurations(result: Any) -> None:
+    """Each reconfiguration of the run, one line (RunResult.summary() counts them)."""
+    for r in result.extra.get("reconfigurations", []):
+        at = f" (at ts {r['trigger_ts']})" if r.get("trigger_ts") is not None else ""
         if r["applied"]:
             err.print(f"reconfiguration {r['operator']} epoch {r['epoch']}: "
                       f"{r['parallelism_before']} -> {r['parallelism_after']} in "
-                      f"{r['duration_ms']:.2f} ms (at ts {r['trigger_ts']})")
+                      f"{r['duration_ms']:.2f} ms{at}", markup=False, highlight=False)
         else:
             err.print(f"reconfiguration {r['operator']} epoch {r['epoch']} to "
-                      f"{r['parallelism_after']}: not applied ({r['note']})")
+                      f"{r['parallelism_after']}: not applied ({r.get('note', '')})",
+                      markup=False, highlight=False)
 
 
 def _run_with_progress(flow: Any, engine: str, opts: dict[str, Any], quiet: bool) -> Any:
@@ -405,10 +335,18 @@ def cmd_queries(args: argparse.Namespace) -> int:
     from .queries import QUERIES
 
     for q in QUERIES.values():
-        params = " ".join(f"{k}={v}" for k, v in q.params.items()) or "-"
-        print(f"{q.name:16} {q.summary}\n{'':16} in: {', '.join(q.input_fields)}; "
-              f"out: {', '.join(q.output_fields)}; params: {params}")
+        data = f"; generate: {q.data}" if q.data else ""
+        print(f"{q.name:18} {q.summary}\n{'':18} in: {', '.join(q.input_fields)}; "
+              f"out: {', '.join(q.output_fields)}{data}\n{'':18} params: "
+              f"{q.describe_params()}")
     return 0
+
+
+def _queries_epilog() -> str:
+    from .queries import QUERIES
+
+    return "built-in queries (stretchflow queries: inputs, outputs, parameters):\n" + "\n".join(
+        f"  {q.name:18} {q.summary}" for q in QUERIES.values())
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -419,47 +357,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"stretchflow {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
-    r = sub.add_parser("run", help="run a built-in query or a flow file (app.py)")
-    r.add_argument("query", help="wordcount | paircount | longest-hashtag | scalejoin | "
-                                 "forward | path/to/app.py")
+    r = sub.add_parser("run", help="run a built-in query or a flow file (app.py)",
+                       epilog=_queries_epilog(),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    r.add_argument("query", help="a built-in query (listed below) or path/to/app.py")
     r.add_argument("--input", action="append", help="input file (JSONL, CSV, Parquet); "
                                                     "repeat for several inputs; with --engine "
                                                     "spark also a directory (a stream) or "
                                                     "rate:ROWS_PER_S[:ROWS] (Spark's rate "
                                                     "source, tweet payloads)")
     r.add_argument("--output", help="output file (.jsonl, .csv, .parquet) or - for stdout")
-    r.add_argument("--engine", default="reference", choices=ENGINES)
-    r.add_argument("--parallelism", type=int)
-    r.add_argument("--max-parallelism", type=int)
-    r.add_argument("--param", action="append", metavar="NAME=VALUE")
-    r.add_argument("--reconfigure", metavar="SCHEDULE",
-                   help="COUNT:P,...: after the COUNT-th input tuple request parallelism P")
-    r.add_argument("--controller", help="elasticity controller (threshold, level)")
-    r.add_argument("--channels", choices=("threads", "processes"),
-                   help="sn engine: threads (default) or processes (multicore; state migrates "
-                        "through SQLite)")
-    r.add_argument("--scheduler", choices=("qst", "lp", "et", "ct"),
-                   help="ordered engine: scheduling heuristic (default qst); --parallelism "
-                        "sets its worker threads")
-    r.add_argument("--master", help="spark engine: master URL (local[*], spark://host:7077, "
-                                    "yarn, k8s://...)")
-    r.add_argument("--spark-conf", action="append", metavar="KEY=VALUE",
-                   help="spark engine: a Spark setting (repeat)")
-    r.add_argument("--key-groups", type=int, metavar="G",
-                   help="spark engine: key groups (default 4 x partitions)")
-    r.add_argument("--checkpoint", help="spark engine, directory inputs (streaming): the "
-                                        "checkpoint directory (reuse it to resume)")
-    r.add_argument("--reorder", choices=("nonblocking", "lock"),
-                   help="ordered engine: the reorder buffer (default nonblocking)")
-    r.add_argument("--queue", choices=("hybrid", "partitioned"),
-                   help="ordered engine: the queue of stateful stages (default hybrid)")
-    r.add_argument("--deadline", type=float, metavar="MS",
-                   help="slack engine: the query's latency deadline in ms (reported)")
-    r.add_argument("--slt", type=float, metavar="MS",
-                   help="slack engine: the slack time of every SSG (default inf: exact)")
-    r.add_argument("--capacity", type=int, metavar="N",
-                   help="vsn and slack engines: tuples each ESG/SSG holds before its writers "
-                        "block (flow control; default 4096 for vsn, 65536 for slack)")
+    r.add_argument("--engine", default="reference", choices=ENGINES,
+                   help="the executor (default reference): " + "; ".join(
+                       f"{e.name}: {e.summary}" for e in ENGINES.values()).replace("%", "%%"))
+    r.add_argument("--param", action="append", metavar="NAME=VALUE",
+                   help="a query parameter (stretchflow queries lists them), or a string "
+                        "build_flow(params) of a flow file receives")
+    add_engine_flags(r)
     r.add_argument("-q", "--quiet", action="store_true")
     r.set_defaults(fn=cmd_run)
 

@@ -161,13 +161,49 @@ class EngineSpec:
         return out
 
 
-def unknown_option_message(spec: EngineSpec, name: str) -> str:
-    takers = [e.name for e in ENGINES.values() if e.option(name) is not None]
+def engines_taking(name: str) -> list[str]:
+    """The engines whose spec declares option ``name``."""
+    return [e.name for e in ENGINES.values() if e.option(name) is not None]
+
+
+def unknown_option_message(spec: EngineSpec, name: str, cli: bool = False) -> str:
+    """One line: ``spec``'s engine does not take ``name``, which engines do, and what it
+    accepts (``cli``: as command-line flags, the API-only options left out)."""
+    takers = engines_taking(name)
+    api = []
+    if cli:  # the engines that take it from Python only are named apart
+        api = [e for e in takers if ENGINES[e].option(name).parse is None]  # type: ignore[union-attr]
+        takers = [e for e in takers if e not in api]
     where = (f"it applies to the {', '.join(takers)} engine{'s' if len(takers) > 1 else ''}"
              if takers else "no engine has it")
-    accepted = ", ".join(spec.option_names) or "none"
-    return (f"the {spec.name} engine does not take option {name!r} ({where}); "
+    if api:
+        where += f"; API only on {', '.join(api)}"
+    if cli:
+        shown = f"option {Option(name, '').flag}"
+        accepted = ", ".join(o.flag for o in spec.options if o.parse is not None) or "none"
+    else:
+        shown = f"option {name!r}"
+        accepted = ", ".join(spec.option_names) or "none"
+    return (f"the {spec.name} engine does not take {shown} ({where}); "
             f"it accepts: {accepted}")
+
+
+def api_only_message(spec: EngineSpec, name: str) -> str:
+    """One line: ``spec``'s option ``name`` has no command-line form (a Python object)."""
+    opt = spec.option(name)
+    assert opt is not None and opt.parse is None
+    return (f"{opt.flag} is API only on the {spec.name} engine: pass {name}=... to "
+            f"flow.run(engine={spec.name!r}, ...) ({opt.help})")
+
+
+def options_by_name() -> dict[str, list[tuple[EngineSpec, Option]]]:
+    """Every option name across the engines, in first-declared order, with each engine that
+    declares it and its declaration there (the CLI's flags and the docs' tables)."""
+    out: dict[str, list[tuple[EngineSpec, Option]]] = {}
+    for spec in ENGINES.values():
+        for o in spec.options:
+            out.setdefault(o.name, []).append((spec, o))
+    return out
 
 
 ENGINES: dict[str, EngineSpec] = {e.name: e for e in (

@@ -44,7 +44,6 @@ time span is fixed (14 days of sales, 30 days of clicks) so windows hold realist
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -287,40 +286,38 @@ def q15(ss: Stream, *, store: int = 0, window: int = 7 * DAY, slide: int = DAY) 
 
 
 # -- registry --------------------------------------------------------------------------------
+# The queries are registered, with their inputs, outputs and parameters, in the one query
+# registry (:data:`stretchflow.queries.QUERIES`); here: each query's pipeline of operator kinds
+# as the paper gives it, and which generator writes its input.
 
-
-@dataclass(frozen=True)
-class TpcxbbQuery:
-    """A query: its builder, which generated stream it reads, and its paper pipeline."""
-
-    build: Callable[..., Stream]
-    data: Callable[..., list[dict]]
-    pipeline: str
-    params: dict[str, Any] = field(default_factory=dict)
-
-
-QUERIES: dict[str, TpcxbbQuery] = {
-    "tpcxbb-q1": TpcxbbQuery(q1, store_sales, "SS→SL→PS→(SL)→PS→SF"),
-    "tpcxbb-q2": TpcxbbQuery(q2, web_clickstreams, "WC→SL→PS→SL→PS→SF"),
-    "tpcxbb-q3": TpcxbbQuery(q3, web_clickstreams, "WC→SL→PS→PS"),
-    "tpcxbb-q4": TpcxbbQuery(q4, web_clickstreams, "WC→SL→PS→SL→SF"),
-    "tpcxbb-q15": TpcxbbQuery(q15, store_sales, "SS→SL→SL→PS"),
+PIPELINES: dict[str, str] = {
+    "tpcxbb-q1": "SS→SL→PS→(SL)→PS→SF",
+    "tpcxbb-q2": "WC→SL→PS→SL→PS→SF",
+    "tpcxbb-q3": "WC→SL→PS→PS",
+    "tpcxbb-q4": "WC→SL→PS→SL→SF",
+    "tpcxbb-q15": "SS→SL→SL→PS",
 }
+NAMES: tuple[str, ...] = tuple(PIPELINES)
+GENERATORS: dict[str, Callable[..., list[dict]]] = {
+    "store-sales": store_sales, "web-clickstreams": web_clickstreams}
+
+
+def _query(name: str) -> Any:
+    from ..queries import QUERIES  # the registry imports this module: look it up when called
+
+    if name not in PIPELINES:
+        raise ValueError(f"unknown TPCx-BB query {name!r}; queries: {', '.join(NAMES)}")
+    return QUERIES[name]
 
 
 def flow(name: str, data: list[dict], **params: Any) -> tuple[Flow, Collector]:
     """A chain flow of query ``name`` over ``data``; returns the flow and its collector."""
-    q = QUERIES.get(name)
-    if q is None:
-        raise ValueError(f"unknown TPCx-BB query {name!r}; queries: {', '.join(QUERIES)}")
+    q = _query(name)
     f = Flow(name)
     src = f.source(sf.io.iterable(lambda: iter(data), name=name.split("-")[1] + "-input"))
-    return f, q.build(src, **params).collect()
+    return f, q.build([src], **{**q.params, **params}).collect()
 
 
 def generate(name: str, rows: int = 20_000, seed: int = 0, **kw: Any) -> list[dict]:
     """The generated input of query ``name`` (``kw`` go to the generator, e.g. ``days``)."""
-    q = QUERIES.get(name)
-    if q is None:
-        raise ValueError(f"unknown TPCx-BB query {name!r}; queries: {', '.join(QUERIES)}")
-    return q.data(rows, seed=seed, **kw)
+    return GENERATORS[_query(name).data](rows, seed=seed, **kw)
