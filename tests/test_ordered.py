@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import stretchflow as sf
-from stretchflow.errors import FlowDefinitionError, OperatorError
+from stretchflow.errors import OperatorError
 from stretchflow.executors import ordered
 from stretchflow.executors.scheduler import POLICIES, Candidate, OpStats, Scheduler
 from stretchflow.io.generators import tweets
@@ -74,11 +74,11 @@ def _query_flow(name: str, data: list[dict], **params: Any) -> Build:
 @pytest.mark.parametrize("workers", [1, 3, 8])
 def test_builtin_queries(query: str, workers: int, scheduler: str) -> None:
     data = _tweets(600, seed=workers)
-    _check(_query_flow(query, data, size=2000, slide=500), workers=workers, scheduler=scheduler)
+    _check(_query_flow(query, data, size=2000, slide=500), parallelism=workers, scheduler=scheduler)
 
 
 @pytest.mark.parametrize("workers", [2, 5])
-def test_stateless_then_query_with_partitions(workers: int) -> None:
+def test_stateless_then_query_with_key_groups(workers: int) -> None:
     data = _tweets(500, seed=11)
 
     def build() -> tuple[sf.Flow, Any]:
@@ -88,7 +88,7 @@ def test_stateless_then_query_with_partitions(workers: int) -> None:
             lambda t: {**t, "text": t["text"].upper()})
         return flow, build_query("wordcount", [s], size=1000, slide=250).collect()
 
-    _check(build, workers=workers, partitions=3, max_batch=7)
+    _check(build, parallelism=workers, key_groups=3, max_batch=7)
 
 
 def _two_oplus() -> Build:
@@ -109,7 +109,7 @@ def _two_oplus() -> Build:
 @pytest.mark.parametrize("scheduler", SCHEDULERS)
 @pytest.mark.parametrize("workers", [1, 4, 8])
 def test_chain_of_two_oplus(workers: int, scheduler: str) -> None:
-    got = _check(_two_oplus(), workers=workers, scheduler=scheduler)
+    got = _check(_two_oplus(), parallelism=workers, scheduler=scheduler)
     assert got
 
 
@@ -128,7 +128,7 @@ def test_watermarks_through_an_unsorted_source() -> None:
             update=lambda acc, t: acc + 1, output=lambda k, acc: {"k": k, "n": acc})
         return flow, a.collect()
 
-    _check(build, workers=4)
+    _check(build, parallelism=4)
 
 
 def test_source_straight_to_sinks() -> None:
@@ -141,7 +141,7 @@ def test_source_straight_to_sinks() -> None:
         s.collect()
         return flow, c
 
-    _check(build, workers=3)
+    _check(build, parallelism=3)
 
 
 _STAGES = st.lists(
@@ -177,7 +177,7 @@ def _random_chain(kinds: list[str], n: int, seed: int) -> Build:
        max_batch=st.integers(1, 16), capacity=st.integers(1, 32))
 def test_random_chains(kinds: list[str], n: int, seed: int, workers: int, scheduler: str,
                        max_batch: int, capacity: int) -> None:
-    _check(_random_chain(kinds, n, seed), workers=workers, scheduler=scheduler,
+    _check(_random_chain(kinds, n, seed), parallelism=workers, scheduler=scheduler,
            max_batch=max_batch, capacity=capacity)
 
 
@@ -193,7 +193,7 @@ def test_stress_many_workers_tiny_queues(scheduler: str) -> None:
         s = s.filter(lambda t: (t["v"] * t["s"]) % 7 != 1)
         return flow, s.collect()
 
-    got = _check(build, workers=16, scheduler=scheduler, capacity=2, max_batch=3)
+    got = _check(build, parallelism=16, scheduler=scheduler, capacity=2, max_batch=3)
     # no loss, no duplication: every surviving value exactly once
     vs = [(p["v"], p["s"]) for _, p in got]
     assert len(vs) == len(set(vs))
@@ -202,7 +202,7 @@ def test_stress_many_workers_tiny_queues(scheduler: str) -> None:
 
 def test_stress_oplus_many_workers_tiny_queues() -> None:
     _check(_query_flow("wordcount", _tweets(400, seed=5), size=1000, slide=500),
-           workers=16, capacity=1, max_batch=2)
+           parallelism=16, capacity=1, max_batch=2)
 
 
 def _run_in_thread(fn: Callable[[], Any], timeout: float = 20) -> BaseException | None:
@@ -245,46 +245,64 @@ def test_user_error_raises_operator_error(where: str, workers: int) -> None:
                     update=lambda a, t: a + up(t["v"]),
                     output=lambda k, a: {"k": k, "a": out(777 if k == 2 else a)})
     s.collect()
-    err = _run_in_thread(lambda: ordered.run(flow, workers=workers, capacity=4))
+    err = _run_in_thread(lambda: ordered.run(flow, parallelism=workers, capacity=4))
     assert isinstance(err, OperatorError), err
     assert isinstance(err.__cause__, ZeroDivisionError)
 
 
-def test_non_chain_flows_are_refused() -> None:
-    flow = sf.Flow("join")
-    a = flow.source(sf.io.iterable([{"ts": 1, "k": 1}]), name="a")
-    b = flow.source(sf.io.iterable([{"ts": 1, "k": 1}]), name="b")
-    a.join(b, size=10, keys=lambda t, i=0: {t["k"]}).collect()
-    with pytest.raises(FlowDefinitionError, match="one source"):
-        ordered.run(flow, workers=2)
+def _multi_sink_flows() -> list[Build]:
+    """Flows that are not chains: a branching stream, a sink in the middle, a join."""
+    def branch() -> tuple[sf.Flow, Any]:
+        flow = sf.Flow("branch")
+        s = flow.source(sf.io.iterable([{"ts": i, "v": i % 7} for i in range(300)]))
+        c = s.map(lambda t: {"v": t["v"] * 2}).collect()
+        s.filter(lambda t: t["v"] > 2).collect()
+        return flow, c
 
-    flow = sf.Flow("branch")
-    s = flow.source(sf.io.iterable([{"ts": 1}]))
-    s.map(lambda t: t).collect()
-    s.filter(lambda t: True).collect()
-    with pytest.raises(FlowDefinitionError, match="chain"):
-        ordered.run(flow, workers=2)
+    def mid_sink() -> tuple[sf.Flow, Any]:
+        flow = sf.Flow("mid-sink")
+        s = flow.source(sf.io.iterable([{"ts": i // 2, "v": i} for i in range(300)]))
+        c = s.collect()
+        s.map(lambda t: t).aggregate(size=10, keys=lambda t: {t["v"] % 3}, init=lambda: 0,
+                                     update=lambda a, t: a + 1,
+                                     output=lambda k, a: {"k": k, "n": a}).collect()
+        return flow, c
 
-    flow = sf.Flow("mid-sink")
-    s = flow.source(sf.io.iterable([{"ts": 1}]))
-    s.collect()
-    s.map(lambda t: t).collect()
-    with pytest.raises(FlowDefinitionError):
-        ordered.run(flow, workers=2)
+    def join() -> tuple[sf.Flow, Any]:
+        flow = sf.Flow("join")
+        a = flow.source(sf.io.iterable([{"ts": i, "k": i % 4} for i in range(200)]), name="a")
+        b = flow.source(sf.io.iterable([{"ts": 2 * i, "k": i % 3} for i in range(150)]),
+                        name="b")
+        return flow, a.join(b, size=10, keys=lambda t: {t["k"]}).collect()
+
+    return [branch, mid_sink, join]
+
+
+@pytest.mark.parametrize("k", range(3))
+@pytest.mark.parametrize("workers", [1, 3])
+def test_flows_that_were_refused_now_run(k: int, workers: int) -> None:
+    build = _multi_sink_flows()[k]
+    flow, _ = build()
+    ref = flow.run()
+    flow2, _ = build()
+    res = ordered.run(flow2, parallelism=workers)
+    assert res.tuples_in == ref.tuples_in and res.tuples_out == ref.tuples_out
+    assert sum(res.tuples_out.values()) > 0
+    _check(build, parallelism=workers)
 
 
 def test_bad_options() -> None:
     flow = sf.Flow("x")
     flow.source(sf.io.iterable([{"ts": 1}])).collect()
     with pytest.raises(ValueError, match="unknown scheduler"):
-        ordered.run(flow, workers=1, scheduler="nope")
+        ordered.run(flow, parallelism=1, scheduler="nope")
     with pytest.raises(TypeError):
-        ordered.run(flow, workers=1, bogus=1)
+        ordered.run(flow, parallelism=1, bogus=1)
 
 
 def test_run_result() -> None:
     flow, col = _query_flow("wordcount", _tweets(200, seed=1), size=1000, slide=500)()
-    res = ordered.run(flow, workers=2, scheduler="ct")
+    res = ordered.run(flow, parallelism=2, scheduler="ct")
     assert res.engine == "ordered"
     assert res.tuples_in == {"iterable": 200}
     assert res.extra["scheduler"] == "ct"
@@ -376,7 +394,7 @@ def test_custom_oplus_emitting_from_update(window_type: str, workers: int) -> No
         s = flow.source(sf.io.iterable(data))
         return flow, s.oplus(_Emitting(window_type)).collect()
 
-    _check(build, workers=workers, max_batch=5)
+    _check(build, parallelism=workers, max_batch=5)
 
 
 @pytest.mark.parametrize("workers", [1, 4])
@@ -391,7 +409,7 @@ def test_single_window_aggregate(workers: int) -> None:
                         update=lambda n, t: n + 1, output=lambda k, n: {"w": k, "n": n})
         return flow, a.collect()
 
-    _check(build, workers=workers)
+    _check(build, parallelism=workers)
 
 
 @pytest.mark.slow
@@ -400,11 +418,11 @@ def test_single_window_aggregate(workers: int) -> None:
                       max_size=7),
        n=st.integers(0, 400), seed=st.integers(0, 1000), workers=st.integers(1, 12),
        scheduler=st.sampled_from(SCHEDULERS), max_batch=st.integers(1, 40),
-       capacity=st.integers(1, 64), partitions=st.integers(1, 5))
+       capacity=st.integers(1, 64), key_groups=st.integers(1, 40))
 def test_random_chains_many(kinds: list[str], n: int, seed: int, workers: int, scheduler: str,
-                            max_batch: int, capacity: int, partitions: int) -> None:
-    _check(_random_chain(kinds, n, seed), workers=workers, scheduler=scheduler,
-           max_batch=max_batch, capacity=capacity, partitions=partitions)
+                            max_batch: int, capacity: int, key_groups: int) -> None:
+    _check(_random_chain(kinds, n, seed), parallelism=workers, scheduler=scheduler,
+           max_batch=max_batch, capacity=capacity, key_groups=key_groups)
 
 
 def test_source_error_stops_the_run() -> None:
@@ -413,11 +431,11 @@ def test_source_error_stops_the_run() -> None:
     data = [{"ts": i} for i in range(500)] + [{"ts": 3}] + [{"ts": 600 + i} for i in range(50)]
     flow = sf.Flow("back")
     flow.source(sf.io.iterable(data)).map(lambda t: t).collect()
-    err = _run_in_thread(lambda: ordered.run(flow, workers=4, capacity=8))
+    err = _run_in_thread(lambda: ordered.run(flow, parallelism=4, capacity=8))
     assert isinstance(err, SourceError), err
 
 
 def test_all_options_are_accepted() -> None:
     flow, col = _query_flow("wordcount", _tweets(100, seed=2), size=1000, slide=500)()
-    res = ordered.run(flow, workers=2, scheduler="lp", time_slice=0.001, ct_window=0.01)
+    res = ordered.run(flow, parallelism=2, scheduler="lp", time_slice=0.001, ct_window=0.01)
     assert res.tuples_out == {"collect": len(col.items)}

@@ -16,8 +16,9 @@ import stretchflow as sf
 from stretchflow.buffers.hybrid_queue import RangePartitioner
 from stretchflow.errors import OperatorError
 from stretchflow.executors import ordered
-from stretchflow.executors.ordered import Pipeline, run_sequential
 from stretchflow.executors.scheduler import POLICIES
+from stretchflow.operators.stateful import PartitionedStateful, range_partitioned
+from stretchflow.pipeline import Pipeline
 
 SCHEDULERS = sorted(POLICIES)
 
@@ -82,8 +83,8 @@ def test_random_pipelines_equal_sequential(ops: list, n: int, workers: int, sche
                                            reorder: str, queue: str, max_batch: int,
                                            capacity: int, seed: int) -> None:
     data = _data(n, 23, seed)
-    expected = run_sequential(_build(ops, data))
-    got = _build(ops, data).run(workers=workers, scheduler=scheduler, reorder=reorder,
+    expected = _build(ops, data).run(engine="reference")
+    got = _build(ops, data).run(parallelism=workers, scheduler=scheduler, reorder=reorder,
                                 queue=queue, max_batch=max_batch, capacity=capacity)
     assert got.items == expected.items
     assert got.result.tuples_in == expected.result.tuples_in
@@ -99,8 +100,8 @@ def test_every_heuristic_and_worker_count(scheduler: str, workers: int, reorder:
     ops = [("L", 1.5, 0, 1), ("P", 1.0, 20, 7), ("L", 0.5, 0, 1), ("S", 1.0, 0, 1),
            ("R", 2.0, 0, 5)]
     data = _data(300, 11, workers)
-    expected = run_sequential(_build(ops, data)).items
-    got = _build(ops, data).run(workers=workers, scheduler=scheduler, reorder=reorder,
+    expected = _build(ops, data).run(engine="reference").items
+    got = _build(ops, data).run(parallelism=workers, scheduler=scheduler, reorder=reorder,
                                 queue=queue, max_batch=5, capacity=16).items
     assert got == expected
     assert got  # the pipeline does produce output
@@ -110,22 +111,24 @@ def test_skewed_keys_many_buckets_many_workers() -> None:
     # one hot key: every input of bucket 0 must still be processed in arrival order
     data = [{"ts": i, "id": i, "k": 0 if i % 4 else i % 13} for i in range(2000)]
     ops = [("P", 1.0, 0, 100)]
-    assert _build(ops, data).run(workers=8, max_batch=3).items == \
-        run_sequential(_build(ops, data)).items
+    assert _build(ops, data).run(parallelism=8, max_batch=3).items == \
+        _build(ops, data).run(engine="reference").items
 
 
 def test_markers_do_not_change_the_output_and_give_latencies() -> None:
     ops = [("L", 1.0, 0, 1), ("P", 1.0, 0, 4)]
     data = _data(500, 9, 1)
-    expected = run_sequential(_build(ops, data)).items
-    got = _build(ops, data).run(workers=3, marker_every=50)
+    expected = _build(ops, data).run(engine="reference").items
+    got = _build(ops, data).run(parallelism=3, marker_every=50)
     assert got.items == expected
-    lat = got.result.extra["latencies"]
+    lat = got.result.extra["marker_latencies_ms"]
     assert len(lat) == 10 and all(x >= 0 for x in lat)
+    summary = got.result.extra["latency_ms"]
+    assert summary["samples"] == 10 and 0 <= summary["p50"] <= summary["max"]
 
 
 def test_run_result_names_the_buffers() -> None:
-    res = _build([("S", 1.0, 0, 1)], _data(10, 3, 0)).run(workers=2, reorder="lock",
+    res = _build([("S", 1.0, 0, 1)], _data(10, 3, 0)).run(parallelism=2, reorder="lock",
                                                             queue="partitioned").result
     assert (res.extra["reorder"], res.extra["queue"]) == ("lock", "partitioned")
     assert res.extra["operators"][1]["tuples_in"] == 10
@@ -159,10 +162,10 @@ def test_user_errors_name_the_operator(where: str, workers: int) -> None:
     pl = Pipeline(sf.io.iterable(data)).map(lambda t: t).partitioned(
         fn, key=key, init=init, buckets=4, partitioner=part, name="victim")
     with pytest.raises(OperatorError, match="victim"):
-        pl.run(workers=workers)
-    if where != "partitioner":  # the sequential run does not partition
+        pl.run(parallelism=workers)
+    if where != "partitioner":  # the reference run does not partition
         with pytest.raises(OperatorError, match="victim"):
-            run_sequential(pl)
+            pl.run(engine="reference")
 
 
 def test_bad_options_and_specs() -> None:
@@ -175,8 +178,12 @@ def test_bad_options_and_specs() -> None:
         pl.run(marker_every=-1)
     with pytest.raises(ValueError, match="engine"):
         pl.run(engine="vsn")
+    with pytest.raises(ValueError, match="parallelism"):
+        pl.run(parallelism=0)
+    with pytest.raises(ValueError, match="does not take option 'workers'"):
+        pl.run(workers=2)
     with pytest.raises(ValueError, match="buckets"):
-        ordered.PartitionedStateful(lambda s, t: [t], key=lambda t: 0, init=lambda k: 0,
+        PartitionedStateful(lambda s, t: [t], key=lambda t: 0, init=lambda k: 0,
                                     buckets=3, partitioner=RangePartitioner([1, 2, 3]))
     with pytest.raises(sf.errors.FlowDefinitionError):
         Pipeline([1, 2])  # type: ignore[arg-type]
@@ -199,7 +206,7 @@ def test_flows_with_every_buffer_combination(query: str, reorder: str, queue: st
     flow, col = build()
     flow.run()
     flow2, col2 = build()
-    ordered.run(flow2, workers=4, reorder=reorder, queue=queue, max_batch=9,
+    ordered.run(flow2, parallelism=4, reorder=reorder, queue=queue, max_batch=9,
                 marker_every=37)
     assert Counter(map(repr, col2.items)) == Counter(map(repr, col.items))
     ts = [t for t, _ in col2.items]
@@ -209,14 +216,16 @@ def test_flows_with_every_buffer_combination(query: str, reorder: str, queue: st
 def test_doctests() -> None:
     import doctest
 
-    res = doctest.testmod(ordered, optionflags=doctest.ELLIPSIS)
+    from stretchflow import pipeline
+
+    res = doctest.testmod(pipeline, optionflags=doctest.ELLIPSIS)
     assert res.attempted >= 1 and res.failed == 0
 
 
 def test_range_partitioned_helper() -> None:
-    op = ordered.range_partitioned(lambda s, t: [t], key=lambda t: t["k"], init=lambda k: [],
+    op = range_partitioned(lambda s, t: [t], key=lambda t: t["k"], init=lambda k: [],
                                    low=0, high=23, buckets=5, name="ranged")
     assert op.buckets == 5 and op.partitioner(0) == 0 and op.partitioner(22) == 4
     data = _data(200, 23, 2)
     pl = Pipeline(sf.io.iterable(data)).add(op)
-    assert pl.run(workers=3, queue="partitioned").items == run_sequential(pl).items
+    assert pl.run(parallelism=3, queue="partitioned").items == pl.run(engine="reference").items

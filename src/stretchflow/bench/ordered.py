@@ -32,11 +32,12 @@ HEURISTICS = ("qst", "lp", "et", "ct")
 
 
 def _latency(lat: list[float]) -> dict[str, float]:
-    """Mean of the 20th–80th percentile band and the band's edges, in ms (§7 metric)."""
+    """Mean of the 20th–80th percentile band and the band's edges, in ms (§7 metric), of
+    marker latencies in ms (the run's ``extra["marker_latencies_ms"]``)."""
     if not lat:
         return {"mean_20_80_ms": float("nan"), "p20_ms": float("nan"),
                 "p50_ms": float("nan"), "p80_ms": float("nan"), "markers": 0}
-    v = sorted(x * 1e3 for x in lat)
+    v = sorted(lat)
     n = len(v)
     lo, hi = int(n * 0.2), max(int(n * 0.8), int(n * 0.2) + 1)
     band = v[lo:hi]
@@ -88,7 +89,7 @@ def heuristics(rows: int, repeats: int, workers: int = 2, markers: int = 50,
     from ..workloads import tpcxbb
 
     out: dict[str, Any] = {}
-    for q in tpcxbb.QUERIES:
+    for q in tpcxbb.NAMES:
         data = tpcxbb.generate(q, rows, seed=seed)
         every = max(1, rows // markers)
         per: dict[str, Any] = {}
@@ -96,9 +97,9 @@ def heuristics(rows: int, repeats: int, workers: int = 2, markers: int = 50,
             tput, lats = [], []
             for _ in range(repeats):
                 flow, _col = tpcxbb.flow(q, data)
-                res = ordered.run(flow, workers=workers, scheduler=h, marker_every=every)
+                res = ordered.run(flow, parallelism=workers, scheduler=h, marker_every=every)
                 tput.append(res.throughput)
-                lats.extend(res.extra["latencies"])
+                lats.extend(res.extra["marker_latencies_ms"])
             per[h] = {"tuples_per_s": summarize(tput), "latency": _latency(lats)}
         out[q] = per
     return out
@@ -129,7 +130,7 @@ def _run_heuristics(quick: bool, out_dir: str | None) -> Path:
 def _sleep_ps(cost_s: float, buckets: int) -> Any:
     """A PS operator whose GIL-free part is ``time.sleep(cost_s)`` (needs no CPU)."""
     from ..buffers.hybrid_queue import RangePartitioner
-    from ..executors.ordered import PartitionedStateful
+    from ..operators.stateful import PartitionedStateful
 
     def fn(state: list, t: dict) -> list[dict]:
         time.sleep(cost_s)
@@ -149,7 +150,7 @@ def queues(n: int, sigmas: tuple[float, ...], cost_s: float, repeats: int = 1
     4 workers (structural: needs no CPU, so the queues' scheduling freedom shows even on a
     loaded 2-core machine). The partitioned queue gives bucket b to worker b mod n (Fig. 6).
     """
-    from ..executors.ordered import Pipeline
+    from ..pipeline import Pipeline
     from ..workloads import micro
 
     size, reps, per = micro.calibrate(cost_s)
@@ -171,7 +172,7 @@ def queues(n: int, sigmas: tuple[float, ...], cost_s: float, repeats: int = 1
                                                      name="P1"))
                         else:
                             pl.add(_sleep_ps(cost_s, 100))
-                        r = pl.run(workers=workers, scheduler="ct", queue=queue).result
+                        r = pl.run(parallelism=workers, scheduler="ct", queue=queue).result
                         tput.append(r.throughput)
                     res[queue] = {"tuples_per_s": summarize(tput)}
                 res["hybrid_over_partitioned"] = (res["hybrid"]["tuples_per_s"]["median"]
@@ -203,7 +204,7 @@ def _run_queues(quick: bool, out_dir: str | None) -> Path:
 
 
 def reorder(n_cheap: int, n_heavy: int, workers: int = 2, repeats: int = 1) -> dict[str, Any]:
-    from ..executors.ordered import Pipeline
+    from ..pipeline import Pipeline
     from ..workloads import micro
 
     size, reps, per = micro.calibrate(0.0005)
@@ -221,7 +222,7 @@ def reorder(n_cheap: int, n_heavy: int, workers: int = 2, repeats: int = 1) -> d
                     pl.add(micro.stateless(sz, rp, name="L0"))
                     pl.add(micro.stateless(sz, rp, 0.5, name="L1"))
                     pl.add(micro.partitioned(0, buckets=100, name="P2"))
-                    r = pl.run(workers=workers, scheduler="ct", reorder=rb, max_batch=8).result
+                    r = pl.run(parallelism=workers, scheduler="ct", reorder=rb, max_batch=8).result
                     tput.append(r.throughput)
                 row[rb] = {"tuples_per_s": summarize(tput)}
             row["nonblocking_over_lock"] = (row["nonblocking"]["tuples_per_s"]["median"]
@@ -283,7 +284,7 @@ def scaling(n: int, cost_s: float, repeats: int) -> dict[str, Any]:
                     # each operator does the full cost: an L-P tuple costs 2 units of work
                     pl = micro.pipeline(kinds, data, size, reps)
                     c0 = time.process_time()
-                    res = pl.run(workers=workers, scheduler="ct").result
+                    res = pl.run(parallelism=workers, scheduler="ct").result
                     # process CPU seconds per wall second: how many cores the run really
                     # used at once (2 = the workers overlapped; a loaded machine caps it)
                     cpu[workers].append((time.process_time() - c0) / res.elapsed)
@@ -297,7 +298,7 @@ def scaling(n: int, cost_s: float, repeats: int) -> dict[str, Any]:
         # control: the same pipelines with time.sleep(cost) as the GIL-free part. Sleeping
         # needs no CPU, so this shows whether the executor overlaps GIL-free work even when
         # a loaded machine gives the process less than two cores
-        from ..executors.ordered import Pipeline
+        from ..pipeline import Pipeline
 
         def nap(t: dict) -> dict:
             time.sleep(cost_s)
@@ -319,7 +320,8 @@ def scaling(n: int, cost_s: float, repeats: int) -> dict[str, Any]:
                         else:
                             pl.partitioned(nap_ps, key=lambda t: t["key"], init=lambda k: [],
                                            buckets=100)
-                    tp[workers].append(pl.run(workers=workers, scheduler="ct").result.throughput)
+                    res = pl.run(parallelism=workers, scheduler="ct").result
+                    tp[workers].append(res.throughput)
             out[f"sleep_{name}"] = {
                 "workers_1": summarize(tp[1]), "workers_2": summarize(tp[2]),
                 "speedup": statistics.median(tp[2]) / statistics.median(tp[1]),
