@@ -142,11 +142,11 @@ def test_calibrate_reaches_the_cost() -> None:
 def test_micro_pipelines_equal_sequential(kinds: str, workers: int) -> None:
     data = micro.keyed_tuples(300, seed=workers)
     sels = [1.0, 0.5, 2.0]
-    expected = micro.pipeline(kinds, data, 8, 1, iter(sels)).run("sequential").items
+    expected = micro.pipeline(kinds, data, 8, 1, iter(sels)).run("reference").items
     assert expected
     for queue in ordered.QUEUES:
         got = micro.pipeline(kinds, data, 8, 1, iter(sels)).run(
-            workers=workers, scheduler="ct", queue=queue, max_batch=16).items
+            parallelism=workers, scheduler="ct", queue=queue, max_batch=16).items
         assert got == expected
 
 

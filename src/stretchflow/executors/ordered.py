@@ -73,13 +73,7 @@ from ..buffers.reorder import LockReorderBuffer, NonBlockingReorderBuffer
 from ..eventtime import WATERMARK
 from ..flow import Flow
 from ..io.sinks import Sink
-
-# Stateful, PartitionedStateful, range_partitioned and Pipeline are re-exported only for
-# callers that still import them from here (workloads/micro.py); their homes are
-# operators/stateful.py and pipeline.py.
-from ..operators.stateful import PartitionedStateful, Stateful, range_partitioned
 from ..operators.stateless import apply_batch
-from ..pipeline import Pipeline
 from ..runtime.control import RunControl
 from ..runtime.latency import LatencyRecorder
 from ..runtime.result import RunResult
@@ -104,8 +98,7 @@ from .ordered_stages import (
 )
 from .scheduler import Candidate, OpStats, Scheduler
 
-__all__ = ["QUEUES", "REORDERS", "PartitionedStateful", "Pipeline", "Stateful",
-           "range_partitioned", "run"]
+__all__ = ["QUEUES", "REORDERS", "run"]
 
 _SINK_BATCH = 4096
 REORDERS = ("nonblocking", "lock")

@@ -119,11 +119,12 @@ STORE_SALES = ("ts", "ticket", "item", "category", "store", "customer", "quantit
 CLICKS = ("ts", "user", "item", "category", "page", "sales")
 
 
-def _tpcxbb(n: int, summary: str, data: str, out: tuple[str, ...]) -> Query:
+def _tpcxbb(n: int, summary: str, out: tuple[str, ...]) -> Query:
     """A TPCx-BB query: one generated input; its parameters are ``q<n>``'s keyword arguments
-    (their defaults are written once, in :mod:`stretchflow.workloads.tpcxbb`)."""
-    fn = getattr(tpcxbb, f"q{n}")
-    pipeline = tpcxbb.PIPELINES[f"tpcxbb-q{n}"]
+    (their defaults and its data set are written once, in :mod:`stretchflow.workloads.tpcxbb`)."""
+    name = f"tpcxbb-q{n}"
+    fn = tpcxbb.query_fn(name)
+    pipeline, data = tpcxbb.PIPELINES[name], tpcxbb.DATA[name]
     return Query(f"tpcxbb-q{n}", f"TPCx-BB Q{n}: {summary} ({pipeline})", 1, 1,
                  dict(fn.__kwdefaults__), lambda s, **p: fn(s[0], **p),
                  STORE_SALES if data == "store-sales" else CLICKS, out, data=data)
@@ -178,14 +179,12 @@ QUERIES: dict[str, Query] = {
             ("ts", "bus", "area", "congested | ts", "sensor", "area", "flow"),
             ("ts", "area", "bus", "bus_ts", "sensor", "sensor_ts", "flow"),
         ),
-        _tpcxbb(1, "the top item pairs sold together", "store-sales", ("ts", "top", "of")),
-        _tpcxbb(2, "the top items viewed in a session with an item", "web-clickstreams",
-                ("ts", "top", "of")),
-        _tpcxbb(3, "items among the last views before a purchase", "web-clickstreams",
+        _tpcxbb(1, "the top item pairs sold together", ("ts", "top", "of")),
+        _tpcxbb(2, "the top items viewed in a session with an item", ("ts", "top", "of")),
+        _tpcxbb(3, "items among the last views before a purchase",
                 ("ts", "item", "before_purchase")),
-        _tpcxbb(4, "abandoned shopping carts per window", "web-clickstreams",
-                ("ts", "sessions", "avg_pages")),
-        _tpcxbb(15, "categories with flat or declining sales in a store", "store-sales",
+        _tpcxbb(4, "abandoned shopping carts per window", ("ts", "sessions", "avg_pages")),
+        _tpcxbb(15, "categories with flat or declining sales in a store",
                 ("ts", "category", "slope")),
     )
 }

@@ -29,9 +29,10 @@ from typing import Any
 import numpy as np
 
 from ..buffers.hybrid_queue import RangePartitioner
-from ..executors.ordered import PartitionedStateful, Pipeline, Stateful
 from ..io.sources import IterableSource
+from ..operators.stateful import PartitionedStateful, Stateful
 from ..operators.stateless import FlatMap
+from ..pipeline import Pipeline
 
 
 def single_threaded_blas() -> AbstractContextManager[Any]:

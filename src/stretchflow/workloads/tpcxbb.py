@@ -302,22 +302,28 @@ GENERATORS: dict[str, Callable[..., list[dict]]] = {
     "store-sales": store_sales, "web-clickstreams": web_clickstreams}
 
 
-def _query(name: str) -> Any:
-    from ..queries import QUERIES  # the registry imports this module: look it up when called
+#: the generated data set each query reads
+DATA: dict[str, str] = {"tpcxbb-q1": "store-sales", "tpcxbb-q2": "web-clickstreams",
+                        "tpcxbb-q3": "web-clickstreams", "tpcxbb-q4": "web-clickstreams",
+                        "tpcxbb-q15": "store-sales"}
 
+
+def query_fn(name: str) -> Callable[..., Stream]:
+    """The function ``q<n>(stream, **params)`` of query ``name`` (``tpcxbb-q<n>``)."""
     if name not in PIPELINES:
         raise ValueError(f"unknown TPCx-BB query {name!r}; queries: {', '.join(NAMES)}")
-    return QUERIES[name]
+    return globals()[f"q{name.split('-q')[1]}"]
 
 
 def flow(name: str, data: list[dict], **params: Any) -> tuple[Flow, Collector]:
     """A chain flow of query ``name`` over ``data``; returns the flow and its collector."""
-    q = _query(name)
+    fn = query_fn(name)
     f = Flow(name)
     src = f.source(sf.io.iterable(lambda: iter(data), name=name.split("-")[1] + "-input"))
-    return f, q.build([src], **{**q.params, **params}).collect()
+    return f, fn(src, **params).collect()
 
 
 def generate(name: str, rows: int = 20_000, seed: int = 0, **kw: Any) -> list[dict]:
     """The generated input of query ``name`` (``kw`` go to the generator, e.g. ``days``)."""
-    return GENERATORS[_query(name).data](rows, seed=seed, **kw)
+    query_fn(name)  # the one check of the name
+    return GENERATORS[DATA[name]](rows, seed=seed, **kw)
