@@ -94,7 +94,7 @@ def test_congestion_index_sees_a_slow_channel_and_not_a_fast_one():
     flow = sf.Flow("heavy")
     build(flow)
     ctl = Scripted([])
-    sn.run(flow, parallelism=1, controller=ctl, metrics_interval=0.05, batch=8, queue_size=1)
+    sn.run(flow, parallelism=1, controller=ctl, metrics_interval=0.05, batch=8, capacity=8)
     # the splitter outruns the channel by far: it spends most of its time blocked
     assert max(m.congestion for m in ctl.seen) > 0.5
     recs = tweet_records(2, 300)
@@ -113,7 +113,7 @@ def test_level_controller_expands_under_congestion_and_keeps_the_output():
     run_reference(f_ref)
     ctl = LevelController(period=0.1)
     res = sn.run(f_sn, parallelism=1, max_parallelism=4, controller=ctl,
-                 metrics_interval=0.05, batch=8, queue_size=1)
+                 metrics_interval=0.05, batch=8, capacity=8)
     assert multiset(got.items) == multiset(ref.items)
     log = res.extra["reconfigurations"]
     assert log, "a congested level-0 region must expand (P1)"

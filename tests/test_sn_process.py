@@ -169,7 +169,7 @@ def test_migrated_state_continues_across_processes():
 def test_user_function_error_surfaces_as_operator_error(where):
     flow = _failing_flow(where)
     box = _run_bounded(lambda: sn.run(flow, parallelism=3, reconfigure=[(1000, 2), (3000, 4)],
-                                      queue_size=2, batch=10, **PROC), 60)
+                                      capacity=20, batch=10, **PROC), 60)
     err = box.get("error")
     assert isinstance(err, OperatorError), box
     assert "boom" in str(err) or "division" in str(err)
@@ -191,7 +191,7 @@ def test_channel_process_that_dies_stops_the_run():
 
     flow.source(sf.io.iterable(recs)).aggregate(size=100, keys=lambda t: {t["k"]},
                                                 init=lambda: 0, update=die).collect()
-    box = _run_bounded(lambda: sn.run(flow, parallelism=2, queue_size=2, batch=10, **PROC), 60)
+    box = _run_bounded(lambda: sn.run(flow, parallelism=2, capacity=20, batch=10, **PROC), 60)
     assert isinstance(box.get("error"), RuntimeError), box
     assert "exited (code 3)" in str(box["error"])
     _no_leftovers()

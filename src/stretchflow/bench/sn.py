@@ -215,7 +215,7 @@ def settle(costs: tuple[int, ...] = (0, 200, 2_000, 8_000), seconds: float = 12.
     for cost in costs:
         flow, _ = _costly_flow(sf.io.iterable(_timed(seconds)), cost, size=10_000)
         res = flow.run(engine="sn", parallelism=1, max_parallelism=max_parallelism,
-                       channels="processes", controller="level", batch=batch, queue_size=4,
+                       channels="processes", controller="level", batch=batch, capacity=4 * batch,
                        controller_options={"period": period}, metrics_interval=period / 2)
         path = [m["parallelism"] for m in res.extra["metrics"]]
         final = res.extra["parallelism"]["costly"]
@@ -264,7 +264,7 @@ def _adaptive_run(profile: Callable[[float], float], seconds: float, cost: int,
                   period: float, threshold: float = 0.2) -> dict[str, Any]:
     flow, _ = _costly_flow(sf.io.iterable(_paced(profile, seconds)), cost, size=10_000)
     res = flow.run(engine="sn", parallelism=1, max_parallelism=4, channels="processes",
-                   controller="level", batch=32, queue_size=4,
+                   controller="level", batch=32, capacity=128,
                    controller_options={"period": period, "threshold": threshold},
                    metrics_interval=period / 2)
     ms = res.extra["metrics"]

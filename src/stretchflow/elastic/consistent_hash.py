@@ -51,10 +51,14 @@ _POINT_PERSON = b"sf-ring-point"
 def canonical_bytes(key: Any) -> bytes:
     """A process-independent, unambiguous byte encoding of a partitioning key.
 
-    Supported: ``None``, ``bool``, ``int``, ``float``, ``str``, ``bytes`` and
-    tuples of those. Values that compare equal as Python dict keys encode the
-    same (``True``, ``1`` and ``1.0`` all encode as the integer 1), so a key
-    and its state in a dict always land on the same channel.
+    Supported: ``None``, ``bool``, ``int``, ``float``, ``str``, ``bytes``, and
+    tuples and frozensets of those (nested). Other types have no encoding that is
+    both process-independent and faithful to ``==`` (``pickle`` bytes differ for
+    equal values, e.g. two equal dataclasses built differently), so they raise
+    :class:`TypeError` naming the type. Values that compare equal as Python
+    dict keys encode the same (``True``, ``1`` and ``1.0`` all encode as the
+    integer 1), so a key and its state in a dict always land on the same
+    channel.
     """
     out = bytearray()
     _encode(key, out)
@@ -85,10 +89,23 @@ def _encode(key: Any, out: bytearray) -> None:
         out += b"T" + struct.pack(">Q", len(key))
         for item in key:
             _encode(item, out)
+    elif isinstance(key, frozenset):
+        # a set has no order: its elements' encodings, sorted, are the same whatever order
+        # this process iterates it in (each encoding is self-delimiting, so sorting the
+        # encodings cannot make two different sets collide)
+        parts = []
+        for item in key:
+            part = bytearray()
+            _encode(item, part)
+            parts.append(bytes(part))
+        parts.sort()
+        out += b"Z" + struct.pack(">Q", len(parts))
+        for part in parts:
+            out += part
     else:
         raise TypeError(
             f"cannot hash a partitioning key of type {type(key).__name__}: use None, bool, "
-            "int, float, str, bytes or tuples of those"
+            "int, float, str, bytes, or tuples and frozensets of those"
         )
 
 

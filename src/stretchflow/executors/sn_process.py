@@ -2,9 +2,9 @@
 
 Each channel is a process of a ``multiprocessing`` context (``forkserver`` by default, or
 ``spawn``; never ``fork``, which is unsafe once threads run) driving the same
-:class:`~stretchflow.executors.sn.ChannelCore` as a thread channel, so processSN (STRETCH Alg. 2)
-and the channel's side of the migration protocol (elastic-scaling Alg. 4) are shared code. What
-this module adds is the transport:
+:class:`~stretchflow.executors.sn_channel.ChannelCore` as a thread channel, so processSN
+(STRETCH Alg. 2) and the channel's side of the migration protocol (elastic-scaling Alg. 4) are
+shared code. What this module adds is the transport:
 
 * **Shipping the O+.** User functions are often lambdas or closures, which the standard pickle
   cannot send, so the O+ spec travels by cloudpickle (the ``cloudpickle`` package, or the copy
@@ -49,12 +49,14 @@ from ..elastic.consistent_hash import stable_hash
 from ..elastic.migration import SQLiteStateStore
 from ..errors import FlowDefinitionError, OperatorError
 from ..operators.oplus import OPlus, OPlusInstance, SharedState, key_pairs
-from .sn import _WAIT, ChannelCore, _Stopped
+from ..runtime import Stopped
+from .sn_channel import ChannelCore
 
 __all__ = ["ProcessTransport", "StableGroupRoute", "ship", "stable_group_function",
            "stable_instance"]
 
 _PARENT_CHECK = 1.0  # seconds a channel process waits before checking that its parent lives
+_WAIT = 0.1  # seconds the parent waits on a reply before checking whether the run stopped
 
 
 def _cloudpickle() -> Any:
@@ -77,12 +79,14 @@ def ship(op: OPlus) -> bytes:
             "make its functions and captured values picklable") from e
 
 
-def _preload_modules(op: OPlus) -> list[str]:
-    names = [__name__, "stretchflow.queries", type(op).__module__]
-    for value in vars(op).values():
-        mod = getattr(value, "__module__", None) if callable(value) else None
-        if isinstance(mod, str) and mod != "__main__" and mod in sys.modules:
-            names.append(mod)
+def _preload_modules(ops: list[OPlus]) -> list[str]:
+    names = [__name__, "stretchflow.queries"]
+    for op in ops:
+        names.append(type(op).__module__)
+        for value in vars(op).values():
+            mod = getattr(value, "__module__", None) if callable(value) else None
+            if isinstance(mod, str) and mod != "__main__" and mod in sys.modules:
+                names.append(mod)
     return list(dict.fromkeys(names))
 
 
@@ -92,7 +96,13 @@ def stable_group_function(n_groups: int) -> Callable[[Any], int]:
 
     @functools.lru_cache(maxsize=1 << 16)
     def group_of(key: Any) -> int:
-        return stable_hash(key) % n_groups
+        try:
+            return stable_hash(key) % n_groups
+        except TypeError as e:  # a key type with no process-independent encoding
+            raise FlowDefinitionError(
+                f"the sn engine's process channels cannot place key {key!r} of type "
+                f"{type(key).__name__} in a key group: {e}; use channels='threads', or keys "
+                "made of those types") from e
 
     return group_of
 
@@ -293,7 +303,8 @@ def _channel_main(blob: bytes, j: int, n_groups: int, assign: list[int], store_p
 class ProcessTransport:
     """Starts channel processes for one run and runs Alg. 4 with them (see module doc)."""
 
-    def __init__(self, op: OPlus, n_groups: int, start_method: str = "forkserver"):
+    def __init__(self, op: OPlus, n_groups: int, start_method: str = "forkserver",
+                 preload: list[OPlus] | None = None):
         if start_method not in ("forkserver", "spawn"):
             raise ValueError(f"process channels start with 'forkserver' or 'spawn', not "
                              f"{start_method!r} (fork is unsafe once threads run)")
@@ -304,8 +315,10 @@ class ProcessTransport:
         if start_method == "forkserver":
             # the server imports the engine and the modules the O+'s functions come from once
             # (only when it starts: the first run of this process); each channel is then a
-            # cheap fork of it instead of a fresh interpreter importing them again
-            self.ctx.set_forkserver_preload(_preload_modules(op))
+            # cheap fork of it instead of a fresh interpreter importing them again; with several
+            # O+ (one transport each) every transport names the modules of all of them, as
+            # the preload list is the server's, not a transport's
+            self.ctx.set_forkserver_preload(_preload_modules(preload or [op]))
         self.ctlq: queue.Queue = queue.Queue()  # "donated" / "collected" replies
         self.ex: Any = None
 
@@ -322,7 +335,7 @@ class ProcessTransport:
         for ch in list(ex.channels.values()):
             while not ch.ready.wait(_WAIT):
                 if ex.run.stop.is_set():
-                    raise _Stopped
+                    raise Stopped
 
     def migrate(self, ex: Any, epoch: int, old: list[int], new: list[int], old_p: int,
                 p: int) -> tuple[int, int]:
@@ -363,14 +376,19 @@ class ProcessChannel:
             target=_channel_main, name=f"sn-channel-{j}", daemon=True,
             args=(transport.blob, j, transport.G, list(ex.assign), transport.store_path,
                   self.inq, self.resq))
-        self.relay = threading.Thread(target=self._relay_main, name=f"sn-relay-{j}",
-                                      daemon=True)
+        self.relay = ex.run.thread(self._relay, name=f"sn-relay-{ex.name}-{j}")
         self.threads = [self.relay]
         self.ready = threading.Event()
 
     def start(self) -> None:
         self.proc.start()
         self.relay.start()
+        # a failed run must not wait for a channel busy with a long batch: stop it at once
+        self.run.on_abort(lambda _e: self._terminate())
+
+    def _terminate(self) -> None:
+        if self.proc.is_alive():
+            self.proc.terminate()
 
     def close(self, failed: bool) -> None:
         """Waits for the process to exit (terminates it after a failure or a timeout) and
@@ -389,14 +407,6 @@ class ProcessChannel:
             if self.proc.is_alive():
                 self.proc.kill()
                 self.proc.join()
-
-    def _relay_main(self) -> None:
-        try:
-            self._relay()
-        except _Stopped:
-            pass
-        except BaseException as e:  # noqa: BLE001 - every failure stops the run
-            self.run.fail(e)
 
     def _relay(self) -> None:
         run, resq, j = self.run, self.resq, self.j

@@ -1,0 +1,168 @@
+"""How streams travel between the parts of an SN run: region inputs, subscribers, taps.
+
+A region's splitter reads each O+ input either *inline* (a source read by nothing else,
+through its stateless chain, in the splitter's own thread: the single-O+ fast path, no queue)
+or from a *link queue* filled by another thread. What produces a stream (a region's merger, or
+a tap thread reading a source that is not read inline) hands each batch to its subscribers:
+
+* :class:`SinkLink` applies a stateless chain and writes a sink;
+* :class:`QueueLink` puts the batch on a downstream region's input queue;
+* :class:`ChainLink` applies one stateless operator and passes the result on (a stream read
+  by several consumers after a stateless operator: the operator runs once, in the producer).
+
+Link queues are bounded only when the producer's stream reaches exactly one consumer. A stream
+read by several consumers that meet again at a multi-input O+ (a diamond) would otherwise
+deadlock: the O+'s splitter waits, in its timestamp merge, on the input whose path is slower,
+while the faster path's queue is full and blocks the shared producer that feeds the slower
+one. Such queues are unbounded; the memory they take is the skew between the two paths.
+"""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Iterator
+from typing import Any
+
+from ..eventtime import WATERMARK
+from ..operators.stateless import Filter, FlatMap, Map, apply_batch
+from ..runtime import RunControl, SourcePump, drain_batch, is_live
+
+Stateless = Map | FlatMap | Filter
+Item = tuple[int, Any]
+DROPPED = object()  # marks a source tuple its stateless chain dropped
+_END = None  # the end of a link queue
+
+__all__ = ["DROPPED", "ChainLink", "QueueLink", "SinkLink", "Tap", "inline_input",
+           "queued_input"]
+
+
+def inline_input(items: Iterator[Item], chain: list[Stateless], i: int,
+                 counter: list[int]) -> Iterator[tuple[int, int, Any, int]]:
+    """One O+ input read inline: a source's items through its stateless chain, as ``(ts, i,
+    payload, new)``; ``new`` is 1 on the first item of each source tuple (a source tuple the
+    chain drops still yields one ``DROPPED`` item), so the splitter counts source tuples in
+    merged order, as ``reconfigure``'s COUNT means."""
+    n = 0
+    for ts, p in items:
+        if p is WATERMARK:
+            yield ts, i, p, 0
+            continue
+        n += 1
+        counter[0] = n
+        out = [(ts, p)]
+        for op in chain:
+            out = apply_batch(op, out)
+            if not out:
+                yield ts, i, DROPPED, 1
+                break
+        else:
+            new = 1
+            for ts2, q in out:
+                yield ts2, i, q, new
+                new = 0
+
+
+def queued_input(run: RunControl, q: Any, chain: list[Stateless],
+                 i: int) -> Iterator[tuple[int, int, Any, int]]:
+    """One O+ input fed by a link queue (another region's merger, a tap), through its
+    stateless chain; watermarks pass through, the end of the queue ends the input."""
+    get = run.get
+    while True:
+        batch = get(q)
+        if batch is _END:
+            return
+        for op in chain:
+            batch = apply_batch(op, batch)
+        for ts, v in batch:
+            yield ts, i, v, 0
+
+
+class SinkLink:
+    """A stateless chain into a sink (written from the producer's thread)."""
+
+    def __init__(self, sink: Any, chain: list[Stateless]):
+        self.sink = sink
+        self.chain = chain
+
+    def deliver(self, items: list[Item]) -> None:
+        for op in self.chain:
+            items = apply_batch(op, items)
+            if not items:
+                return
+        data = drain_batch(items)  # watermarks are the engine's, not output
+        if data:
+            self.sink.write(data)
+
+    def end(self) -> None:
+        """The sink is closed by the executor, after every thread ended."""
+
+
+class QueueLink:
+    """A downstream region's input queue."""
+
+    def __init__(self, run: RunControl, bounded: int | None):
+        self.run = run
+        self.q: queue.Queue = queue.Queue(maxsize=bounded or 0)
+
+    def deliver(self, items: list[Item]) -> None:
+        self.run.put(self.q, items)  # readers never mutate a batch: one list for all
+
+    def end(self) -> None:
+        self.run.put(self.q, _END)
+
+
+class ChainLink:
+    """A stateless operator whose output several consumers read: applied once, here."""
+
+    def __init__(self, op: Stateless, subscribers: list[Any]):
+        self.op = op
+        self.subscribers = subscribers
+
+    def deliver(self, items: list[Item]) -> None:
+        out = apply_batch(self.op, items)
+        if out:
+            for sub in self.subscribers:
+                sub.deliver(out)
+
+    def end(self) -> None:
+        for sub in self.subscribers:
+            sub.end()
+
+
+class _Counted:
+    """A source seen through a counter of its tuples (for ``reconfigure``'s COUNT, read by
+    the splitters; one writer, so no lock: readers see a count that only grows)."""
+
+    def __init__(self, source: Any, counter: list[int]):
+        self.source = source
+        self.counter = counter
+        self.live = is_live(source)
+
+    def items(self) -> Iterator[Item]:
+        counter, n = self.counter, 0
+        for item in self.source.items():
+            if item[1] is not WATERMARK:
+                n += 1
+                counter[0] = n
+            yield item
+
+
+class Tap:
+    """A thread reading a source that no splitter reads inline (read by several consumers,
+    or by sinks only), handing its batches to its subscribers (the runtime's source pump)."""
+
+    def __init__(self, run: RunControl, source: Any, counter: list[int], subscribers: list[Any],
+                 batch: int, delay: float):
+        self.subscribers = subscribers
+        self.pump = SourcePump(_Counted(source, counter), self._deliver, run, batch=batch,
+                               delay=delay)
+        self.thread = run.thread(self._run, name=f"sn-tap-{source.name}")
+
+    def _deliver(self, items: list[Item]) -> None:
+        for sub in self.subscribers:
+            sub.deliver(items)
+
+    def _run(self) -> None:
+        self.pump.run()
+        for sub in self.subscribers:
+            sub.end()
