@@ -3,6 +3,7 @@ executor, its handling of out-of-order (slack-ready) tuples, and its measurement
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections import Counter
 
@@ -13,7 +14,8 @@ from hypothesis import strategies as st
 import stretchflow as sf
 from oracle import multiset, run_query, same_as_reference
 from stretchflow.elastic.sltuner import StaticSLT
-from stretchflow.errors import OperatorError, SourceError
+from stretchflow.engines import get_spec
+from stretchflow.errors import FlowDefinitionError, OperatorError, SourceError
 from stretchflow.executors import slack
 from stretchflow.executors.slack import SlackInstance, end_to_end
 from stretchflow.io.generators import bandjoin, tweets
@@ -42,7 +44,7 @@ def tweet_records(seed, rows, rate):
        st.integers(0, 300))
 def test_tweet_queries_match_reference_with_infinite_slt(query, seed, readers, rows):
     res = assert_same_as_reference(query, [tweet_records(seed, rows, 200)],
-                                   QUERY_PARAMS[query], readers=readers)
+                                   QUERY_PARAMS[query], parallelism=readers)
     assert res.extra["slack_ready"] == 0
 
 
@@ -51,8 +53,8 @@ def test_tweet_queries_match_reference_with_infinite_slt(query, seed, readers, r
 def test_joins_match_reference_with_infinite_slt(seed, readers, rows):
     left, right = (t.to_pylist() for t in bandjoin(rows, seed=seed, rate=50))
     assert_same_as_reference("scalejoin", [left, right], {"window": 400, "band": 3000,
-                                                          "keys": 7}, readers=readers)
-    assert_same_as_reference("forward", [left, right], {}, readers=readers)
+                                                          "keys": 7}, parallelism=readers)
+    assert_same_as_reference("forward", [left, right], {}, parallelism=readers)
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
@@ -63,7 +65,7 @@ def test_no_slack_ready_tuple_means_reference_output(seed, readers, slt):
     left, right = (t.to_pylist() for t in bandjoin(40, seed=seed, rate=50))
     ref, _ = run_query("forward", [left, right], {})
     got, res = run_query("forward", [left, right], {}, engine="slack", slt=slt,
-                         readers=readers)
+                         parallelism=readers)
     # Forward's windows are 1 ms wide: an out-of-order tuple finds its window expired and is
     # counted lost; every other tuple is forwarded once
     x = res.extra
@@ -88,7 +90,7 @@ def test_traffic_join_matches_reference():
     f.run()
     for readers in (1, 3):
         f, got = flow()
-        res = slack.run(f, readers=readers, deadline_ms=10_000)
+        res = slack.run(f, parallelism=readers, deadline=10_000)
         assert multiset(got.items) == multiset(ref.items)
         assert res.extra["events"] == len(ref.items) > 0
         assert res.extra["operators"]["congestion"]["lost_tuples"] == 0
@@ -138,7 +140,8 @@ def test_time_series_and_tuner_under_a_delayed_source():
     bus = f.source(DelayedReplay(b, speedup=40, delay=ConstantDelay(3.0), name="bus"))
     sc = f.source(DelayedReplay(s, speedup=40, name="scats"))
     congestion(bus, sc).collect()
-    res = slack.run(f, deadline_ms=5000, slt=math.inf, tuner=StaticSLT(200), interval=0.1)
+    res = slack.run(f, deadline=5000, slt=math.inf, controller=StaticSLT(200),
+                    metrics_interval=0.1)
     x = res.extra
     assert x["intervals"] >= 3
     assert x["decisions"] and x["decisions"][0]["slt"] == {"congestion": 200}
@@ -148,6 +151,7 @@ def test_time_series_and_tuner_under_a_delayed_source():
     assert all(p["latency_ms"] >= 0 for p in x["series"])
     assert x["events"] == sum(p["events"] for p in x["series"])
     assert res.tuples_in == {"bus": len(b), "scats": len(s)}
+    assert x["controller"] == "static"
 
 
 def test_end_to_end_is_the_max_over_paths():
@@ -173,7 +177,7 @@ def test_a_two_operator_flow_with_stateless_between():
     f, ref = _two_operator_flow()
     f.run()
     f, got = _two_operator_flow()
-    res = slack.run(f, readers={"first": 2, "second": 1}, interval=0.05)
+    res = slack.run(f, parallelism={"first": 2, "second": 1}, metrics_interval=0.05)
     assert multiset(got.items) == multiset(ref.items)
     assert sum(p["n"] for _, p in got.items) == 2 * 50 * 2  # 2 words, 2 windows each
     assert set(res.extra["operators"]) == {"first", "second"}
@@ -193,5 +197,52 @@ def test_errors_name_operator_and_source():
                   update=lambda n, t: n + 1, name="agg").collect()
     with pytest.raises(SourceError, match="in"):
         slack.run(f)
-    with pytest.raises(TypeError, match="unknown options"):
-        slack.run(f, parallelism=2)
+    with pytest.raises(FlowDefinitionError, match="does not take option 'readers'"):
+        f.run(engine="slack", readers=2)
+    with pytest.raises(FlowDefinitionError, match="SLT tuner object"):
+        f.run(engine="slack", controller="threshold")
+
+
+def test_options_are_the_specs_and_the_result_follows_the_runtime_schema():
+    """``run``'s keywords are the slack spec's options; ``extra`` has the runtime's keys."""
+    assert list(inspect.signature(slack.run).parameters)[1:] == list(
+        get_spec("slack").option_names)
+    f, got = _two_operator_flow()
+    res = f.run(engine="slack", parallelism={"first": 2}, key_groups=8, capacity=16,
+                metrics_interval=0.05, deadline=60_000)
+    x = res.extra
+    assert x["parallelism"] == {"first": 2, "second": 1}
+    assert set(x["latency_ms"]) == {"p50", "p99", "max", "samples"}
+    assert x["latency_ms"]["samples"] > 0 and x["latency_ms"]["max"] >= x["latency_ms"]["p50"]
+    assert x["latency_series"] and x["controller"] is None
+    assert x["deadline_ms"] == 60_000 and x["violations"] == 0
+    assert x["operators"]["first"]["capacity"] == 16
+    assert set(x["e2e_latency_ms"]) == {"max", "mean"}
+    assert len(got.items) > 0
+
+
+def _self_join_flow(branches: bool):
+    """One source as both inputs of a join: directly, or through a map and a filter (two
+    stateless branches of one producer meeting again in one SSG)."""
+    f = sf.Flow("self")
+    recs = [{"ts": i // 2, "id": i, "k": i % 3} for i in range(120)]
+    s = f.source(sf.io.iterable(recs, name="in"))
+    left, right = (s.map(lambda t: {**t, "side": "l"}), s.filter(lambda t: t["id"] % 4)
+                   ) if branches else (s, s)
+    out = left.join(right, size=6, keys=lambda t: {t["k"]},
+                    predicate=lambda a, b: a["id"] < b["id"],
+                    output=lambda a, b: {"a": a["id"], "b": b["id"]}, name="self").collect()
+    return f, out
+
+
+@pytest.mark.parametrize("branches", [False, True])
+def test_one_producer_into_both_inputs_of_a_join(branches):
+    """The producer's batches for the two inputs reach the SSG as one sorted run (added one
+    after the other they went back in time and the SSG refused them)."""
+    f, ref = _self_join_flow(branches)
+    f.run()
+    assert ref.items
+    for p in (1, 2):
+        f, got = _self_join_flow(branches)
+        f.run(engine="slack", parallelism=p, capacity=8)
+        assert multiset(got.items) == multiset(ref.items)

@@ -35,7 +35,7 @@ def test_fast_source_slow_operator_keeps_the_ssg_bounded():
     f, ref = slow_flow(1500, 0)
     f.run()
     f, got = slow_flow(1500, 0.0002)
-    res = slack.run(f, capacity=64, interval=0.05)
+    res = slack.run(f, capacity=64, metrics_interval=0.05)
     op = res.extra["operators"]["slow"]
     assert op["capacity"] == 64
     assert op["max_held"] <= 64 + 1  # one writer, one reader: capacity + W * R
@@ -44,7 +44,7 @@ def test_fast_source_slow_operator_keeps_the_ssg_bounded():
     assert multiset(got.items) == multiset(ref.items)
     # without a capacity the source runs ahead and the SSG holds what it wrote
     f, got = slow_flow(1500, 0.0002)
-    res = slack.run(f, capacity=None, interval=0.05)
+    res = slack.run(f, capacity=None, metrics_interval=0.05)
     assert res.extra["operators"]["slow"]["max_held"] > 64
     assert multiset(got.items) == multiset(ref.items)
 
@@ -68,7 +68,7 @@ def test_failing_operator_with_a_blocked_source_stops_the_run():
                   name="agg").collect()
     t0 = time.perf_counter()
     with pytest.raises(OperatorError, match="agg"):
-        slack.run(f, capacity=8, interval=0.05)
+        slack.run(f, capacity=8, metrics_interval=0.05)
     assert time.perf_counter() - t0 < 30  # not stuck in join timeouts per blocked thread
 
 
@@ -84,7 +84,7 @@ QUERY_PARAMS = {
 def test_small_capacity_matches_reference(query, seed, readers, rows, capacity):
     recs = tweets(rows, seed=seed, rate=200, vocabulary=40, hashtags=8).to_pylist()
     assert_res = same_as_reference(query, [recs], QUERY_PARAMS[query], "slack",
-                                   readers=readers, capacity=capacity)
+                                   parallelism=readers, capacity=capacity)
     assert assert_res.extra["slack_ready"] == 0
 
 
@@ -93,4 +93,4 @@ def test_small_capacity_matches_reference(query, seed, readers, rows, capacity):
 def test_two_input_join_with_small_capacity_matches_reference(seed, readers, capacity):
     left, right = (t.to_pylist() for t in bandjoin(60, seed=seed, rate=50))
     same_as_reference("scalejoin", [left, right], {"window": 400, "band": 3000, "keys": 7},
-                      "slack", readers=readers, capacity=capacity)
+                      "slack", parallelism=readers, capacity=capacity)

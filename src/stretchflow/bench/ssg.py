@@ -198,8 +198,8 @@ def run_scenario(sc: dict[str, Any], data: tuple[list, list], controller: Any, s
                                     start=start, until_s=sc["duration_s"]))
     scats = flow.source(DelayedReplay(data[1], speedup=SPEEDUP, name="scats", start=start))
     congestion(bus, scats).collect()
-    return run(flow, deadline_ms=sc["deadline_ms"], slt=slt0, tuner=controller,
-               interval=interval)
+    return run(flow, deadline=sc["deadline_ms"], slt=slt0, controller=controller,
+               metrics_interval=interval)
 
 
 def training_slts(sc: dict[str, Any], quick: bool) -> list[float]:
@@ -303,7 +303,8 @@ def tuning(name: str, quick: bool = False, out_dir: str | None = None) -> dict[s
                    "skew_ms": p["operators"]["congestion"]["skew_ms"]} for p in x["series"]]
         results[pname] = _finite({
             "violations": x["violations"], "intervals": x["intervals"],
-            "max_latency_ms": x["latency_ms"]["max"], "mean_latency_ms": x["latency_ms"]["mean"],
+            "max_latency_ms": x["e2e_latency_ms"]["max"],
+            "mean_latency_ms": x["e2e_latency_ms"]["mean"],
             "slack_ready": x["slack_ready"], "events": x["events"],
             "lost_tuples": x["lost_tuples"], "late_tuples":
                 x["operators"]["congestion"]["late_tuples"],

@@ -1,11 +1,21 @@
 """The physical plan shared by the threaded executors: inlets and fused stateless chains.
 
-Every consumer of a stream — an O+ or a sink — reads one *inlet*: an Elastic ScaleGate whose
-sources are the threads that produce the consumer's inputs (source threads, upstream operator
-instances) and whose readers are the consumer's threads. Items in an inlet are the producers'
-``(ts, payload)`` tuples, passed on without copying; for a consumer with several inputs the
-payload is wrapped in :class:`Tagged` with its input index. Control tuples carry a
-:class:`~stretchflow.executors.vsn.Control` payload, watermarks the ``WATERMARK`` marker.
+Every consumer of a stream — an O+ or a sink — reads one *inlet*: a buffer whose sources are
+the threads that produce the consumer's inputs (source threads, upstream operator instances)
+and whose readers are the consumer's threads. Which buffer is the executor's choice, made by
+the ``inlet`` factory of :class:`PhysicalPlan`:
+
+* :class:`Inlet` (the default), an Elastic ScaleGate (the VSN executor). Its items are the
+  producers' ``(ts, payload)`` tuples, passed on without copying; for a consumer with several
+  inputs the payload is wrapped in :class:`Tagged` with its input index. Control tuples carry
+  a :class:`~stretchflow.executors.vsn.Control` payload, watermarks the ``WATERMARK`` marker.
+* :class:`SSGInlet`, a Slack ScaleGate (the slack executor, determinism-latency §4.2). Its
+  items are ``(ts, payload, input index, t_in)``: the SSGOperator measures each tuple's queue
+  delay from ``t_in``, the wall-clock time it was added (Eq. 1), so the index travels as a
+  field and no :class:`Tagged` is needed.
+
+Both take a producer's batch through :meth:`Inlet.push_input` and its end through
+:meth:`Inlet.close`, so the :class:`Pusher` does not know which buffer it feeds.
 
 Stateless operators never get threads of their own: they run on the thread that produced
 their input (STRETCH §7, "stateless operators in a chain run on the upstream threads"). A
@@ -15,15 +25,21 @@ downstream, each producer adding under its own source id.
 
 from __future__ import annotations
 
+import heapq
+import math
+import time
 from collections.abc import Callable, Hashable
-from typing import Any
+from operator import itemgetter
+from typing import Any, Protocol
 
 from ..buffers.esg import ElasticScaleGate
+from ..buffers.ssg import SlackScaleGate
 from ..eventtime import WATERMARK
 from ..flow import Flow, Node
 from ..operators.stateless import apply_batch
 
 Item = tuple[int, Any]
+_ts = itemgetter(0)
 
 
 class Tagged:
@@ -48,6 +64,24 @@ class Inlet:
     def push(self, pid: Hashable, items: list[tuple[int, Any]]) -> None:
         """Adds a producer's timestamp-sorted items."""
         self.esg.add_batch(items, pid)
+
+    def push_input(self, pid: Hashable, batch: list[Item], i: int) -> None:
+        """Adds a producer's ``(ts, payload)`` batch bound for input ``i`` of the consumer."""
+        if self.tagged:
+            self.push(pid, [(ts, p if p is WATERMARK else Tagged(i, p)) for ts, p in batch])
+        else:
+            self.push(pid, batch)
+
+    def push_inputs(self, pid: Hashable, parts: list[tuple[int, list[Item]]]) -> None:
+        """Adds one producer's batches bound for several inputs (``(input index, batch)``
+        parts, e.g. a self-join) as one timestamp-sorted run: added one after the other they
+        would go back in time for the buffer, which keeps one timestamp order per producer."""
+        if self.tagged:
+            runs = [[(ts, p if p is WATERMARK else Tagged(i, p)) for ts, p in b]
+                    for i, b in parts]
+        else:
+            runs = [b for _, b in parts]
+        self.push(pid, list(heapq.merge(*runs, key=_ts)))
 
     def send_control(self, control: Any) -> bool:
         """Adds a control tuple for the readers (addSTRETCH, journal Alg. 5 and §7); False,
@@ -75,6 +109,62 @@ class Inlet:
         """A producer's end of input."""
         self.esg.close_source(pid)
 
+    def abort(self, cause: BaseException) -> None:
+        """Wakes every thread blocked on the buffer (a run's abort hook)."""
+        self.esg.abort(cause)
+
+
+class SSGInlet:
+    """The Slack ScaleGate a consumer reads (the slack executor): the same producer-side
+    interface as :class:`Inlet` (push, close, abort; the slack executor changes no membership
+    at run time), items ``(ts, payload, input index, t_in)``."""
+
+    def __init__(self, name: str, producers: list[Hashable], readers: list[Hashable],
+                 capacity: int | None, slt: float = math.inf):
+        self.name = name
+        self.ssg = SlackScaleGate(producers, readers, slt, capacity=capacity)
+
+    def push_input(self, pid: Hashable, batch: list[Item], i: int) -> None:
+        """Adds a producer's ``(ts, payload)`` batch bound for input ``i``, stamped with the
+        time it is added (the start of the queue delay of Eq. 1)."""
+        now = time.perf_counter()
+        self.ssg.insert_batch([(ts, p, i, now) for ts, p in batch], pid)
+
+    def push_inputs(self, pid: Hashable, parts: list[tuple[int, list[Item]]]) -> None:
+        """One producer's batches for several inputs as one sorted run (as
+        :meth:`Inlet.push_inputs`)."""
+        now = time.perf_counter()
+        runs = [[(ts, p, i, now) for ts, p in b] for i, b in parts]
+        self.ssg.insert_batch(list(heapq.merge(*runs, key=_ts)), pid)
+
+    def close(self, pid: Hashable) -> None:
+        """A producer's end of input."""
+        self.ssg.close_writer(pid)
+
+    def abort(self, cause: BaseException) -> None:
+        """Wakes every thread blocked on the buffer (a run's abort hook)."""
+        self.ssg.abort(cause)
+
+
+class InletLike(Protocol):
+    """What a :class:`Pusher` and an executor's abort need of an inlet."""
+
+    def push_input(self, pid: Hashable, batch: list[Item], i: int) -> None: ...
+    def push_inputs(self, pid: Hashable, parts: list[tuple[int, list[Item]]]) -> None: ...
+    def close(self, pid: Hashable) -> None: ...
+    def abort(self, cause: BaseException) -> None: ...
+
+
+#: ``factory(consumer, name, producers, readers, capacity, n_inputs)`` builds the inlet of
+#: ``consumer`` (an O+ :class:`Node`, or ``("sink", k)`` for the k-th sink)
+InletFactory = Callable[[Any, str, list[Hashable], list[Hashable], Any, int], InletLike]
+
+
+def esg_inlet(consumer: Any, name: str, producers: list[Hashable], readers: list[Hashable],
+              capacity: int, n_inputs: int) -> Inlet:
+    """The default inlet factory: an ESG for every consumer."""
+    return Inlet(name, producers, readers, capacity, n_inputs)
+
 
 class Pusher:
     """One producer's view of the plan below a node: fused stateless operators, then inlets."""
@@ -83,31 +173,57 @@ class Pusher:
         self.pid = pid
         # ("inlet", Inlet, input index) | ("chain", stateless spec, Pusher)
         self.targets = targets
+        # an inlet reached on several paths (a self-join; two stateless branches into one
+        # join) gets this producer's batches merged into one run per push (push_inputs)
+        reached = [id(inlet) for inlet in self.inlets()]
+        self._merge = len(reached) != len(set(reached))
 
     def push(self, batch: list[Item]) -> None:
         """Sends a batch of ``(ts, payload)`` items (watermarks included) downstream."""
         if not batch:
             return
+        if self._merge:
+            self._push_merged(batch)
+            return
         for kind, target, arg in self.targets:
             if kind == "inlet":
-                if target.tagged:
-                    batch_i = [(ts, p if p is WATERMARK else Tagged(arg, p)) for ts, p in batch]
-                    target.push(self.pid, batch_i)
-                else:
-                    target.push(self.pid, batch)
+                target.push_input(self.pid, batch, arg)
             else:
                 out = apply_batch(target, batch)
                 if out:
                     arg.push(out)
 
-    def close(self) -> None:
+    def _routes(self, batch: list[Item], acc: list[tuple[Any, int, list[Item]]]) -> None:
+        """``(inlet, input index, batch)`` for every path of ``batch`` below this pusher."""
         for kind, target, arg in self.targets:
             if kind == "inlet":
-                target.close(self.pid)
+                acc.append((target, arg, batch))
             else:
-                arg.close()
+                out = apply_batch(target, batch)
+                if out:
+                    arg._routes(out, acc)
 
-    def inlets(self) -> list[Inlet]:
+    def _push_merged(self, batch: list[Item]) -> None:
+        acc: list[tuple[Any, int, list[Item]]] = []
+        self._routes(batch, acc)
+        by_inlet: dict[int, tuple[Any, list[tuple[int, list[Item]]]]] = {}
+        for inlet, i, b in acc:
+            by_inlet.setdefault(id(inlet), (inlet, []))[1].append((i, b))
+        for inlet, parts in by_inlet.values():
+            if len(parts) == 1:
+                inlet.push_input(self.pid, parts[0][1], parts[0][0])
+            else:
+                inlet.push_inputs(self.pid, parts)
+
+    def close(self) -> None:
+        """The producer's end of input, once per inlet it reaches."""
+        done: set[int] = set()
+        for inlet in self.inlets():
+            if id(inlet) not in done:
+                done.add(id(inlet))
+                inlet.close(self.pid)
+
+    def inlets(self) -> list[Any]:
         found = []
         for kind, target, arg in self.targets:
             if kind == "inlet":
@@ -121,7 +237,8 @@ class PhysicalPlan:
     """Which threads produce into which inlets, for a Flow whose stateful nodes are O+."""
 
     def __init__(self, flow: Flow, producer_ids: Callable[[Node], list[Hashable]],
-                 reader_ids: Callable[[Node], list[Hashable]], capacity: int):
+                 reader_ids: Callable[[Node], list[Hashable]], capacity: int | None,
+                 inlet: InletFactory = esg_inlet):
         flow.validate()
         self.flow = flow
         self.children: dict[Node, list[tuple[str, Any, int]]] = {n: [] for n in flow.nodes}
@@ -132,14 +249,15 @@ class PhysicalPlan:
             self.children[node].append(("sink", sink, k))
         self.producer_ids = producer_ids
         # the producing nodes (sources, O+) whose outputs reach each consumer
-        self.inlets: dict[Any, Inlet] = {}
+        self.inlets: dict[Any, Any] = {}  # what ``inlet`` builds (Inlet by default)
         for node in flow.nodes:
             if node.kind == "oplus":
-                self.inlets[node] = Inlet(node.name, self._producers_of(node), reader_ids(node),
-                                          capacity, len(node.inputs))
+                self.inlets[node] = inlet(node, node.name, self._producers_of(node),
+                                          reader_ids(node), capacity, len(node.inputs))
         for k, (node, sink) in enumerate(flow.sinks):
-            self.inlets[("sink", k)] = Inlet(f"sink {sink.name}", self._producers_into(node),
-                                             [("sink", k)], capacity)
+            self.inlets[("sink", k)] = inlet(("sink", k), f"sink {sink.name}",
+                                             self._producers_into(node), [("sink", k)],
+                                             capacity, 1)
 
     def _producers_into(self, node: Node) -> list[Hashable]:
         """Producer ids whose output stream is ``node``'s (through stateless nodes)."""

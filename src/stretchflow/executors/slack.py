@@ -4,16 +4,17 @@ deadline (determinism-latency §3–§5).
 Threads (the SSGOperator of §4.2, Fig. 7):
 
 * one *writer* thread per source; stateless operators downstream of a source run on it;
-* per O+, ``readers`` processing threads (PThreads) that share the operator's state σ as in
+* per O+, ``parallelism`` processing threads (PThreads) that share the operator's state σ as in
   VSN (:class:`~stretchflow.operators.oplus.SharedState`, key groups owned via f_μ): each
   reads every tuple of the operator's SSG and handles the keys of its groups; its outputs go,
   through stateless operators, to the SSGs of the downstream operators (it is one of their
   writers) or to a sink;
 * one thread per sink, reading an SSG with SLT = ∞ (ready tuples only) fed by the producers
   of the sink's stream;
-* a monitor thread (the MThread) that every ``interval`` seconds measures each operator and
-  the end-to-end latency, records the time series and lets a tuner (the SLTuner or a
-  baseline, :mod:`stretchflow.elastic.sltuner`) set new SLTs (the SLT Setter).
+* a monitor (the MThread; the thread that called :func:`run`) that every
+  ``metrics_interval`` seconds measures each operator and the end-to-end latency, records
+  the time series and lets a tuner (the SLTuner or a baseline,
+  :mod:`stretchflow.elastic.sltuner`) set new SLTs (the SLT Setter).
 
 Measurements
     * per operator (Eq. 1): for each thread, the 95th percentile over the interval of queue
@@ -37,13 +38,20 @@ Slack-ready tuples processed out of order (the paper's deliberate approximation,
     dropped. A tuple is counted by the instance(s) owning its keys (once for a one-key tuple).
     Outputs stay timestamp-sorted per thread (f_U outputs carry right boundaries > W).
 
+Plan and runtime
+    The inlets of the O+ and the sinks are those of the shared physical plan
+    (:class:`~stretchflow.executors.plan.PhysicalPlan` with :class:`~.plan.SSGInlet` as the
+    inlet factory), stateless operators run fused on their producer's thread as in VSN; the
+    threads, the first-error-wins stop, the source batching and the output latency are the
+    shared runtime's (:mod:`stretchflow.runtime`).
+
 Flow control
-    Every SSG (the O+ inputs and the sinks') has a capacity (``capacity``, default 65 536
-    tuples held, None for unbounded): a source or upstream O+ thread writing into a full SSG
-    blocks until its readers free room, so a fast source in front of a slow operator does not
-    grow memory (the bound and its deadlock-freedom argument are in
+    Every SSG (the O+ inputs and the sinks') has a capacity (``capacity``, default 65 536 tuples
+    held; None, only by calling :func:`run` directly, for unbounded): a source or upstream O+
+    thread writing into a full SSG blocks until its readers free room, so a fast source in front
+    of a slow operator does not grow memory (the bound and its deadlock-freedom argument are in
     :mod:`stretchflow.buffers.ssg`). A failing thread aborts every SSG so no thread stays
-    blocked on a full or empty buffer.
+    blocked on a full or empty buffer (the SSGs' aborts are the run's abort hooks).
 
 With SLT ≥ max_ts − merge_ts throughout (in particular SLT = ∞, the default) no tuple is
 slack-ready and the output equals the reference executor's, per timestamp.
@@ -57,20 +65,32 @@ import time
 from collections.abc import Hashable, Mapping
 from typing import Any
 
+from ..buffers.esg import Aborted
 from ..buffers.ssg import DEFAULT_CAPACITY, END, SlackScaleGate
 from ..elastic.controller import Controller, Metrics
-from ..errors import FlowDefinitionError, OperatorError, StretchflowError
+from ..errors import FlowDefinitionError
 from ..eventtime import WATERMARK
 from ..flow import Flow, Node
 from ..operators.oplus import OPlus, OPlusInstance, SharedState
-from ..operators.stateless import apply_batch
-from ..runtime.result import RunResult
+from ..runtime import (
+    IngestClock,
+    LatencyRecorder,
+    RunControl,
+    RunResult,
+    SourcePump,
+    Stopped,
+    user_error,
+)
+from .plan import PhysicalPlan, SSGInlet
 
 __all__ = ["SlackInstance", "run"]
 
 BATCH = 64  # tuples a thread takes from its SSG at once
 SOURCE_BATCH = 256  # tuples a non-live source inserts at once
-WAIT = 0.05  # seconds a blocked reader waits before re-checking for an abort
+# seconds a partial batch of a slow non-live source may wait: well above the GIL's switch
+# interval (5 ms), so that a source thread waiting once for the GIL does not cut its batch
+SOURCE_DELAY = 0.05
+SINK_BATCH = 4096  # tuples a sink thread takes at once
 
 
 class SlackInstance(OPlusInstance):
@@ -115,6 +135,9 @@ class SlackInstance(OPlusInstance):
 
 
 def _p95(values: list[float]) -> float:
+    """Eq. 1's per-thread statistic: the 95th percentile (nearest rank) of one interval's
+    samples, 0 for none. Not :func:`stretchflow.runtime.percentiles`: that reports p50/p99/max
+    of a whole run; the paper's operator latency is the p95 of the interval."""
     if not values:
         return 0.0
     v = sorted(values)
@@ -134,128 +157,93 @@ class _Reader:
 
 
 class _Operator:
-    def __init__(self, node: Node, k: int, n_groups: int):
+    def __init__(self, node: Node, k: int, key_groups: int):
         self.node = node
         self.name = node.name
         self.op: OPlus = node.spec
         self.k = k
-        self.sigma = SharedState(n_groups)
-        self.assign = [g % k for g in range(n_groups)]
+        self.sigma = SharedState(key_groups)
+        self.assign = [g % k for g in range(key_groups)]
         self.readers = [_Reader(f"{node.name}#{j}", j) for j in range(k)]
-        self.ssg: SlackScaleGate | None = None
+        self.ssg: SlackScaleGate = None  # type: ignore[assignment]  # set from the plan
         self.prev_slack = 0
         self.prev_late = 0
         self.prev_lost = 0
 
 
 class _Run:
-    """The physical plan and its threads."""
+    """The operators on the shared physical plan, and their threads."""
 
-    def __init__(self, flow: Flow, slt: Any, readers: Any, n_groups: int,
-                 capacity: int | None = DEFAULT_CAPACITY):
+    def __init__(self, flow: Flow, slt: Any, parallelism: Any, key_groups: int,
+                 capacity: int | None):
         flow.validate()
         self.flow = flow
         self.ops: dict[Node, _Operator] = {}
         for node in flow.nodes:
             if node.kind == "oplus":
-                k = readers.get(node.name, 1) if isinstance(readers, Mapping) else readers
-                if not isinstance(k, int) or k < 1:
-                    raise FlowDefinitionError(f"{node.name}: readers must be an int >= 1, "
-                                              f"got {k!r}")
-                self.ops[node] = _Operator(node, k, max(n_groups, k))
-        self.children: dict[Node, list[tuple[str, Any, int]]] = {n: [] for n in flow.nodes}
-        for node in flow.nodes:
-            for i, up in enumerate(node.inputs):
-                self.children[up].append(("node", node, i))
-        for k, (node, _sink) in enumerate(flow.sinks):
-            self.children[node].append(("sink", k, 0))
-        for node, o in self.ops.items():
-            s = slt.get(node.name, math.inf) if isinstance(slt, Mapping) else slt
-            o.ssg = SlackScaleGate(self._producers_of(node), [r.name for r in o.readers], s,
-                                   capacity=capacity)
-        self.sink_ssgs = [SlackScaleGate(self._producers_into(node), [("sink", k)],
-                                         capacity=capacity)
-                          for k, (node, _) in enumerate(flow.sinks)]
-        self.failure: BaseException | None = None
-        self.sink_counts = [0] * len(flow.sinks)
-        self.source_counts: dict[str, int] = {}
+                k = (parallelism.get(node.name, 1) if isinstance(parallelism, Mapping)
+                     else parallelism)
+                if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+                    raise FlowDefinitionError(f"{node.name}: parallelism must be a positive "
+                                              f"integer, got {k!r}")
+                self.ops[node] = _Operator(node, k, max(key_groups, k))
 
-    def _producers_into(self, node: Node) -> list[Hashable]:
-        if node.kind == "stateless":
-            return self._producers_into(node.inputs[0])
+        def inlet(consumer: Any, name: str, producers: list[Hashable],
+                  readers: list[Hashable], cap: int | None, n_inputs: int) -> SSGInlet:
+            # a sink reads ready tuples only (SLT = inf): its order is the output's
+            s = (slt.get(name, math.inf) if isinstance(slt, Mapping) else slt
+                 ) if isinstance(consumer, Node) else math.inf
+            return SSGInlet(name, producers, readers, cap, s)
+
+        self.plan = PhysicalPlan(flow, self._producer_ids, self._reader_ids, capacity, inlet)
+        for node, o in self.ops.items():
+            o.ssg = self.plan.inlets[node].ssg
+        self.control = RunControl()
+        for i in self.plan.inlets.values():
+            self.control.on_abort(i.abort)
+        self.clock = IngestClock()
+        self.latency = LatencyRecorder()
+        self.source_counts: dict[str, int] = {}
+        self.sink_counts = [0] * len(flow.sinks)
+
+    def _producer_ids(self, node: Node) -> list[Hashable]:
         if node.kind == "source":
             return [node.name]
         return [r.name for r in self.ops[node].readers]
 
-    def _producers_of(self, node: Node) -> list[Hashable]:
-        out: list[Hashable] = []
-        for up in node.inputs:
-            for p in self._producers_into(up):
-                if p not in out:
-                    out.append(p)
-        return out
-
-    # -- pushing a producer's output downstream -----------------------------------------------
-    def push(self, node: Node, pid: Hashable, batch: list[tuple[int, Any]]) -> None:
-        """Sends ``(ts, payload)`` items produced by ``pid`` for ``node``'s stream on."""
-        if not batch:
-            return
-        now = time.perf_counter()
-        for kind, child, i in self.children[node]:
-            if kind == "sink":
-                self.sink_ssgs[child].insert_batch([(ts, p, 0, now) for ts, p in batch], pid)
-            elif child.kind == "stateless":
-                self.push(child, pid, apply_batch(child.spec, batch))
-            else:
-                self.ops[child].ssg.insert_batch([(ts, p, i, now) for ts, p in batch], pid)
-
-    def close(self, node: Node, pid: Hashable) -> None:
-        for kind, child, _ in self.children[node]:
-            if kind == "sink":
-                self.sink_ssgs[child].close_writer(pid)
-            elif child.kind == "stateless":
-                self.close(child, pid)
-            else:
-                self.ops[child].ssg.close_writer(pid)
+    def _reader_ids(self, node: Node) -> list[Hashable]:
+        return [r.name for r in self.ops[node].readers]
 
     # -- threads --------------------------------------------------------------------------------
     def source_thread(self, node: Node) -> None:
-        src = node.spec
-        live = bool(getattr(src, "live", False) or src.speed or src.rate)
-        n = 0
-        buf: list[tuple[int, Any]] = []
+        pusher = self.plan.pusher(node, node.name)
+        # a live source (paced, replayed) sends each tuple at once; a file or iterable in
+        # batches of SOURCE_BATCH, the delay only bounding how long a slow one's tuples wait
+        pump = SourcePump(node.spec, pusher.push, self.control, clock=self.clock,
+                          batch=SOURCE_BATCH, delay=SOURCE_DELAY)
         try:
-            for item in src.items():
-                if self.failure is not None:
-                    return
-                buf.append(item)
-                if item[1] is not WATERMARK:
-                    n += 1
-                if live or len(buf) >= SOURCE_BATCH:
-                    self.push(node, node.name, buf)
-                    buf = []
-            self.push(node, node.name, buf)
-            self.close(node, node.name)
-        except BaseException as e:
-            self.fail(e)
+            pump.run()
+            pusher.close()
+        except Aborted:
+            raise Stopped from None
         finally:
-            self.source_counts[node.name] = n
+            self.source_counts[node.name] = pump.count
 
     def reader_thread(self, o: _Operator, r: _Reader) -> None:
         inst = SlackInstance(o.op, o.sigma, r.j, o.assign)
         r.inst = inst
-        ssg, name, node = o.ssg, r.name, o.node
+        ssg, name = o.ssg, r.name
+        pusher = self.plan.pusher(o.node, name)
         clock = time.perf_counter
         process, advance = inst.process, inst.advance
         ts = p = None
         last_wm = -math.inf
         try:
-            while self.failure is None:
-                got = ssg.get_batch(name, BATCH, timeout=WAIT)
+            while True:
+                # no timeout: a failing run aborts the SSG, which wakes this call
+                got = ssg.get_batch(name, BATCH)
                 if got is END:
                     break
-                if not got:
-                    continue
                 lat = []
                 for (ts, p, i, t_in), _slack in got:
                     if p is WATERMARK:
@@ -279,42 +267,34 @@ class _Run:
                     out.append((w, WATERMARK))
                     last_wm = w
                 if out:
-                    self.push(node, name, out)
+                    pusher.push(out)
             ts = p = None
-            if self.failure is None:
-                inst.finish()
-                self.push(node, name, inst.take())
-                self.close(node, name)
-        except StretchflowError as e:
-            self.fail(e)
-        except BaseException as e:
-            self.fail(OperatorError(o.name, ts, p if ts is not None else "<end of input>", e))
+            inst.finish()
+            pusher.push(inst.take())
+            pusher.close()
+        except Aborted:
+            raise Stopped from None
+        except Exception as e:
+            raise user_error(o.name, ts, p, e) from e
 
     def sink_thread(self, k: int) -> None:
         sink = self.flow.sinks[k][1]
-        ssg = self.sink_ssgs[k]
+        ssg = self.plan.inlets[("sink", k)].ssg
+        reader = ("sink", k)
         try:
-            while self.failure is None:
-                got = ssg.get_batch(("sink", k), 4096, timeout=WAIT)
+            while True:
+                got = ssg.get_batch(reader, SINK_BATCH)
                 if got is END:
                     break
-                if got:
-                    items = [(t[0], t[1]) for t, _ in got if t[1] is not WATERMARK]
-                    if items:
-                        sink.write(items)
-                        self.sink_counts[k] += len(items)
-        except BaseException as e:
-            self.fail(e)
-
-    def fail(self, e: BaseException) -> None:
-        if self.failure is None:
-            self.failure = e
-            # a writer blocked on a full SSG (or a reader on an empty one) must not outlive
-            # the failure: aborting makes every blocked call raise Aborted
-            for o in self.ops.values():
-                o.ssg.abort(e)
-            for ssg in self.sink_ssgs:
-                ssg.abort(e)
+                # one pass: the SSG's (ts, payload, i, t_in) back to (ts, payload), without
+                # the watermarks (the runtime's drain_batch, fused with the unpacking)
+                items = [(t[0], t[1]) for t, _ in got if t[1] is not WATERMARK]
+                if items:
+                    sink.write(items)
+                    self.sink_counts[k] += len(items)
+                    self.latency.measure_outputs(self.clock, items)
+        except Aborted:
+            raise Stopped from None
 
     # -- Eq. 1, Eq. 2 -------------------------------------------------------------------------
     def measure(self, now: float) -> dict[str, dict[str, Any]]:
@@ -354,11 +334,12 @@ class _Run:
     def paths(self) -> list[list[str]]:
         """The O+ names on every source-to-sink path (Eq. 2's max over paths)."""
         found: list[list[str]] = []
+        children = self.plan.children
 
         def walk(node: Node, acc: list[str]) -> None:
             if node.kind == "oplus":
                 acc = [*acc, node.name]
-            for kind, child, _ in self.children[node]:
+            for kind, child, _ in children[node]:
                 if kind == "sink":
                     found.append(acc)
                 else:
@@ -375,50 +356,60 @@ def end_to_end(per_op: Mapping[str, Mapping[str, Any]], paths: list[list[str]]) 
     return max((sum(per_op[n]["latency_ms"] for n in p) for p in paths), default=0.0)
 
 
-def run(flow: Flow, deadline_ms: float | None = None, slt: float | Mapping[str, float] = math.inf,
-        tuner: Controller | None = None, readers: int | Mapping[str, int] = 1,
-        interval: float = 0.5, n_groups: int = 64,
-        capacity: int | None = DEFAULT_CAPACITY, **options: Any) -> RunResult:
+def run(flow: Flow, parallelism: int | Mapping[str, int] = 1, key_groups: int = 64,
+        capacity: int | None = DEFAULT_CAPACITY, metrics_interval: float = 0.5,
+        controller: Controller | None = None, deadline: float | None = None,
+        slt: float | Mapping[str, float] = math.inf) -> RunResult:
     """Runs ``flow`` with every O+ reading its inputs through an SSG.
 
     Args:
-        deadline_ms: the query deadline (Eq. 3) in wall-clock ms; intervals whose end-to-end
-            latency reaches it count as violations. Passed to the tuner in ``Metrics.extras``.
-        slt: the initial SLT (event-time ms) of every O+, or a dict by operator name
-            (``math.inf``: ready tuples only, deterministic).
-        tuner: a :class:`~stretchflow.elastic.controller.Controller` that answers
-            :class:`~stretchflow.elastic.sltuner.SLTDecision` with new SLTs.
-        readers: processing threads per O+ (an int, or a dict by operator name).
-        interval: seconds between measurements (time series points, tuner calls).
-        n_groups: key groups of each O+'s shared state.
+        parallelism: processing threads per O+ (an int, or a dict by operator name; an
+            operator not in it gets 1).
+        key_groups: key groups of each O+'s shared state (at least ``parallelism``).
         capacity: the flow-control bound of every SSG (tuples held, see
             :mod:`stretchflow.buffers.ssg`): a writer (source or upstream O+ thread) blocks
-            while the SSG it writes to is full; None disables it (memory then grows with
-            the skew).
+            while the SSG it writes to is full; None (only when calling this function
+            directly: ``Flow.run`` reads None as "the default") disables it, and memory then
+            grows with the skew.
+        metrics_interval: seconds between measurements (time series points, tuner calls).
+        controller: the SLT tuner, a :class:`~stretchflow.elastic.controller.Controller`
+            that answers :class:`~stretchflow.elastic.sltuner.SLTDecision` with new SLTs.
+        deadline: the query deadline (Eq. 3) in wall-clock ms; intervals whose end-to-end
+            latency reaches it count as violations. Passed to the tuner as
+            ``Metrics.extras["deadline_ms"]``.
+        slt: the initial SLT (event-time ms) of every O+, or a dict by operator name
+            (``math.inf``: ready tuples only, deterministic).
 
-    Returns a :class:`RunResult` whose ``extra`` holds ``series`` (one point per interval:
+    Returns a :class:`RunResult` whose ``extra`` follows :mod:`stretchflow.runtime.result`
+    (``parallelism``, ``latency_ms`` and ``latency_series`` of the outputs at the sinks,
+    ``controller``) and adds the engine's own keys: ``series`` (one point per interval:
     ``t``, ``latency_ms`` (Eq. 2), per-operator latency / SLT / slack-ready / late / lost /
-    skew, ``events`` written to sinks in the interval), totals and ``violations``.
+    skew, ``events`` written to sinks in the interval), ``e2e_latency_ms`` (max and mean of
+    the series' Eq. 2 latencies), ``violations``, ``operators`` (totals per O+),
+    ``slack_ready``, ``lost_tuples``, ``events``, ``intervals``, ``decisions`` and
+    ``deadline_ms``.
     """
-    if options:
-        raise TypeError(f"the slack engine got unknown options {sorted(options)}")
-    if interval <= 0:
-        raise ValueError(f"interval must be > 0, got {interval!r}")
-    if deadline_ms is not None and not deadline_ms > 0:
-        raise ValueError(f"deadline_ms must be > 0, got {deadline_ms!r}")
-    if tuner is not None:
-        tuner.reset()
-    if capacity is not None and (not isinstance(capacity, int) or capacity < 1):
+    if not metrics_interval > 0:
+        raise ValueError(f"metrics_interval must be > 0, got {metrics_interval!r}")
+    if deadline is not None and not deadline > 0:
+        raise ValueError(f"deadline must be > 0 (ms), got {deadline!r}")
+    if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, int)
+                                 or capacity < 1):
         raise ValueError(f"capacity must be a positive integer or None, got {capacity!r}")
-    R = _Run(flow, slt, readers, n_groups, capacity)
+    if controller is not None and not isinstance(controller, Controller):
+        raise FlowDefinitionError(
+            "the slack engine's controller is an SLT tuner object "
+            f"(stretchflow.elastic.sltuner), got {controller!r}")
+    if controller is not None:
+        controller.reset()
+    R = _Run(flow, slt, parallelism, key_groups, capacity)
+    control = R.control
     paths = R.paths()
-    threads = [threading.Thread(target=R.sink_thread, args=(k,), daemon=True,
-                                name=f"sink-{k}") for k in range(len(flow.sinks))]
+    threads = [control.thread(R.sink_thread, k, name=f"sink-{k}")
+               for k in range(len(flow.sinks))]
     for o in R.ops.values():
-        threads += [threading.Thread(target=R.reader_thread, args=(o, r), daemon=True,
-                                     name=r.name) for r in o.readers]
-    threads += [threading.Thread(target=R.source_thread, args=(n,), daemon=True,
-                                 name=f"source-{n.name}")
+        threads += [control.thread(R.reader_thread, o, r, name=r.name) for r in o.readers]
+    threads += [control.thread(R.source_thread, n, name=f"source-{n.name}")
                 for n in flow.nodes if n.kind == "source"]
     sinks = [s for _, s in flow.sinks]
     for s in sinks:
@@ -426,54 +417,65 @@ def run(flow: Flow, deadline_ms: float | None = None, slt: float | Mapping[str, 
     series: list[dict[str, Any]] = []
     decisions: list[dict[str, Any]] = []
     t0 = time.perf_counter()
+    R.latency.t0 = t0
     for t in threads:
         t.start()
-    prev_out = 0
-    prev_in_t = t0
     try:
-        while any(t.is_alive() for t in threads):
-            _wait_any(threads, interval)
-            if R.failure is not None:
-                break
-            now = time.perf_counter()
-            per_op = R.measure(now)
-            out_now = sum(R.sink_counts)
-            point = {"t": now - t0, "latency_ms": end_to_end(per_op, paths),
-                     "events": out_now - prev_out, "operators": per_op,
-                     "slack_ready": sum(v["slack_ready"] for v in per_op.values())}
-            prev_out = out_now
-            series.append(point)
-            if tuner is not None and per_op:
-                period = max(now - prev_in_t, 1e-6)
-                m = Metrics(time=now - t0, period=period,
-                            parallelism=sum(o.k for o in R.ops.values()),
-                            throughput=point["events"] / period, input_rate=0.0,
-                            max_parallelism=sum(o.k for o in R.ops.values()),
-                            extras={"operators": per_op, "latency_ms": point["latency_ms"],
-                                    "deadline_ms": deadline_ms, "paths": paths})
-                d = tuner.observe(m)
-                new = getattr(d, "slt", None)
-                if new:
-                    for o in R.ops.values():
-                        if o.name in new:
-                            o.ssg.set_slt(new[o.name])
-                    decisions.append({"t": now - t0, "slt": dict(new),
-                                      "reason": getattr(d, "reason", None)})
-            prev_in_t = now
+        _monitor(R, threads, t0, metrics_interval, controller, deadline, paths, series,
+                 decisions)
+    except BaseException as e:  # noqa: BLE001  # a tuner's error stops the run like any other
+        control.fail(e)
     finally:
-        if R.failure is not None:
-            for t in threads:
+        if control.stopped:
+            for t in threads:  # the aborted SSGs wake every blocked thread
                 t.join(5)
         for s in sinks:
             s.close()
-    if R.failure is not None:
-        raise R.failure
+    control.raise_error()
     elapsed = time.perf_counter() - t0
     return RunResult(
         engine="slack", elapsed=elapsed, tuples_in=dict(R.source_counts),
         tuples_out={s.name: s.count for s in sinks},
-        extra=_summary(R, series, decisions, deadline_ms),
+        extra=_summary(R, series, decisions, deadline, controller),
     )
+
+
+def _monitor(R: _Run, threads: list[threading.Thread], t0: float, interval: float,
+             controller: Controller | None, deadline: float | None, paths: list[list[str]],
+             series: list[dict[str, Any]], decisions: list[dict[str, Any]]) -> None:
+    """The MThread and the SLT Setter (§4.2): measures every ``interval`` until the threads
+    end or the run stops, and applies the tuner's new SLTs."""
+    prev_out = 0
+    prev_t = t0
+    k_total = sum(o.k for o in R.ops.values())
+    while any(t.is_alive() for t in threads):
+        _wait_any(threads, interval)
+        if R.control.stopped:
+            return
+        now = time.perf_counter()
+        per_op = R.measure(now)
+        out_now = sum(R.sink_counts)
+        point = {"t": now - t0, "latency_ms": end_to_end(per_op, paths),
+                 "events": out_now - prev_out, "operators": per_op,
+                 "slack_ready": sum(v["slack_ready"] for v in per_op.values())}
+        prev_out = out_now
+        series.append(point)
+        if controller is not None and per_op:
+            period = max(now - prev_t, 1e-6)
+            m = Metrics(time=now - t0, period=period, parallelism=k_total,
+                        throughput=point["events"] / period, input_rate=0.0,
+                        max_parallelism=k_total,
+                        extras={"operators": per_op, "latency_ms": point["latency_ms"],
+                                "deadline_ms": deadline, "paths": paths})
+            d = controller.observe(m)
+            new = getattr(d, "slt", None)
+            if new:
+                for o in R.ops.values():
+                    if o.name in new:
+                        o.ssg.set_slt(new[o.name])
+                decisions.append({"t": now - t0, "slt": dict(new),
+                                  "reason": getattr(d, "reason", None)})
+        prev_t = now
 
 
 def _wait_any(threads: list[threading.Thread], timeout: float) -> None:
@@ -487,7 +489,7 @@ def _wait_any(threads: list[threading.Thread], timeout: float) -> None:
 
 
 def _summary(R: _Run, series: list[dict[str, Any]], decisions: list[dict[str, Any]],
-             deadline_ms: float | None) -> dict[str, Any]:
+             deadline: float | None, controller: Controller | None) -> dict[str, Any]:
     ops = {}
     for o in R.ops.values():
         st = o.ssg.stats()
@@ -508,14 +510,21 @@ def _summary(R: _Run, series: list[dict[str, Any]], decisions: list[dict[str, An
         }
     lat = [p["latency_ms"] for p in series]
     return {
-        "deadline_ms": deadline_ms,
+        # the runtime's schema (stretchflow.runtime.result)
+        "parallelism": {o.name: o.k for o in R.ops.values()},
+        "latency_ms": R.latency.summary(),
+        "latency_series": R.latency.series(),
+        "controller": None if controller is None else getattr(controller, "name",
+                                                              type(controller).__name__),
+        # the slack engine's own
+        "deadline_ms": deadline,
         "operators": ops,
         "slack_ready": sum(v["slack_ready"] for v in ops.values()),
         "lost_tuples": sum(v["lost_tuples"] for v in ops.values()),
         "events": sum(R.sink_counts),
-        "latency_ms": {"max": max(lat, default=0.0),
-                       "mean": sum(lat) / len(lat) if lat else 0.0},
-        "violations": sum(1 for x in lat if deadline_ms is not None and x >= deadline_ms),
+        "e2e_latency_ms": {"max": max(lat, default=0.0),
+                           "mean": sum(lat) / len(lat) if lat else 0.0},
+        "violations": sum(1 for x in lat if deadline is not None and x >= deadline),
         "intervals": len(series),
         "series": series,
         "decisions": decisions,

@@ -151,7 +151,7 @@ class SLTuner(Controller):
         ex = metrics.extras
         deadline = self.deadline_ms if self.deadline_ms is not None else ex.get("deadline_ms")
         if deadline is None:
-            raise ValueError("SLTuner needs a deadline (constructor or the run's deadline_ms)")
+            raise ValueError("SLTuner needs a deadline (constructor or the run's deadline)")
         ops = {n: m for n, m in ex["operators"].items()
                if math.isfinite(m["last_ts"]) and n in self.model.latency}
         if not ops:
