@@ -20,6 +20,7 @@ import math
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
+from ..errors import RunTupleError
 from .oplus import OPlus, OPlusInstance, SharedState, WindowSet
 
 
@@ -78,8 +79,13 @@ class Aggregate(OPlus):
         """f_O for WT single: aggregate the tuples the window set stores."""
         acc = self.user_init()
         upd = self.user_update
-        for _, v in ws.states[0]:
-            acc = upd(acc, v)
+        for ts, v in ws.states[0]:
+            try:
+                acc = upd(acc, v)
+            except Exception as e:
+                # the update runs at expiry here: name the tuple it failed on, not the one
+                # whose watermark closed the window (every engine names the same tuple)
+                raise RunTupleError(ts, v, e) from e
         res = self.user_output(ws.key, acc)
         return [] if res is None else [res]
 

@@ -29,9 +29,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..errors import OperatorError, StretchflowError
+from ..errors import OperatorError, RunTupleError
 from ..operators.aggregate import Aggregate
 from ..operators.oplus import OPlus, key_pairs
+from ..runtime.control import user_error
 from . import plan
 
 #: an exploded stream for one bucket: partitioning token, bucket, Arrow IPC stream of
@@ -69,10 +70,8 @@ def explode(op: Aggregate, ts: list[int], payloads: list[Any]) -> tuple[Any, Any
             for k, v in pairs:
                 pa.array([k], pa.string())  # the key must travel as an Arrow string
                 ts_o.append(t), ks.append(k), vs.append(int(v))
-        except StretchflowError:
-            raise
         except Exception as e:
-            raise OperatorError(op.name, t, q, e) from e
+            raise user_error(op.name, t, q, e) from e
     return (np.asarray(ts_o, dtype=np.int64), pa.array(ks, pa.string()),
             np.asarray(vs, dtype=np.int64))
 
@@ -177,10 +176,12 @@ def keyed_kernel(op: Aggregate,
             if final_wm is not None:
                 inst.advance(final_wm)
             inst.finish()
-        except StretchflowError:
-            raise
         except Exception as e:
-            raise OperatorError(op.name, None, "<a run of tuples>", e) from e
+            # a run of tuples failed; a RunTupleError from the kernel names its tuple
+            err = user_error(op.name, None, None, e)
+            if err is not e and not isinstance(e, RunTupleError):
+                err = OperatorError(op.name, None, "<a run of tuples>", e)
+            raise err from e
         yield from out.collect(inst, final=True)
 
     return plan.gc_paused(run)

@@ -36,10 +36,11 @@ from typing import Any
 
 from ..elastic.consistent_hash import stable_hash
 from ..errors import FlowDefinitionError, OperatorError, SourceError, StretchflowError
-from ..runtime.gc_hold import GC_HOLD
 from ..flow import Flow, Node
 from ..operators.oplus import OPlus
 from ..operators.stateless import Filter, FlatMap, Map, apply_batch
+from ..runtime.control import user_error
+from ..runtime.gc_hold import GC_HOLD
 
 Stateless = Map | FlatMap | Filter
 
@@ -166,10 +167,8 @@ def route(op: OPlus, q: Any, i: int, ts: int, buckets: Buckets) -> dict[int, Any
     try:
         ks = op.keys(q, i)
         return split_keys(ks, buckets) if ks else None
-    except StretchflowError:
-        raise
     except Exception as e:
-        raise OperatorError(op.name, ts, q, e) from e
+        raise user_error(op.name, ts, q, e) from e
 
 
 def split_keys(ks: Any, buckets: Buckets) -> dict[int, Any]:
@@ -380,11 +379,8 @@ def oplus_kernel(op: OPlus, last_ts: int | None,
             if last_ts is not None:
                 inst.saw_time(last_ts)
             inst.finish()
-        except StretchflowError:
-            raise
         except Exception as e:
-            raise OperatorError(op.name, ts, p if ts is not None else "<end of input>",
-                                e) from e
+            raise user_error(op.name, ts, p, e) from e
         yield from out.collect(inst, final=True)
 
     return gc_paused(run)
