@@ -63,7 +63,7 @@ def _wordcount(rows=3000, fail_at=None):
 @pytest.mark.parametrize("defer", [True, False])
 def test_every_reconfiguration_takes_and_returns_one_hold(monkeypatch, defer):
     hold = _Counting()
-    monkeypatch.setattr("stretchflow.executors.vsn.GC_HOLD", hold)
+    monkeypatch.setattr("stretchflow.executors.vsn_operator.GC_HOLD", hold)
     res = _wordcount().run(engine="vsn", parallelism=1, max_parallelism=4,
                            reconfigure=[(0, 2), (500, 4), (1500, 1), (2500, 3), (9999, 2)],
                            defer_gc=defer)
@@ -75,7 +75,7 @@ def test_every_reconfiguration_takes_and_returns_one_hold(monkeypatch, defer):
 
 def test_a_failing_run_releases_its_holds(monkeypatch):
     hold = _Counting()
-    monkeypatch.setattr("stretchflow.executors.vsn.GC_HOLD", hold)
+    monkeypatch.setattr("stretchflow.executors.vsn_operator.GC_HOLD", hold)
     with pytest.raises(sf.OperatorError, match="boom"):
         _wordcount(fail_at=1200).run(engine="vsn", parallelism=2, max_parallelism=4,
                                      reconfigure=[(1000, 4), (1199, 1), (2000, 3)])

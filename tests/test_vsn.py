@@ -292,7 +292,7 @@ def test_controller_drives_reconfiguration_with_balanced_f_mu():
     col = build_query("wordcount", [flow.source(src)], **QUERY_PARAMS["wordcount"]).collect()
     ctl = Scripted(3, 1)
     res = VSNExecutor(flow, parallelism=2, max_parallelism=4, controller=ctl,
-                      period=0.2).run()
+                      metrics_interval=0.2).run()
     assert multiset(col.items) == multiset(ref)
     assert ctl.seen and ctl.seen[0].parallelism == 2
     assert len(ctl.seen[0].per_instance_load) == 2
@@ -308,7 +308,7 @@ def test_threshold_controller_by_name():
     src = sf.io.iterable(recs).at_rate(4000)
     col = build_query("wordcount", [flow.source(src)], **QUERY_PARAMS["wordcount"]).collect()
     res = flow.run(engine="vsn", parallelism=4, max_parallelism=8, controller="threshold",
-                   period=0.2)
+                   metrics_interval=0.2)
     assert multiset(col.items) == multiset(ref)
     assert res.extra["metrics"], "the controller saw no period"
 
@@ -334,8 +334,100 @@ def test_level_controller_expands_a_congested_operator():
     flow = sf.Flow("congested")
     flow.source(sf.io.iterable(rows)).oplus(Slow()).collect()
     res = flow.run(engine="vsn", parallelism=1, max_parallelism=4,
-                   controller=LevelController(max_parallelism=4, period=0.3), period=0.3,
-                   capacity=256)
+                   controller=LevelController(max_parallelism=4, period=0.3),
+                   metrics_interval=0.3, capacity=256)
     congestion = [m.get("congestion", 0) for m in res.extra["metrics"]]
     applied = [r for r in res.extra["reconfigurations"] if r["applied"]]
     assert applied and applied[0]["parallelism_after"] > 1, (congestion, applied)
+
+
+@pytest.mark.parametrize("through", ["map", "oplus"])
+def test_a_live_source_is_pushed_without_waiting_for_a_full_batch(through):
+    """A source that says ``live = True`` (like io/traffic.py's DelayedReplay) has each tuple
+    pushed at once: this source stops after a few tuples until the sink has seen their
+    outputs, which a batch held back for more tuples (or for its delay, checked at the next
+    tuple) would never allow. The 60 s wait only keeps a failure from hanging."""
+    first = 10
+    seen = threading.Event()
+    waited = []
+
+    def gen():
+        for t in range(first):
+            yield {"ts": t, "v": t}
+        waited.append(seen.wait(60))
+        for t in range(first, 3 * first):
+            yield {"ts": t, "v": t}
+
+    out = []
+
+    def write(ts, p):
+        out.append(p["v"])
+        if p["v"] == first - 2:  # its output is released by the source's last tuple so far
+            seen.set()
+
+    src = sf.io.iterable(gen, name="live")
+    src.live = True
+    flow = sf.Flow("live")
+    s = flow.source(src)
+    if through == "map":
+        s = s.map(lambda r: r)
+    else:
+        from stretchflow.queries.scalejoin import Forward
+
+        s = s.oplus(Forward(inputs=1))
+    s.sink(sf.io.callback(write))
+    flow.run(engine="vsn", parallelism=2)
+    assert waited == [True]
+    assert sorted(out) == list(range(3 * first))
+
+
+def test_parallelism_series_and_latency_of_the_whole_run():
+    recs = tweet_records(8, 2000, rate=500)
+    flow = sf.Flow()
+    build_query("wordcount", [flow.source(sf.io.iterable(recs))],
+                **QUERY_PARAMS["wordcount"]).collect()
+    res = flow.run(engine="vsn", parallelism=1, max_parallelism=4,
+                   reconfigure=[(300, 3), (900, 2)], key_groups=64)
+    series = res.extra["parallelism_series"]["wordcount"]
+    assert [p for _, p in series] == [1, 3, 2]
+    times = [t for t, _ in series]
+    assert times[0] == 0.0 and times == sorted(times)
+    lat = res.extra["latency_ms"]
+    assert lat["samples"] > 0 and lat["p50"] <= lat["p99"] <= lat["max"]
+    assert res.extra["controller"] is None
+    assert res.extra["reconfigurations"][0]["key_groups_per_instance"] == {0: 22, 1: 21, 2: 21}
+
+
+def test_controller_options():
+    def flow():
+        f = sf.Flow()
+        build_query("wordcount", [f.source(sf.io.iterable(tweet_records(9, 200, rate=500)))],
+                    **QUERY_PARAMS["wordcount"]).collect()
+        return f
+
+    with pytest.raises(sf.FlowDefinitionError, match="controller_options need"):
+        flow().run(engine="vsn", controller_options={"upper": 0.9})
+    with pytest.raises(sf.FlowDefinitionError, match="given by name"):
+        flow().run(engine="vsn", controller=Scripted(), controller_options={"upper": 0.9})
+    with pytest.raises(sf.FlowDefinitionError, match="threshold"):
+        flow().run(engine="vsn", controller="threshold", controller_options={"nope": 1})
+    res = flow().run(engine="vsn", parallelism=2, max_parallelism=4, controller="threshold",
+                     controller_options={"upper": 0.95, "lower": 0.1})
+    assert res.extra["controller"] == "threshold"
+
+
+def test_an_error_in_the_barrier_action_is_the_one_reported(monkeypatch):
+    """The barrier action records its error before the barrier breaks: the run reports it,
+    not the broken barrier the other instances see."""
+    from stretchflow.executors.vsn import VSNInstance
+
+    def join(self, acting, ctrl):
+        raise ZeroDivisionError("join failed")
+
+    monkeypatch.setattr(VSNInstance, "join", join)
+    recs = tweet_records(10, 1000, rate=500)
+    flow = sf.Flow()
+    build_query("wordcount", [flow.source(sf.io.iterable(recs))],
+                **QUERY_PARAMS["wordcount"]).collect()
+    with pytest.raises(ZeroDivisionError, match="join failed"):
+        flow.run(engine="vsn", parallelism=3, max_parallelism=4, reconfigure=[(300, 4)])

@@ -58,6 +58,7 @@ def _timeline(res: Any, timestamps: list[int], wall: float) -> dict[str, Any]:
         "latency_ms": res.extra["latency_ms"],
         "reconfigurations": len(applied),
         "reconfiguration_ms": sorted(r["duration_ms"] for r in applied),
+        "parallelism_series": res.extra["parallelism_series"],
         "input_rate_per_s": [per_s.get(k, 0) for k in range(int(span_s) + 1)],
         "latency_p50_per_s": [[k, v] for k, v in latency_per_s.items()],
         "metrics": [{"time": m["time"], "parallelism": m["parallelism"],
@@ -68,7 +69,8 @@ def _timeline(res: Any, timestamps: list[int], wall: float) -> dict[str, Any]:
 
 
 def hedge(seconds: float = 90.0, max_rate: float = 900.0, window: int = 30_000,
-          max_parallelism: int = 4, period: float = 1.0, seed: int = 1) -> dict[str, Any]:
+          max_parallelism: int = 4, metrics_interval: float = 1.0,
+          seed: int = 1) -> dict[str, Any]:
     """Runs Q6 for about ``seconds`` of replayed event time; returns the run's time series."""
     # at most max_rate trades per second: enough rows, cut at ``seconds`` of event time (the
     # row count is fixed so that a shorter run replays the start of the same trades)
@@ -84,7 +86,7 @@ def hedge(seconds: float = 90.0, max_rate: float = 900.0, window: int = 30_000,
         .sink(sink)
     t0 = time.perf_counter()
     res = flow.run(engine="vsn", parallelism=1, max_parallelism=max_parallelism,
-                   controller="threshold", period=period)
+                   controller="threshold", metrics_interval=metrics_interval)
     out = _timeline(res, [r["ts"] for r in recs], time.perf_counter() - t0)
     return {**out, "window_ms": window, "max_rate": max_rate,
             "max_parallelism": max_parallelism, "outputs": sink.count}
@@ -119,7 +121,7 @@ def phased_bandjoin(seconds: float, min_rate: float, max_rate: float, min_phase_
 def scalejoin_phases(seconds: float = 240.0, min_rate: float = 500.0,
                      max_rate: float = 5000.0, window: int = 60_000,
                      min_phase_s: float = 20.0, max_phase_s: float = 60.0,
-                     max_parallelism: int = 4, period: float = 1.0,
+                     max_parallelism: int = 4, metrics_interval: float = 1.0,
                      seed: int = 1) -> dict[str, Any]:
     """Runs Q5 for ``seconds`` of replayed event time; returns the run's time series."""
     left, right = phased_bandjoin(seconds, min_rate, max_rate, min_phase_s, max_phase_s, seed)
@@ -133,7 +135,7 @@ def scalejoin_phases(seconds: float = 240.0, min_rate: float = 500.0,
     controller = ThresholdController(upper=0.8, target=0.75, lower=0.7)  # §8.5's band
     t0 = time.perf_counter()
     res = flow.run(engine="vsn", parallelism=1, max_parallelism=max_parallelism,
-                   controller=controller, period=period)
+                   controller=controller, metrics_interval=metrics_interval)
     out = _timeline(res, [r["ts"] for r in left] + [r["ts"] for r in right],
                     time.perf_counter() - t0)
     return {**out, "window_ms": window, "min_rate": min_rate, "max_rate": max_rate,
