@@ -19,11 +19,28 @@ def _modules() -> dict[str, Path]:
     return mods
 
 
+def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node but those under ``if TYPE_CHECKING:`` (imports for type hints only, which
+    never run)."""
+    out: list[ast.AST] = []
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        out.append(node)
+        if isinstance(node, ast.If) and (
+                (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING")
+                or (isinstance(node.test, ast.Attribute) and node.test.attr == "TYPE_CHECKING")):
+            todo.extend(node.orelse)
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+    return out
+
+
 def _imports(name: str, path: Path, mods: dict[str, Path]) -> set[str]:
-    """Modules of the package that ``name`` imports anywhere in its text."""
+    """Modules of the package that ``name`` imports anywhere in its text (at run time)."""
     pkg = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in _runtime_nodes(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -86,6 +103,9 @@ def test_the_checker_finds_a_circle(tmp_path, monkeypatch):
     (pkg / "__init__.py").write_text("")
     (pkg / "a.py").write_text("def f():\n    from .b import g\n")
     (pkg / "b.py").write_text("from . import a\n")
+    (pkg / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                              "    from .d import D\n")
+    (pkg / "d.py").write_text("from .c import x\n")  # c -> d for type hints only: no circle
     monkeypatch.setattr(__import__(__name__), "PKG", pkg)
     assert import_cycles() == [["stretchflow.a", "stretchflow.b"]]
 

@@ -69,31 +69,38 @@ class LatencyRecorder:
 
     def add(self, now: float, ms: float) -> None:
         """One sample: at wall-clock time ``now``, a latency of ``ms`` milliseconds."""
-        b = int(math.log(max(ms, 1e-3) * 1000.0) / _LOG)
         with self._lock:
-            self._buckets[b] = self._buckets.get(b, 0) + 1
-            self._n += 1
-            if ms > self._max:
-                self._max = ms
-            self._skip += 1
-            if self._skip >= self._stride:
-                self._skip = 0
-                self._series.append((now - self.t0, ms))
-                if len(self._series) >= _SERIES_MAX:
-                    self._series = self._series[::2]
-                    self._stride *= 2
+            self._add(now, ms)
+
+    def _add(self, now: float, ms: float) -> None:  # under self._lock
+        b = int(math.log(ms * 1000.0 if ms > 1e-3 else 1.0) / _LOG)
+        buckets = self._buckets
+        buckets[b] = buckets.get(b, 0) + 1
+        self._n += 1
+        if ms > self._max:
+            self._max = ms
+        self._skip += 1
+        if self._skip >= self._stride:
+            self._skip = 0
+            self._series.append((now - self.t0, ms))
+            if len(self._series) >= _SERIES_MAX:
+                self._series = self._series[::2]
+                self._stride *= 2
 
     def measure_outputs(self, clock: IngestClock, items: Sequence[tuple[int, Any]],
                         per_batch: int = 16) -> None:
-        """Samples up to ``per_batch`` outputs of a batch just written, against ``clock``."""
+        """Samples up to ``per_batch`` outputs of a batch just written, against ``clock``
+        (one lock taken per batch, not per sample: this runs on the sinks' hot path)."""
         if not items:
             return
         now = time.perf_counter()
         entered = clock.entered
-        for ts, _ in items[:: max(1, len(items) // per_batch)]:
-            t_in = entered(ts - 1)
-            if t_in is not None:
-                self.add(now, (now - t_in) * 1000.0)
+        found = [t_in for ts, _ in items[:: max(1, len(items) // per_batch)]
+                 if (t_in := entered(ts - 1)) is not None]
+        if found:
+            with self._lock:
+                for t_in in found:
+                    self._add(now, (now - t_in) * 1000.0)
 
     @property
     def samples(self) -> int:
