@@ -7,13 +7,14 @@ from collections import Counter
 from typing import Any
 
 import stretchflow as sf
+from conformance.contract import canonical
 from stretchflow.queries import build_query
 
 
 def multiset(items: list[tuple[int, Any]]) -> Counter:
-    """Output tuples as a multiset of (ts, payload), payload dicts compared by their items."""
-    return Counter((ts, repr(sorted(p.items())) if isinstance(p, dict) else repr(p))
-                   for ts, p in items)
+    """Output tuples as a multiset of (ts, payload), payloads made hashable the one way the
+    conformance suite does (dicts by their items, sets by their members, at any depth)."""
+    return Counter((ts, canonical(p)) for ts, p in items)
 
 
 def run_query(query: str, inputs: list[list[dict]], params: dict[str, Any],

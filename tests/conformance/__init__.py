@@ -1,0 +1,1 @@
+"""The conformance suite: every engine, every variant, every flow against the reference."""
