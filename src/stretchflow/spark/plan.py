@@ -25,6 +25,7 @@ separate processes with their own string-hash salt.
 
 from __future__ import annotations
 
+import ast
 import copy
 import pickle
 import re
@@ -416,10 +417,44 @@ class Outputs:
 
 # -- errors from the workers -------------------------------------------------------------------
 class RemoteOperatorError(OperatorError):
-    """An :class:`OperatorError` raised in a Spark worker, re-raised on the driver."""
+    """An :class:`OperatorError` raised in a Spark worker, re-raised on the driver. Only its
+    message crosses from the worker (inside Spark's own exception text), so ``operator``,
+    ``ts`` and ``payload`` are read back from it: the values as the worker wrote them (a
+    payload the message shortened stays text)."""
 
     def __init__(self, message: str):
         StretchflowError.__init__(self, message)
+        self.operator, self.ts, self.payload = _parse_operator_message(message)
+
+
+def _literal(text: str) -> Any:
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return text
+
+
+def _parse_operator_message(message: str) -> tuple[Any, Any, Any]:
+    """``operator 'NAME' failed on tuple ts=TS payload=PAYLOAD: CAUSE`` (OperatorError's own
+    format) back into its three values; (None, None, None) for another text."""
+    m = re.match(r"operator (.+?) failed on tuple ts=(.*?) payload=", message)
+    if m is None:
+        return None, None, None
+    rest = message[m.end():]
+    if rest.startswith(": "):
+        return _literal(m.group(1)), _literal(m.group(2)), None  # no payload was shown
+    # the payload's repr may itself hold ": ": the first cut that parses is the payload
+    payload: Any = None
+    for k in (k for k in range(len(rest)) if rest.startswith(": ", k)):
+        try:
+            payload = ast.literal_eval(rest[:k])
+            break
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            continue
+    else:  # shortened with "...": up to the cause's exception type
+        cause = re.search(r": [A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)\b", rest)
+        payload = rest[:cause.start()] if cause else rest
+    return _literal(m.group(1)), _literal(m.group(2)), payload
 
 
 class RemoteSourceError(SourceError):
