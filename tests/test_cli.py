@@ -325,4 +325,4 @@ def test_engine_specific_flags_are_refused_elsewhere(tmp_path, capsys, flags, en
 
 def test_bench_unknown_suite_is_an_error(capsys):
     assert main(["bench", "flink"]) == 2
-    assert "vsn, sn, ordered, ssg, spark" in capsys.readouterr().err
+    assert "vsn, sn, ordered, slack, spark" in capsys.readouterr().err

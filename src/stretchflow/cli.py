@@ -257,6 +257,12 @@ def _number(v: str) -> Any:
     return v
 
 
+#: ``stretchflow bench <suite>``: one suite per engine, named as the engine, running its
+#: ``<engine>-*`` experiments (one name per concept, issue #15); the reference engine's
+#: benchmark has its own command with its own options.
+BENCH_SUITES = tuple(name for name in ENGINES if name != "reference")
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     import json
 
@@ -273,7 +279,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         names = [args.name]
     elif target == "all":
         names = list(BENCHMARKS)
-    elif target in ("vsn", "sn", "ordered", "ssg", "spark"):
+    elif target in BENCH_SUITES:
         names = [n for n in BENCHMARKS if n.startswith(f"{target}-")]
     elif target == "reference":
         from .bench import reference
@@ -292,7 +298,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return 0
     else:
         raise ValueError(f"unknown bench command {target!r}: use list, run NAME, all, "
-                         f"reference, or a suite: vsn, sn, ordered, ssg, spark")
+                         f"reference, or a suite: {', '.join(BENCH_SUITES)}")
     import time
 
     took = []
@@ -393,8 +399,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.set_defaults(fn=cmd_generate)
 
     b = sub.add_parser("bench", help="run a benchmark; writes JSON to benchmarks/results/")
-    b.add_argument("target", help="list | run NAME | all | reference | vsn | sn | ordered | "
-                                  "ssg | spark (a suite)")
+    b.add_argument("target", help="list | run NAME | all | reference | "
+                                  f"{' | '.join(BENCH_SUITES)} (a suite)")
     b.add_argument("name", nargs="?", help="with run: the benchmark (see bench list)")
     b.add_argument("--quick", action="store_true", help="small inputs (a smoke test)")
     b.add_argument("--query", default="wordcount")

@@ -74,9 +74,9 @@ BENCHMARKS: dict[str, tuple[str, str, Callable[[bool, str | None], Path]]] = {
 
 def _register_suites() -> None:
     """The experiments of the other executors, each defined next to its code."""
-    from . import ordered, sn, spark, ssg
+    from . import ordered, slack, sn, spark
 
-    for suite in (sn, ordered, ssg, spark):
+    for suite in (sn, ordered, slack, spark):
         for name, entry in suite.BENCHMARKS.items():
             if name in BENCHMARKS:
                 raise RuntimeError(f"benchmark {name!r} is defined twice")

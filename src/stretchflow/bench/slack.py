@@ -1,15 +1,17 @@
-"""``stretchflow bench ssg-*``: the Slack ScaleGate and SLTuner experiments of
-determinism-latency §6, scaled to a 2-core machine running CPython.
+"""``stretchflow bench slack``: the slack engine's experiments — the Slack ScaleGate (SSG)
+buffer and the SLTuner of determinism-latency §6, scaled to a 2-core machine running CPython.
 
-* ``ssg-overhead`` (Fig. 8): 2 writers × 20 000 tuples, 1–8 readers that only read; the read
+* ``slack-overhead`` (Fig. 8): 2 writers × 20 000 tuples, 1–8 readers that only read; the read
   time per tuple of the ESG, the SSG and a lock-based K-slack.
-* ``ssg-estimators`` (Table 1): NRMSE of the latency and slack-ready models (GP, linear,
+* ``slack-estimators`` (Table 1): NRMSE of the latency and slack-ready models (GP, linear,
   isotonic, SVR) on a 50/50 split of samples from runs with varied SLT.
-* ``ssg-tuning-zipf`` (Fig. 12) and ``ssg-tuning-constant`` (Fig. 13): the traffic join with a
-  delayed bus source, SLTuner against static-low, static-high, max-timestamp and TCP-like:
-  latency, SLT, slack-ready tuples and detected events over time.
+* ``slack-tuning-zipf`` (Fig. 12) and ``slack-tuning-constant`` (Fig. 13): the traffic join
+  with a delayed bus source, SLTuner against static-low, static-high, max-timestamp and
+  TCP-like: latency, SLT, slack-ready tuples and detected events over time.
 
-Scaling (documented in docs/ssg.md): both sources are replayed at a speed-up of 10 (bus
+The ``ssg`` / ``ssg-cap1024`` entries of ``slack-overhead`` name the buffer, not the engine.
+
+Scaling (documented in docs/slack.md): both sources are replayed at a speed-up of 10 (bus
 455 reports/s, SCATS 584/s, close to the paper's 500/s each); the Zipf phases are 10 s / 20 s
 (paper 20 s / 50 s) and the deadline 2 400 ms (paper 6 000 ms), keeping the deadline below the
 peak skew as in the paper; the constant scenario adds 1 ms per bus tuple as in the paper and
@@ -287,7 +289,7 @@ def tuning(name: str, quick: bool = False, out_dir: str | None = None) -> dict[s
     train_s = time.perf_counter() - t0
     if out_dir is not None:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
-        model.save(Path(out_dir) / f"ssg-tuning-{name}-model.joblib")
+        model.save(Path(out_dir) / f"slack-tuning-{name}-model.joblib")
     policies = _policies(sc, model)
     if quick:
         policies = {k: v for k, v in policies.items()
@@ -392,7 +394,8 @@ def _write(name: str, params: dict[str, Any], metrics: dict[str, Any], out_dir: 
 
 
 def run_overhead(quick: bool, out_dir: str | None) -> Path:
-    return _write("ssg-overhead", {"quick": quick}, overhead(quick), out_dir, _plot_overhead)
+    return _write("slack-overhead", {"quick": quick}, overhead(quick), out_dir,
+                  _plot_overhead)
 
 
 def _plot_estimators(m: dict[str, Any], path: Path) -> None:
@@ -422,31 +425,32 @@ def _plot_estimators(m: dict[str, Any], path: Path) -> None:
 
 
 def run_estimators(quick: bool, out_dir: str | None) -> Path:
-    return _write("ssg-estimators", {"quick": quick, "speedup": SPEEDUP}, estimators(quick),
+    return _write("slack-estimators", {"quick": quick, "speedup": SPEEDUP}, estimators(quick),
                   out_dir, _plot_estimators)
 
 
 def run_tuning_zipf(quick: bool, out_dir: str | None) -> Path:
     sc = (QUICK if quick else SCENARIOS)["zipf"]
-    return _write("ssg-tuning-zipf", {"quick": quick, "speedup": SPEEDUP, "alpha": ALPHA,
-                                      "static_low": STATIC_LOW, **_finite(dict(sc))},
+    return _write("slack-tuning-zipf", {"quick": quick, "speedup": SPEEDUP, "alpha": ALPHA,
+                                        "static_low": STATIC_LOW, **_finite(dict(sc))},
                   tuning("zipf", quick, out_dir), out_dir, _plot_tuning)
 
 
 def run_tuning_constant(quick: bool, out_dir: str | None) -> Path:
     sc = (QUICK if quick else SCENARIOS)["constant"]
-    return _write("ssg-tuning-constant", {"quick": quick, "speedup": SPEEDUP, "alpha": ALPHA,
-                                          "static_low": STATIC_LOW, **_finite(dict(sc))},
+    return _write("slack-tuning-constant", {"quick": quick, "speedup": SPEEDUP,
+                                            "alpha": ALPHA, "static_low": STATIC_LOW,
+                                            **_finite(dict(sc))},
                   tuning("constant", quick, out_dir), out_dir, _plot_tuning)
 
 
 BENCHMARKS = {
-    "ssg-overhead": ("read time per tuple of ESG, SSG and a lock-based K-slack, 1-8 readers",
-                     "determinism-latency Fig. 8", run_overhead),
-    "ssg-estimators": ("NRMSE of GP / linear / isotonic / SVR latency and slack-ready models",
-                       "determinism-latency Table 1", run_estimators),
-    "ssg-tuning-zipf": ("SLTuner vs baselines, Zipf-delayed bus source, deadline-scaled",
-                        "determinism-latency Fig. 12", run_tuning_zipf),
-    "ssg-tuning-constant": ("SLTuner vs baselines, constantly delayed bus source",
-                            "determinism-latency Fig. 13", run_tuning_constant),
+    "slack-overhead": ("read time per tuple of ESG, SSG and a lock-based K-slack, 1-8 readers",
+                       "determinism-latency Fig. 8", run_overhead),
+    "slack-estimators": ("NRMSE of GP / linear / isotonic / SVR latency and slack-ready models",
+                         "determinism-latency Table 1", run_estimators),
+    "slack-tuning-zipf": ("SLTuner vs baselines, Zipf-delayed bus source, deadline-scaled",
+                          "determinism-latency Fig. 12", run_tuning_zipf),
+    "slack-tuning-constant": ("SLTuner vs baselines, constantly delayed bus source",
+                              "determinism-latency Fig. 13", run_tuning_constant),
 }
