@@ -26,14 +26,11 @@ downstream, each producer adding under its own source id.
 from __future__ import annotations
 
 import heapq
-import math
-import time
 from collections.abc import Callable, Hashable
 from operator import itemgetter
 from typing import Any, Protocol
 
 from ..buffers.esg import ElasticScaleGate
-from ..buffers.ssg import SlackScaleGate
 from ..eventtime import WATERMARK
 from ..flow import Flow, Node
 from ..operators.stateless import apply_batch
@@ -112,38 +109,6 @@ class Inlet:
     def abort(self, cause: BaseException) -> None:
         """Wakes every thread blocked on the buffer (a run's abort hook)."""
         self.esg.abort(cause)
-
-
-class SSGInlet:
-    """The Slack ScaleGate a consumer reads (the slack executor): the same producer-side
-    interface as :class:`Inlet` (push, close, abort; the slack executor changes no membership
-    at run time), items ``(ts, payload, input index, t_in)``."""
-
-    def __init__(self, name: str, producers: list[Hashable], readers: list[Hashable],
-                 capacity: int | None, slt: float = math.inf):
-        self.name = name
-        self.ssg = SlackScaleGate(producers, readers, slt, capacity=capacity)
-
-    def push_input(self, pid: Hashable, batch: list[Item], i: int) -> None:
-        """Adds a producer's ``(ts, payload)`` batch bound for input ``i``, stamped with the
-        time it is added (the start of the queue delay of Eq. 1)."""
-        now = time.perf_counter()
-        self.ssg.insert_batch([(ts, p, i, now) for ts, p in batch], pid)
-
-    def push_inputs(self, pid: Hashable, parts: list[tuple[int, list[Item]]]) -> None:
-        """One producer's batches for several inputs as one sorted run (as
-        :meth:`Inlet.push_inputs`)."""
-        now = time.perf_counter()
-        runs = [[(ts, p, i, now) for ts, p in b] for i, b in parts]
-        self.ssg.insert_batch(list(heapq.merge(*runs, key=_ts)), pid)
-
-    def close(self, pid: Hashable) -> None:
-        """A producer's end of input."""
-        self.ssg.close_writer(pid)
-
-    def abort(self, cause: BaseException) -> None:
-        """Wakes every thread blocked on the buffer (a run's abort hook)."""
-        self.ssg.abort(cause)
 
 
 class InletLike(Protocol):

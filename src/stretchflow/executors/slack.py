@@ -40,7 +40,7 @@ Slack-ready tuples processed out of order (the paper's deliberate approximation,
 
 Plan and runtime
     The inlets of the O+ and the sinks are those of the shared physical plan
-    (:class:`~stretchflow.executors.plan.PhysicalPlan` with :class:`~.plan.SSGInlet` as the
+    (:class:`~stretchflow.executors.plan.PhysicalPlan` with :class:`SSGInlet` as the
     inlet factory), stateless operators run fused on their producer's thread as in VSN; the
     threads, the first-error-wins stop, the source batching and the output latency are the
     shared runtime's (:mod:`stretchflow.runtime`).
@@ -59,10 +59,12 @@ slack-ready and the output equals the reference executor's, per timestamp.
 
 from __future__ import annotations
 
+import heapq
 import math
 import threading
 import time
 from collections.abc import Hashable, Mapping
+from operator import itemgetter
 from typing import Any
 
 from ..buffers.esg import Aborted
@@ -81,7 +83,7 @@ from ..runtime import (
     Stopped,
     user_error,
 )
-from .plan import PhysicalPlan, SSGInlet
+from .plan import Item, PhysicalPlan
 
 __all__ = ["SlackInstance", "run"]
 
@@ -91,6 +93,38 @@ SOURCE_BATCH = 256  # tuples a non-live source inserts at once
 # interval (5 ms), so that a source thread waiting once for the GIL does not cut its batch
 SOURCE_DELAY = 0.05
 SINK_BATCH = 4096  # tuples a sink thread takes at once
+
+
+class SSGInlet:
+    """The Slack ScaleGate a consumer reads (the slack executor): the same producer-side
+    interface as :class:`Inlet` (push, close, abort; the slack executor changes no membership
+    at run time), items ``(ts, payload, input index, t_in)``."""
+
+    def __init__(self, name: str, producers: list[Hashable], readers: list[Hashable],
+                 capacity: int | None, slt: float = math.inf):
+        self.name = name
+        self.ssg = SlackScaleGate(producers, readers, slt, capacity=capacity)
+
+    def push_input(self, pid: Hashable, batch: list[Item], i: int) -> None:
+        """Adds a producer's ``(ts, payload)`` batch bound for input ``i``, stamped with the
+        time it is added (the start of the queue delay of Eq. 1)."""
+        now = time.perf_counter()
+        self.ssg.insert_batch([(ts, p, i, now) for ts, p in batch], pid)
+
+    def push_inputs(self, pid: Hashable, parts: list[tuple[int, list[Item]]]) -> None:
+        """One producer's batches for several inputs as one sorted run (as
+        :meth:`Inlet.push_inputs`)."""
+        now = time.perf_counter()
+        runs = [[(ts, p, i, now) for ts, p in b] for i, b in parts]
+        self.ssg.insert_batch(list(heapq.merge(*runs, key=itemgetter(0))), pid)
+
+    def close(self, pid: Hashable) -> None:
+        """A producer's end of input."""
+        self.ssg.close_writer(pid)
+
+    def abort(self, cause: BaseException) -> None:
+        """Wakes every thread blocked on the buffer (a run's abort hook)."""
+        self.ssg.abort(cause)
 
 
 class SlackInstance(OPlusInstance):

@@ -32,7 +32,6 @@ from collections.abc import Callable, Hashable
 from typing import Any, NoReturn
 
 from ..buffers.esg import END
-from ..elastic.controller import Metrics
 from ..engines import parse_schedule
 from ..errors import FlowDefinitionError, RunTupleError
 from ..eventtime import WATERMARK
@@ -343,6 +342,10 @@ class VSNExecutor:
 
     def _measure(self) -> list[tuple[str, Any]]:
         """One :class:`~stretchflow.elastic.controller.Metrics` per O+ since the last call."""
+        # imported here, not with the module: a run that never samples (shorter than one
+        # interval) does not load the elastic package
+        from ..elastic.controller import Metrics
+
         out: list[tuple[str, Any]] = []
         for vop in self.ops.values():
             t0, busy0, n0, b0 = self._last[vop]
