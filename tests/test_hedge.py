@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import stretchflow as sf
+from conformance.contract import schedules
 from stretchflow.io.generators import trades
 from stretchflow.queries import build_query
 
@@ -70,10 +71,9 @@ def test_reference_equals_the_self_join(rows, window, bounds, keys):
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(trade_rows(), st.integers(1, 12), st.integers(1, 4), st.data())
 def test_vsn_equals_the_self_join(rows, window, p, data):
-    schedule = data.draw(st.lists(st.tuples(st.integers(0, len(rows)), st.integers(1, 4)),
-                                  max_size=3))
+    schedule = data.draw(schedules(len(rows), 4, max_steps=3))
     got = run(rows, "vsn", window=window, keys=4, parallelism=p, max_parallelism=4,
-              reconfigure=sorted(schedule))
+              reconfigure=schedule)
     assert got == brute_force(rows, window, -1.05, -0.95)
 
 

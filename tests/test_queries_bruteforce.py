@@ -26,6 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import stretchflow as sf
+from conformance.contract import diff, multiset
 from stretchflow.queries import QUERIES, build_query
 
 # ------------------------------------------------------------------ brute force
@@ -117,12 +118,9 @@ def run_query(query: str, inputs: list[list[dict]], **params) -> list[dict]:
     return col.records()
 
 
-def freeze(r: dict) -> tuple:
-    return tuple(sorted(r.items()))
-
-
-def multiset(records: Iterable[dict]) -> Counter:
-    return Counter(freeze(r) for r in records)
+def records_multiset(records: Iterable[dict]) -> dict[int, Counter]:
+    """The contract's per-timestamp multiset of records that carry their ``ts``."""
+    return multiset((r["ts"], r) for r in records)
 
 
 def check_output(got: list[dict], expected: list[dict], fields: tuple[str, ...] | None):
@@ -136,14 +134,8 @@ def check_output(got: list[dict], expected: list[dict], fields: tuple[str, ...] 
     tss = [r["ts"] for r in got]
     bad = [(a, b) for a, b in zip(tss, tss[1:], strict=False) if b < a]
     assert not bad, f"output ts decreases: {bad[:5]}"
-    g, e = multiset(got), multiset(expected)
-    if g != e:
-        missing, extra = e - g, g - e
-        raise AssertionError(
-            f"output differs from brute force\n"
-            f"missing ({sum(missing.values())}): {sorted(missing.items())[:10]}\n"
-            f"extra ({sum(extra.values())}): {sorted(extra.items())[:10]}"
-        )
+    g, e = records_multiset(got), records_multiset(expected)
+    assert g == e, f"output differs from brute force: {diff(g, e)}"
 
 
 def check(query: str, inputs: list[list[dict]], fields: tuple[str, ...] | None = None,

@@ -12,7 +12,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import stretchflow as sf
-from oracle import multiset, run_query, same_as_reference
+from conformance.contract import (
+    QUERY_PARAMS,
+    TWEET_QUERIES,
+    assert_same_as_reference,
+    multiset,
+    query_flow,
+    run_query,
+)
 from stretchflow.elastic.sltuner import StaticSLT
 from stretchflow.engines import get_spec
 from stretchflow.errors import FlowDefinitionError, OperatorError, SourceError
@@ -23,28 +30,17 @@ from stretchflow.io.traffic import ConstantDelay, DelayedReplay, bus_reports, sc
 from stretchflow.queries.traffic import congestion, congestion_join
 
 
-def assert_same_as_reference(query, inputs, params, **options):
-    return same_as_reference(query, inputs, params, "slack", **options)
-
-
-QUERY_PARAMS = {
-    "wordcount": {"size": 2000, "slide": 500},
-    "paircount": {"size": 1500, "slide": 1500, "distance": 2},
-    "longest-hashtag": {"size": 3000, "slide": 1000},
-}
-
-
 def tweet_records(seed, rows, rate):
     return tweets(rows, seed=seed, rate=rate, vocabulary=40, hashtags=8,
                   gap_prob=0.02, gap_ms=(2_000, 9_000)).to_pylist()
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
-@given(st.sampled_from(sorted(QUERY_PARAMS)), st.integers(0, 10_000), st.integers(1, 4),
+@given(st.sampled_from(TWEET_QUERIES), st.integers(0, 10_000), st.integers(1, 4),
        st.integers(0, 300))
 def test_tweet_queries_match_reference_with_infinite_slt(query, seed, readers, rows):
-    res = assert_same_as_reference(query, [tweet_records(seed, rows, 200)],
-                                   QUERY_PARAMS[query], parallelism=readers)
+    res = assert_same_as_reference(query_flow(query, [tweet_records(seed, rows, 200)]),
+                                   "slack", parallelism=readers)
     assert res.extra["slack_ready"] == 0
 
 
@@ -52,9 +48,11 @@ def test_tweet_queries_match_reference_with_infinite_slt(query, seed, readers, r
 @given(st.integers(0, 10_000), st.integers(1, 3), st.integers(0, 60))
 def test_joins_match_reference_with_infinite_slt(seed, readers, rows):
     left, right = (t.to_pylist() for t in bandjoin(rows, seed=seed, rate=50))
-    assert_same_as_reference("scalejoin", [left, right], {"window": 400, "band": 3000,
-                                                          "keys": 7}, parallelism=readers)
-    assert_same_as_reference("forward", [left, right], {}, parallelism=readers)
+    assert_same_as_reference(query_flow("scalejoin", [left, right],
+                                        {**QUERY_PARAMS["scalejoin"], "keys": 7}),
+                             "slack", parallelism=readers)
+    assert_same_as_reference(query_flow("forward", [left, right]), "slack",
+                             parallelism=readers)
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
@@ -63,8 +61,8 @@ def test_no_slack_ready_tuple_means_reference_output(seed, readers, slt):
     """Whatever the SLT: a run that read no slack-ready tuple (SLT >= max_ts − merge_ts
     throughout) gives exactly the reference output; one that did counts them."""
     left, right = (t.to_pylist() for t in bandjoin(40, seed=seed, rate=50))
-    ref, _ = run_query("forward", [left, right], {})
-    got, res = run_query("forward", [left, right], {}, engine="slack", slt=slt,
+    ref, _ = run_query("forward", [left, right])
+    got, res = run_query("forward", [left, right], engine="slack", slt=slt,
                          parallelism=readers)
     # Forward's windows are 1 ms wide: an out-of-order tuple finds its window expired and is
     # counted lost; every other tuple is forwarded once

@@ -8,7 +8,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import stretchflow as sf
-from oracle import multiset, run_query, same_as_reference
+from conformance.contract import (
+    QUERY_PARAMS,
+    TWEET_QUERIES,
+    assert_same_as_reference,
+    multiset,
+    query_flow,
+    run_query,
+    schedules,
+)
 from stretchflow.elastic.migration import MemoryStateStore, SQLiteStateStore, open_store
 from stretchflow.errors import FlowDefinitionError, OperatorError
 from stretchflow.executors import sn, sn_region
@@ -20,37 +28,24 @@ from stretchflow.queries.wordcount import tokens_of
 STORES = ["memory", "sqlite"]
 
 
-def assert_same_as_reference(query, inputs, params, **options):
-    return same_as_reference(query, inputs, params, "sn", check_counts=True, **options)
-
-
-@st.composite
-def schedules(draw, n_tuples):
-    """COUNT:P steps, including before the first tuple and after the last."""
-    steps = draw(st.lists(st.tuples(st.integers(0, n_tuples + 2), st.integers(1, 8)),
-                          max_size=4))
-    return sorted(steps)
+def same_as_reference(query, inputs, params=None, **options):
+    """The sn run of a built-in query against the reference, tuple counts included."""
+    return assert_same_as_reference(query_flow(query, inputs, params), "sn", check_counts=True,
+                                    **options)
 
 
 def tweet_records(seed, rows, rate=200):
     return tweets(rows, seed=seed, rate=rate, vocabulary=40).to_pylist()
 
 
-QUERY_PARAMS = {
-    "wordcount": {"size": 2000, "slide": 500},
-    "paircount": {"size": 2000, "slide": 500, "distance": 2},
-    "longest-hashtag": {"size": 2000, "slide": 500},
-}
-
-
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
-@given(st.sampled_from(sorted(QUERY_PARAMS)), st.integers(0, 10_000), st.integers(1, 8),
+@given(st.sampled_from(TWEET_QUERIES), st.integers(0, 10_000), st.integers(1, 8),
        st.sampled_from(STORES), st.sampled_from([1, 7, 256]), st.data())
 def test_tweet_queries_match_reference(query, seed, p0, store, batch, data):
     recs = tweet_records(seed, data.draw(st.integers(0, 300)))
-    schedule = data.draw(schedules(len(recs)))
-    res = assert_same_as_reference(query, [recs], QUERY_PARAMS[query], parallelism=p0,
-                                   reconfigure=schedule, store=store, batch=batch)
+    schedule = data.draw(schedules(len(recs), 8, max_steps=4))
+    res = same_as_reference(query, [recs], parallelism=p0,
+                            reconfigure=schedule, store=store, batch=batch)
     log = res.extra["reconfigurations"]
     assert len(log) == len(schedule)
     for r in log:
@@ -62,11 +57,10 @@ def test_tweet_queries_match_reference(query, seed, p0, store, batch, data):
 def test_scalejoin_matches_reference(seed, p0, store, data):
     rows = data.draw(st.integers(0, 40))
     left, right = (t.to_pylist() for t in bandjoin(rows, seed=seed, rate=50))
-    schedule = data.draw(schedules(2 * rows))
+    schedule = data.draw(schedules(2 * rows, 8, max_steps=4))
     keys = data.draw(st.sampled_from([1000, 7, 32]))
-    assert_same_as_reference("scalejoin", [left, right],
-                             {"window": 400, "band": 3000, "keys": keys},
-                             parallelism=p0, reconfigure=schedule, store=store, batch=16)
+    same_as_reference("scalejoin", [left, right], {**QUERY_PARAMS["scalejoin"], "keys": keys},
+                      parallelism=p0, reconfigure=schedule, store=store, batch=16)
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
@@ -74,21 +68,20 @@ def test_scalejoin_matches_reference(seed, p0, store, data):
 def test_forward_matches_reference(seed, p0, data):
     rows = data.draw(st.integers(0, 150))
     left, right = (t.to_pylist() for t in bandjoin(rows, seed=seed, rate=300))
-    schedule = data.draw(schedules(2 * rows))
-    assert_same_as_reference("forward", [left, right], {}, parallelism=p0,
-                             reconfigure=schedule, batch=32)
+    schedule = data.draw(schedules(2 * rows, 8, max_steps=4))
+    same_as_reference("forward", [left, right], parallelism=p0,
+                      reconfigure=schedule, batch=32)
 
 
 @pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
-@given(st.sampled_from(sorted(QUERY_PARAMS)), st.integers(0, 10_000), st.integers(1, 8),
+@given(st.sampled_from(TWEET_QUERIES), st.integers(0, 10_000), st.integers(1, 8),
        st.sampled_from(STORES), st.data())
 def test_many_random_schedules(query, seed, p0, store, data):
     recs = tweet_records(seed, 1000, rate=300)
-    schedule = data.draw(st.lists(st.tuples(st.integers(0, 1000), st.integers(1, 8)),
-                                  max_size=8))
-    assert_same_as_reference(query, [recs], QUERY_PARAMS[query], parallelism=p0,
-                             reconfigure=sorted(schedule), store=store, batch=64)
+    schedule = data.draw(schedules(len(recs), 8, max_steps=8))
+    same_as_reference(query, [recs], parallelism=p0,
+                      reconfigure=schedule, store=store, batch=64)
 
 
 def test_stateless_chains_before_and_after():
@@ -115,7 +108,7 @@ def test_stateless_chains_before_and_after():
 def test_duplication_factor_is_distinct_channels_per_tuple():
     recs = tweet_records(5, 800)
     p, groups = 5, 64
-    _, res = run_query("wordcount", [recs], QUERY_PARAMS["wordcount"], "sn", parallelism=p,
+    _, res = run_query("wordcount", [recs], None, "sn", parallelism=p,
                        key_groups=groups)
     assign = sn.group_assignment(p, groups)
     brute = sum(len({assign[hash(k) % groups] for k in tokens_of(r["text"])}) for r in recs)
@@ -123,7 +116,7 @@ def test_duplication_factor_is_distinct_channels_per_tuple():
     assert res.extra["tuples_routed"] == len(recs)
     assert res.extra["duplication_factor"] == pytest.approx(brute / len(recs))
     assert res.extra["duplication_factor"] > 1
-    _, one = run_query("wordcount", [recs], QUERY_PARAMS["wordcount"], "sn", parallelism=1)
+    _, one = run_query("wordcount", [recs], None, "sn", parallelism=1)
     with_keys = sum(1 for r in recs if tokens_of(r["text"]))  # a tuple without keys goes nowhere
     assert one.extra["tuples_sent"] == with_keys
 
@@ -286,9 +279,9 @@ def test_explicit_watermarks_and_unsorted_source():
 
 def test_races_under_frequent_thread_switches(frequent_switches):
     recs = tweet_records(2, 1500, rate=400)
-    assert_same_as_reference("wordcount", [recs], QUERY_PARAMS["wordcount"], parallelism=3,
-                             reconfigure=[(0, 5), (200, 8), (200, 1), (900, 6)], batch=5,
-                             capacity=5, store="sqlite")
+    same_as_reference("wordcount", [recs], parallelism=3,
+                      reconfigure=[(0, 5), (200, 8), (200, 1), (900, 6)], batch=5,
+                      capacity=5, store="sqlite")
 
 
 def test_single_window_sets_slide_to_the_end_on_every_channel():
@@ -350,8 +343,8 @@ def test_reconfigure_before_the_first_tuple_races_the_merger(monkeypatch):
     monkeypatch.setattr(sn_region.Region, "_merger", late_merger)
     recs = tweet_records(4, 50)
     for schedule in ([(0, 1)], [(0, 6), (0, 2)]):
-        assert_same_as_reference("wordcount", [recs], QUERY_PARAMS["wordcount"],
-                                 parallelism=4, reconfigure=schedule)
+        same_as_reference("wordcount", [recs],
+                          parallelism=4, reconfigure=schedule)
 
 
 @pytest.mark.parametrize("store", STORES)

@@ -4,12 +4,13 @@ decisions applied as migrations at run time (elastic-scaling §4 and §6)."""
 import pytest
 
 import stretchflow as sf
+from conformance.contract import QUERY_PARAMS, multiset
 from stretchflow.elastic.controller import Controller, Decision, Metrics
 from stretchflow.elastic.level import LevelController
 from stretchflow.executors import sn
 from stretchflow.executors.reference import run as run_reference
 from stretchflow.queries import build_query
-from test_sn import QUERY_PARAMS, multiset, tweet_records
+from test_sn import tweet_records
 
 
 class Scripted(Controller):

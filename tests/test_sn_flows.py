@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import stretchflow as sf
-from oracle import multiset
+from conformance.contract import assert_same_as_reference, multiset, schedules
 from stretchflow.elastic.consistent_hash import canonical_bytes, stable_hash
 from stretchflow.errors import FlowDefinitionError, OperatorError
 from stretchflow.executors import sn
@@ -105,19 +105,14 @@ def frozenset_flow(flow, recs):
 
 
 def compare(build, inputs, **options):
-    """``build(flow, *inputs)`` on the reference and on sn: same per-timestamp multisets."""
-    ref_flow, sn_flow = sf.Flow("ref"), sf.Flow("sn")
-    ref_sinks = build(ref_flow, *inputs)
-    sn_sinks = build(sn_flow, *inputs)
-    ref_res = run_reference(ref_flow)
-    res = sn.run(sn_flow, **options)
-    for want, got in zip(ref_sinks, sn_sinks, strict=True):
-        ts = [t for t, _ in got.items]
-        assert ts == sorted(ts), "output not ts-sorted"
-        assert multiset(got.items) == multiset(want.items)
-    assert res.tuples_in == ref_res.tuples_in
-    assert res.tuples_out == ref_res.tuples_out
-    return res
+    """``build(flow, *inputs)`` on the reference and on sn: same per-timestamp multisets on
+    every sink, timestamp-sorted, the same tuple counts."""
+
+    def build_flow():
+        flow = sf.Flow("f")
+        return flow, build(flow, *inputs)
+
+    return assert_same_as_reference(build_flow, "sn", check_counts=True, **options)
 
 
 FLOWS = {
@@ -133,10 +128,10 @@ FLOWS = {
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.sampled_from(sorted(FLOWS)), st.integers(0, 10_000), st.integers(1, 5),
        st.sampled_from([1, 8, 256]),
-       st.lists(st.tuples(st.integers(0, 700), st.integers(1, 6)), max_size=4))
+       schedules(700, 6, max_steps=4))
 def test_flows_match_reference_with_threads(name, seed, p0, batch, schedule):
     build, inputs = FLOWS[name]
-    res = compare(build, inputs(seed), parallelism=p0, reconfigure=sorted(schedule),
+    res = compare(build, inputs(seed), parallelism=p0, reconfigure=schedule,
                   batch=batch)
     n_ops = len(res.extra["parallelism"])
     assert len(res.extra["reconfigurations"]) == n_ops * len(schedule)
@@ -147,10 +142,10 @@ def test_flows_match_reference_with_threads(name, seed, p0, batch, schedule):
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.sampled_from(sorted(FLOWS)), st.integers(0, 10_000), st.integers(1, 8),
        st.sampled_from([1, 5, 64]),
-       st.lists(st.tuples(st.integers(0, 700), st.integers(1, 8)), max_size=8))
+       schedules(700, 8, max_steps=8))
 def test_flows_across_hundreds_of_schedules(name, seed, p0, batch, schedule):
     build, inputs = FLOWS[name]
-    compare(build, inputs(seed), parallelism=p0, reconfigure=sorted(schedule), batch=batch,
+    compare(build, inputs(seed), parallelism=p0, reconfigure=schedule, batch=batch,
             store="sqlite" if seed % 2 else "memory")
 
 

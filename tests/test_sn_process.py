@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import stretchflow as sf
+from conformance.contract import QUERY_PARAMS, TWEET_QUERIES, multiset, run_query, schedules
 from stretchflow.elastic.consistent_hash import stable_hash
 from stretchflow.errors import FlowDefinitionError, OperatorError
 from stretchflow.executors import sn
@@ -20,16 +21,7 @@ from stretchflow.io.generators import bandjoin
 from stretchflow.operators.oplus import SharedState
 from stretchflow.queries import build_query
 from stretchflow.queries.wordcount import tokens_of
-from test_sn import (
-    QUERY_PARAMS,
-    _failing_flow,
-    _run_bounded,
-    assert_same_as_reference,
-    multiset,
-    run_query,
-    schedules,
-    tweet_records,
-)
+from test_sn import _failing_flow, _run_bounded, same_as_reference, tweet_records
 
 PROC = {"channels": "processes"}
 
@@ -48,13 +40,13 @@ def _no_leftovers(seconds=10):
 
 # -- same output as the reference, with random migrations ----------------------------------
 @settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
-@given(st.sampled_from(sorted(QUERY_PARAMS)), st.integers(0, 10_000), st.integers(1, 4),
+@given(st.sampled_from(TWEET_QUERIES), st.integers(0, 10_000), st.integers(1, 4),
        st.sampled_from([7, 256]), st.data())
 def test_tweet_queries_match_reference_with_processes(query, seed, p0, batch, data):
     recs = tweet_records(seed, data.draw(st.integers(0, 200)))
-    schedule = [(c, min(p, 4)) for c, p in data.draw(schedules(len(recs)))]
-    res = assert_same_as_reference(query, [recs], QUERY_PARAMS[query], parallelism=p0,
-                                   reconfigure=schedule, batch=batch, **PROC)
+    schedule = data.draw(schedules(len(recs), 4, max_steps=4))
+    res = same_as_reference(query, [recs], parallelism=p0,
+                            reconfigure=schedule, batch=batch, **PROC)
     assert res.extra["channels"] == "processes"
     assert res.extra["store"] == "SQLiteStateStore"
     assert len(res.extra["reconfigurations"]) == len(schedule)
@@ -65,24 +57,22 @@ def test_tweet_queries_match_reference_with_processes(query, seed, p0, batch, da
 def test_scalejoin_and_forward_match_reference_with_processes(seed, p0, data):
     rows = data.draw(st.integers(0, 40))
     left, right = (t.to_pylist() for t in bandjoin(rows, seed=seed, rate=50))
-    schedule = [(c, min(p, 4)) for c, p in data.draw(schedules(2 * rows))]
-    assert_same_as_reference("scalejoin", [left, right], {"window": 400, "band": 3000,
-                                                           "keys": 7},
-                             parallelism=p0, reconfigure=schedule, batch=16, **PROC)
-    assert_same_as_reference("forward", [left, right], {}, parallelism=p0,
-                             reconfigure=schedule, batch=16, **PROC)
+    schedule = data.draw(schedules(2 * rows, 4, max_steps=4))
+    same_as_reference("scalejoin", [left, right], {**QUERY_PARAMS["scalejoin"], "keys": 7},
+                      parallelism=p0, reconfigure=schedule, batch=16, **PROC)
+    same_as_reference("forward", [left, right], parallelism=p0,
+                      reconfigure=schedule, batch=16, **PROC)
 
 
 @pytest.mark.slow
 @settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
-@given(st.sampled_from(sorted(QUERY_PARAMS)), st.integers(0, 10_000), st.integers(1, 4),
+@given(st.sampled_from(TWEET_QUERIES), st.integers(0, 10_000), st.integers(1, 4),
        st.data())
 def test_many_random_schedules_with_processes(query, seed, p0, data):
     recs = tweet_records(seed, 1000, rate=300)
-    schedule = data.draw(st.lists(st.tuples(st.integers(0, 1000), st.integers(1, 5)),
-                                  max_size=6))
-    assert_same_as_reference(query, [recs], QUERY_PARAMS[query], parallelism=p0,
-                             reconfigure=sorted(schedule), batch=64, **PROC)
+    schedule = data.draw(schedules(len(recs), 5, max_steps=6))
+    same_as_reference(query, [recs], parallelism=p0,
+                      reconfigure=schedule, batch=64, **PROC)
 
 
 @pytest.mark.slow
@@ -91,13 +81,12 @@ def test_many_random_schedules_with_processes(query, seed, p0, data):
 def test_scalejoin_and_forward_many_schedules_with_processes(seed, p0, data):
     rows = data.draw(st.integers(0, 60))
     left, right = (t.to_pylist() for t in bandjoin(rows, seed=seed, rate=50))
-    schedule = [(c, min(p, 4)) for c, p in data.draw(schedules(2 * rows))]
+    schedule = data.draw(schedules(2 * rows, 4, max_steps=4))
     keys = data.draw(st.sampled_from([1000, 7, 32]))
-    assert_same_as_reference("scalejoin", [left, right], {"window": 400, "band": 3000,
-                                                           "keys": keys},
-                             parallelism=p0, reconfigure=schedule, batch=16, **PROC)
-    assert_same_as_reference("forward", [left, right], {}, parallelism=p0,
-                             reconfigure=schedule, batch=16, **PROC)
+    same_as_reference("scalejoin", [left, right], {**QUERY_PARAMS["scalejoin"], "keys": keys},
+                      parallelism=p0, reconfigure=schedule, batch=16, **PROC)
+    same_as_reference("forward", [left, right], parallelism=p0,
+                      reconfigure=schedule, batch=16, **PROC)
 
 
 def test_spawn_start_method_and_stateless_chains():
@@ -121,7 +110,7 @@ def test_splitter_and_channels_agree_on_stable_groups():
     """Routing uses stable_hash, so the duplication factor is the one stable groups give."""
     recs = tweet_records(5, 600)
     p, groups = 3, 64
-    _, res = run_query("wordcount", [recs], QUERY_PARAMS["wordcount"], "sn", parallelism=p,
+    _, res = run_query("wordcount", [recs], None, "sn", parallelism=p,
                        key_groups=groups, **PROC)
     assign = sn.group_assignment(p, groups)
     brute = sum(len({assign[stable_hash(k) % groups] for k in tokens_of(r["text"])})

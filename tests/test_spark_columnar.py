@@ -9,14 +9,13 @@ several instances by key group.
 """
 
 import sys
-from collections import Counter
 
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from oracle import per_tuple
+from conformance.contract import multiset, per_tuple
 from stretchflow.errors import OperatorError
 from stretchflow.operators.oplus import SharedState
 from stretchflow.queries.wordcount import token_columns, wordcount
@@ -24,10 +23,6 @@ from stretchflow.spark import columnar, plan
 
 WHITESPACE = [chr(c) for c in range(sys.maxunicode + 1)
               if not 0xD800 <= c <= 0xDFFF and ("a" + chr(c) + "b").split() == ["a", "b"]]
-
-
-def multiset(items):
-    return Counter((ts, repr(sorted(p.items()))) for ts, p in items)
 
 
 def test_token_columns_split_like_str_split_on_every_code_point():

@@ -6,7 +6,6 @@ in Python, so the kernels are checked against the reference executor on many ran
 in well under a second each; tests/test_spark.py runs the same plan on Spark.
 """
 
-from collections import Counter
 
 import pyarrow as pa
 import pytest
@@ -14,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import stretchflow as sf
+from conformance.contract import QUERY_PARAMS, TWEET_QUERIES, multiset
 from stretchflow.errors import EngineUnavailableError, FlowDefinitionError, OperatorError
 from stretchflow.executors.reference import run as run_reference
 from stretchflow.executors.spark import parse_conf
@@ -29,11 +29,6 @@ from stretchflow.spark.session import (
     spark_int_hash,
 )
 from stretchflow.spark.streaming import END_TS, end_marker, stream_shape
-
-
-def multiset(items):
-    return Counter((ts, repr(sorted(p.items())) if isinstance(p, dict) else repr(p))
-                   for ts, p in items)
 
 
 @pytest.fixture(autouse=True)
@@ -104,15 +99,8 @@ def reference(query, inputs, params):
     return col.items, flow.nodes[-1].spec
 
 
-QUERY_PARAMS = {
-    "wordcount": {"size": 2000, "slide": 500},
-    "paircount": {"size": 2000, "slide": 500, "distance": 2},
-    "longest-hashtag": {"size": 2000, "slide": 500},
-}
-
-
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
-@given(st.sampled_from(sorted(QUERY_PARAMS)), st.integers(0, 10_000), st.integers(1, 40),
+@given(st.sampled_from(TWEET_QUERIES), st.integers(0, 10_000), st.integers(1, 40),
        st.integers(1, 5))
 def test_tweet_queries_kernels_match_reference(query, seed, groups, buckets):
     recs = tweets(150, seed=seed, rate=200, vocabulary=30).to_pylist()
@@ -127,6 +115,7 @@ def test_tweet_queries_kernels_match_reference(query, seed, groups, buckets):
 def test_scalejoin_kernels_match_reference(seed, groups, buckets):
     left, right = bandjoin(120, seed=seed, rate=50)
     inputs = [[(r["ts"], r) for r in t.to_pylist()] for t in (left, right)]
+    # test_spark.py's join parameters: windows spanning most of the input, a narrow band
     ref, op = reference("scalejoin", inputs, {"window": 3000, "band": 30, "keys": 20})
     got = run_kernels(op, inputs, groups, buckets)
     assert multiset(got) == multiset(ref)

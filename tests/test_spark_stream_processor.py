@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import stretchflow as sf
-from oracle import multiset, per_tuple
+from conformance.contract import multiset, per_tuple
 from stretchflow.errors import SourceError
 from stretchflow.io.sources import rate_tweet
 from stretchflow.queries.wordcount import paircount, wordcount

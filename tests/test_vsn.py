@@ -8,23 +8,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import stretchflow as sf
-from oracle import multiset, run_query, same_as_reference
+from conformance.contract import (
+    QUERY_PARAMS,
+    TWEET_QUERIES,
+    assert_same_as_reference,
+    multiset,
+    query_flow,
+    run_query,
+    schedules,
+)
 from stretchflow.executors.vsn import VSNExecutor
 from stretchflow.io.generators import bandjoin, tweets
 from stretchflow.queries import build_query
-
-
-def assert_same_as_reference(query, inputs, params, **options):
-    return same_as_reference(query, inputs, params, "vsn", **options)
-
-
-@st.composite
-def schedules(draw, n_tuples):
-    """COUNT:P steps: provision, decommission, several in a row, before the first tuple
-    (COUNT 0) and after the last (COUNT >= n)."""
-    steps = draw(st.lists(st.tuples(st.integers(0, n_tuples + 2), st.integers(1, 8)),
-                          max_size=6))
-    return sorted(steps)
 
 
 def tweet_records(seed, rows, rate):
@@ -32,21 +27,14 @@ def tweet_records(seed, rows, rate):
                   gap_prob=0.02, gap_ms=(2_000, 9_000)).to_pylist()
 
 
-QUERY_PARAMS = {
-    "wordcount": {"size": 2000, "slide": 500},
-    "paircount": {"size": 1500, "slide": 1500, "distance": 2},
-    "longest-hashtag": {"size": 3000, "slide": 1000},
-}
-
-
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
-@given(st.sampled_from(sorted(QUERY_PARAMS)), st.integers(0, 10_000), st.integers(1, 8),
+@given(st.sampled_from(TWEET_QUERIES), st.integers(0, 10_000), st.integers(1, 8),
        st.data())
 def test_tweet_queries_match_reference(query, seed, p0, data):
     recs = tweet_records(seed, data.draw(st.integers(0, 300)), rate=200)
-    schedule = data.draw(schedules(len(recs)))
+    schedule = data.draw(schedules(len(recs), 8, max_steps=6))
     n = max([p0] + [p for _, p in schedule])
-    assert_same_as_reference(query, [recs], QUERY_PARAMS[query], parallelism=p0,
+    assert_same_as_reference(query_flow(query, [recs]), "vsn", parallelism=p0,
                              max_parallelism=n, reconfigure=schedule)
 
 
@@ -55,11 +43,11 @@ def test_tweet_queries_match_reference(query, seed, p0, data):
 def test_scalejoin_matches_reference(seed, p0, data):
     rows = data.draw(st.integers(0, 40))
     left, right = (t.to_pylist() for t in bandjoin(rows, seed=seed, rate=50))
-    schedule = data.draw(schedules(2 * rows))
+    schedule = data.draw(schedules(2 * rows, 8, max_steps=6))
     n = max([p0] + [p for _, p in schedule])
     keys = data.draw(st.sampled_from([1000, 7, 32]))
-    assert_same_as_reference("scalejoin", [left, right],
-                             {"window": 400, "band": 3000, "keys": keys},
+    assert_same_as_reference(query_flow("scalejoin", [left, right],
+                                        {**QUERY_PARAMS["scalejoin"], "keys": keys}), "vsn",
                              parallelism=p0, max_parallelism=n, reconfigure=schedule)
 
 
@@ -68,9 +56,9 @@ def test_scalejoin_matches_reference(seed, p0, data):
 def test_forward_matches_reference(seed, p0, data):
     rows = data.draw(st.integers(0, 150))
     left, right = (t.to_pylist() for t in bandjoin(rows, seed=seed, rate=300))
-    schedule = data.draw(schedules(2 * rows))
+    schedule = data.draw(schedules(2 * rows, 8, max_steps=6))
     n = max([p0] + [p for _, p in schedule])
-    assert_same_as_reference("forward", [left, right], {}, parallelism=p0,
+    assert_same_as_reference(query_flow("forward", [left, right]), "vsn", parallelism=p0,
                              max_parallelism=n, reconfigure=schedule)
 
 
@@ -79,9 +67,9 @@ def test_forward_matches_reference(seed, p0, data):
 @given(st.integers(0, 10_000), st.integers(1, 8), st.data())
 def test_hundreds_of_random_schedules(seed, p0, data):
     recs = tweet_records(seed, 400, rate=300)
-    schedule = data.draw(schedules(len(recs)))
+    schedule = data.draw(schedules(len(recs), 8, max_steps=6))
     n = max([p0] + [p for _, p in schedule])
-    res = assert_same_as_reference("wordcount", [recs], QUERY_PARAMS["wordcount"],
+    res = assert_same_as_reference(query_flow("wordcount", [recs]), "vsn",
                                    parallelism=p0, max_parallelism=n, reconfigure=schedule)
     for r in res.extra["reconfigurations"]:
         assert r["applied"] or r["note"]
@@ -90,7 +78,7 @@ def test_hundreds_of_random_schedules(seed, p0, data):
 def test_reconfigurations_are_applied_and_logged():
     recs = tweet_records(1, 2000, rate=500)
     schedule = [(0, 2), (300, 4), (700, 1), (1200, 3), (1200, 5)]
-    res = assert_same_as_reference("wordcount", [recs], QUERY_PARAMS["wordcount"],
+    res = assert_same_as_reference(query_flow("wordcount", [recs]), "vsn",
                                    parallelism=1, max_parallelism=5, reconfigure=schedule)
     log = res.extra["reconfigurations"]
     assert [r["parallelism_after"] for r in log] == [2, 4, 1, 3, 5]
@@ -152,12 +140,12 @@ def test_reconfigure_from_another_thread_while_running():
                 done.extend(ex.reconfigure(p))
         threading.Thread(target=go, daemon=True).start()
 
-    ref, _ = run_query("wordcount", [recs], QUERY_PARAMS["wordcount"])
+    ref, _ = run_query("wordcount", [recs])
     flow = sf.Flow()
     col = build_query("wordcount", [flow.source(sf.io.iterable(recs))],
                       **QUERY_PARAMS["wordcount"]).collect()
     VSNExecutor(flow, parallelism=2, max_parallelism=4, on_start=driver).run()
-    assert multiset(col.items) == multiset(ref)
+    assert multiset(col) == multiset(ref)
     for rec in done:  # each call returned once its reconfiguration was settled
         assert rec.done.is_set()
         assert rec.applied or rec.note
@@ -187,14 +175,14 @@ def test_reconfiguration_does_not_wait_for_an_idle_source():
             resume.set()
         threading.Thread(target=go, daemon=True).start()
 
-    ref, _ = run_query("wordcount", [recs], QUERY_PARAMS["wordcount"])
+    ref, _ = run_query("wordcount", [recs])
     flow = sf.Flow()
     col = build_query("wordcount", [flow.source(sf.io.iterable(paused))],
                       **QUERY_PARAMS["wordcount"]).collect()
     VSNExecutor(flow, parallelism=2, max_parallelism=4, on_start=driver).run()
     assert [r.applied for r in applied] == [True, True, True]
     assert all(r.trigger_ts <= recs[len(recs) // 2]["ts"] for r in applied)
-    assert multiset(col.items) == multiset(ref)
+    assert multiset(col) == multiset(ref)
 
 
 def test_chained_operators_and_stateless_on_upstream_threads():
@@ -257,13 +245,13 @@ def test_bad_parallelism():
 @pytest.mark.slow
 @settings(max_examples=int(os.environ.get("SF_SHAKE", "60")), deadline=None,
           suppress_health_check=list(HealthCheck))
-@given(st.sampled_from(sorted(QUERY_PARAMS)), st.integers(0, 10_000), st.integers(1, 8),
+@given(st.sampled_from(TWEET_QUERIES), st.integers(0, 10_000), st.integers(1, 8),
        st.data())
 def test_schedules_under_frequent_thread_switches(frequent_switches, query, seed, p0, data):
     recs = tweet_records(seed, data.draw(st.integers(50, 300)), rate=300)
-    schedule = data.draw(schedules(len(recs)))
+    schedule = data.draw(schedules(len(recs), 8, max_steps=6))
     n = max([p0] + [p for _, p in schedule])
-    assert_same_as_reference(query, [recs], QUERY_PARAMS[query], parallelism=p0,
+    assert_same_as_reference(query_flow(query, [recs]), "vsn", parallelism=p0,
                              max_parallelism=n, reconfigure=schedule)
 
 
@@ -286,14 +274,14 @@ class Scripted:
 
 def test_controller_drives_reconfiguration_with_balanced_f_mu():
     recs = tweet_records(6, 3000, rate=500)
-    ref, _ = run_query("wordcount", [recs], QUERY_PARAMS["wordcount"])
+    ref, _ = run_query("wordcount", [recs])
     flow = sf.Flow()
     src = sf.io.iterable(recs).at_rate(3000)  # about one second: several controller periods
     col = build_query("wordcount", [flow.source(src)], **QUERY_PARAMS["wordcount"]).collect()
     ctl = Scripted(3, 1)
     res = VSNExecutor(flow, parallelism=2, max_parallelism=4, controller=ctl,
                       metrics_interval=0.2).run()
-    assert multiset(col.items) == multiset(ref)
+    assert multiset(col) == multiset(ref)
     assert ctl.seen and ctl.seen[0].parallelism == 2
     assert len(ctl.seen[0].per_instance_load) == 2
     applied = [r for r in res.extra["reconfigurations"] if r["applied"]]
@@ -303,13 +291,13 @@ def test_controller_drives_reconfiguration_with_balanced_f_mu():
 
 def test_threshold_controller_by_name():
     recs = tweet_records(7, 2000, rate=500)
-    ref, _ = run_query("wordcount", [recs], QUERY_PARAMS["wordcount"])
+    ref, _ = run_query("wordcount", [recs])
     flow = sf.Flow()
     src = sf.io.iterable(recs).at_rate(4000)
     col = build_query("wordcount", [flow.source(src)], **QUERY_PARAMS["wordcount"]).collect()
     res = flow.run(engine="vsn", parallelism=4, max_parallelism=8, controller="threshold",
                    metrics_interval=0.2)
-    assert multiset(col.items) == multiset(ref)
+    assert multiset(col) == multiset(ref)
     assert res.extra["metrics"], "the controller saw no period"
 
 

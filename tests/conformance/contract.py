@@ -10,7 +10,10 @@ Shared by every test that compares an engine with the reference:
 * :data:`QUERY_PARAMS` and :func:`query_inputs` — small-window parameters and generated inputs
   for every built-in query, so tests stay fast;
 * :func:`assert_same_as_reference` — builds a flow twice, runs the reference and the engine,
-  compares.
+  compares; :func:`query_flow` and :func:`run_query` build and run a built-in query over
+  in-memory inputs;
+* :func:`per_tuple` — one O+ instance fed tuple by tuple, the executor-free reference of the
+  kernels that run an O+ in pieces (Spark's columnar and streaming paths).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import stretchflow as sf
 from stretchflow.io.generators import bandjoin, trades, tweets
 from stretchflow.io.sinks import Collector
 from stretchflow.io.traffic import bus_reports, scats_reports
+from stretchflow.queries import build_query
 from stretchflow.runtime.result import RunResult
 
 Items = list[tuple[int, Any]]
@@ -71,7 +75,7 @@ def multiset(items: Collector | Iterable[tuple[int, Any]]) -> dict[int, Counter]
     return dict(sorted(per_ts.items()))
 
 
-def _diff(got: dict[int, Counter], want: dict[int, Counter], limit: int = 3) -> str:
+def diff(got: dict[int, Counter], want: dict[int, Counter], limit: int = 3) -> str:
     """The first timestamps where two multisets differ, with what is missing and extra."""
     lines = []
     for ts in sorted(set(got) | set(want)):
@@ -96,15 +100,20 @@ def _collectors(cols: Any) -> dict[str, Collector]:
     return {str(i): c for i, c in enumerate(cols)}
 
 
-def assert_same_as_reference(build_flow: BuildFlow, engine: str,
-                             **options: Any) -> RunResult:
+def assert_same_as_reference(build_flow: BuildFlow, engine: str, *,
+                             check_counts: bool = False, **options: Any) -> RunResult:
     """Runs a fresh ``build_flow()`` on the reference and another on ``engine`` with
     ``options``; asserts that every sink of the engine's run is timestamp-non-decreasing and
-    holds the reference's per-timestamp multiset. Returns the engine's RunResult."""
+    holds the reference's per-timestamp multiset (and, with ``check_counts``, that the run
+    counted the reference's tuples in per source and out per sink). Returns the engine's
+    RunResult."""
     ref_flow, ref_cols = build_flow()
-    ref_flow.run("reference")
+    ref_result = ref_flow.run("reference")
     flow, cols = build_flow()
     result = flow.run(engine, **options)
+    if check_counts:
+        assert result.tuples_in == ref_result.tuples_in, f"{engine} {options}: tuples in"
+        assert result.tuples_out == ref_result.tuples_out, f"{engine} {options}: tuples out"
     want, got = _collectors(ref_cols), _collectors(cols)
     assert set(got) == set(want), "build_flow gave different sinks on two calls"
     for name, col in got.items():
@@ -113,8 +122,41 @@ def assert_same_as_reference(build_flow: BuildFlow, engine: str,
         assert back is None, (f"{engine} {options}: sink {name} output goes back in time at "
                               f"position {back}: ts {tss[back - 1]} then {tss[back]}")
         g, w = multiset(col), multiset(want[name])
-        assert g == w, f"{engine} {options}: sink {name}: {_diff(g, w)}"
+        assert g == w, f"{engine} {options}: sink {name}: {diff(g, w)}"
     return result
+
+
+def query_flow(query: str, inputs: list[list[dict]],
+               params: Mapping[str, Any] | None = None) -> BuildFlow:
+    """A :data:`BuildFlow` of built-in ``query`` (with ``params``, by default
+    :data:`QUERY_PARAMS`) over in-memory ``inputs``, one source ``in<i>`` per list."""
+    kwargs = dict(QUERY_PARAMS[query] if params is None else params)
+
+    def build() -> tuple[sf.Flow, list[Collector]]:
+        flow = sf.Flow(query)
+        streams = [flow.source(sf.io.iterable(recs, name=f"in{i}"))
+                   for i, recs in enumerate(inputs)]
+        return flow, [build_query(query, streams, **kwargs).collect()]
+
+    return build
+
+
+def run_query(query: str, inputs: list[list[dict]], params: Mapping[str, Any] | None = None,
+              engine: str = "reference", **options: Any) -> tuple[Items, RunResult]:
+    """Built-in ``query`` over in-memory ``inputs`` on ``engine``: (outputs, run result)."""
+    flow, (col,) = query_flow(query, inputs, params)()
+    result = flow.run(engine, **options)
+    return col.items, result
+
+
+def per_tuple(op: Any, items: Iterable[tuple[int, Any]]) -> Items:
+    """One instance of O+ ``op`` (STRETCH Alg. 2) over ``items`` tuple by tuple, then end of
+    input: the outputs an executor-free reference gives."""
+    inst = op.instance()
+    for ts, p in items:
+        inst.process(ts, p)
+    inst.finish()
+    return inst.take()
 
 
 # -- reconfiguration schedules ----------------------------------------------------------------
@@ -128,9 +170,11 @@ def schedules(n_tuples: int, max_parallelism: int, max_steps: int = 5
 
 
 # -- the built-in queries, on small windows and small generated inputs -----------------------
+#: the queries over tweets (the inputs of :func:`query_inputs` for each are alike)
+TWEET_QUERIES = ("wordcount", "paircount", "longest-hashtag")
 QUERY_PARAMS: dict[str, dict[str, Any]] = {
     "wordcount": {"size": 2000, "slide": 500},
-    "paircount": {"size": 1500, "slide": 1500, "distance": 2},
+    "paircount": {"size": 2000, "slide": 500, "distance": 2},  # sliding: WS/WA = 4
     "longest-hashtag": {"size": 3000, "slide": 1000},
     "scalejoin": {"window": 400, "band": 3000, "keys": 8},
     "hedge": {"window": 40, "lower": -1.05, "upper": -0.95, "keys": 4},
