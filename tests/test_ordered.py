@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from collections import Counter, defaultdict
 from collections.abc import Callable
 from typing import Any
 
@@ -12,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import stretchflow as sf
+from conformance.contract import checked_multiset
 from stretchflow.errors import OperatorError
 from stretchflow.executors import ordered
 from stretchflow.executors.scheduler import POLICIES, Candidate, OpStats, Scheduler
@@ -21,22 +21,6 @@ from stretchflow.queries import build_query
 SCHEDULERS = sorted(POLICIES)
 
 
-def _freeze(x: Any) -> Any:
-    if isinstance(x, dict):
-        return tuple(sorted((k, _freeze(v)) for k, v in x.items()))
-    if isinstance(x, list | tuple):
-        return tuple(_freeze(v) for v in x)
-    return x
-
-
-def _canon(items: list[tuple[int, Any]]) -> dict[int, Counter]:
-    """Per timestamp, the multiset of payloads; asserts the stream is ts-non-decreasing."""
-    ts_seq = [ts for ts, _ in items]
-    assert ts_seq == sorted(ts_seq), "output timestamps go back"
-    out: dict[int, Counter] = defaultdict(Counter)
-    for ts, p in items:
-        out[ts][_freeze(p)] += 1
-    return dict(out)
 
 
 Build = Callable[[], tuple[sf.Flow, Any]]
@@ -50,7 +34,7 @@ def _check(build: Build, **opts: Any) -> list[tuple[int, Any]]:
     flow2, col2 = build()
     res = ordered.run(flow2, **opts)
     got = list(col2.items)
-    assert _canon(got) == _canon(expected)
+    assert checked_multiset(got) == checked_multiset(expected)
     assert res.tuples_in == ref_res.tuples_in
     assert res.tuples_out == ref_res.tuples_out
     return got

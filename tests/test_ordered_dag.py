@@ -5,7 +5,6 @@ multiset, in timestamp order, for 1, 2 and 4 workers and every scheduling heuris
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import stretchflow as sf
+from conformance.contract import checked_multiset
 from stretchflow.executors import ordered
 from stretchflow.executors.scheduler import POLICIES
 from stretchflow.io.generators import bandjoin
@@ -26,31 +26,16 @@ WORKERS = [1, 2, 4]
 Build = Callable[[], tuple[sf.Flow, list[Any]]]
 
 
-def _freeze(x: Any) -> Any:
-    if isinstance(x, dict):
-        return tuple(sorted((k, _freeze(v)) for k, v in x.items()))
-    if isinstance(x, list | tuple):
-        return tuple(_freeze(v) for v in x)
-    return x
-
-
-def _canon(items: list[tuple[int, Any]]) -> dict[int, Counter]:
-    ts_seq = [ts for ts, _ in items]
-    assert ts_seq == sorted(ts_seq), "output timestamps go back"
-    out: dict[int, Counter] = defaultdict(Counter)
-    for ts, p in items:
-        out[ts][_freeze(p)] += 1
-    return dict(out)
 
 
 def _check(build: Build, **opts: Any) -> None:
     flow, cols = build()
     ref = flow.run()
-    expected = [_canon(c.items) for c in cols]
+    expected = [checked_multiset(c.items) for c in cols]
     assert any(expected), "the flow produces output"
     flow2, cols2 = build()
     res = ordered.run(flow2, **opts)
-    assert [_canon(c.items) for c in cols2] == expected
+    assert [checked_multiset(c.items) for c in cols2] == expected
     assert res.tuples_in == ref.tuples_in
     assert res.tuples_out == ref.tuples_out
 

@@ -75,6 +75,15 @@ def multiset(items: Collector | Iterable[tuple[int, Any]]) -> dict[int, Counter]
     return dict(sorted(per_ts.items()))
 
 
+def checked_multiset(items: Collector | Iterable[tuple[int, Any]]) -> dict[int, Counter]:
+    """:func:`multiset` of an engine's output, after asserting its timestamps never go back
+    (the other half of the determinism contract)."""
+    items = list(items.items if isinstance(items, Collector) else items)
+    ts_seq = [ts for ts, _ in items]
+    assert ts_seq == sorted(ts_seq), "output timestamps go back"
+    return multiset(items)
+
+
 def diff(got: dict[int, Counter], want: dict[int, Counter], limit: int = 3) -> str:
     """The first timestamps where two multisets differ, with what is missing and extra."""
     lines = []
