@@ -5,6 +5,11 @@ import sys
 
 import pytest
 
+# A process runs one Spark session (stretchflow.spark.session.get_session): every test that
+# starts one — the conformance suite's spark variant, test_spark's fixture — gets this master,
+# whatever order pytest runs them in.
+os.environ.setdefault("SPARK_MASTER", "local[2]")
+
 
 @pytest.fixture
 def frequent_switches():

@@ -259,7 +259,9 @@ def test_cli_run_and_generate_with_spark(spark, tmp_path, capsys):
     assert read(out_s) == read(out_r) and read(out_r)
     rc = main(["run", "wordcount", "--input", str(flat), "--output", str(out_s),
                "--engine", "spark", "--reconfigure", "5:2"])
-    assert rc == 2 and "does not apply to the spark engine" in capsys.readouterr().err
+    err_line = capsys.readouterr().err
+    assert rc == 2 and "the spark engine does not take option --reconfigure" in err_line
+    assert err_line.count("\n") == 1  # one line, no traceback
 
 
 def test_standalone_cluster_runs_a_query(tmp_path):
