@@ -89,12 +89,16 @@ class Stream:
                   output: Callable[[Hashable, Any], Any] | None = None,
                   window_type: str = "multi",
                   f_mu: Callable[[Hashable, int], int] | None = None,
-                  name: str | None = None) -> Stream:
+                  name: str | None = None,
+                  combine: Callable[[Any, Any], Any] | None = None) -> Stream:
         """An A+ (O+ with one input): per key and window, ``acc = update(acc, t)`` from
-        ``init()``; ``output(key, acc)`` when the window instance expires."""
+        ``init()``; ``output(key, acc)`` when the window instance expires. With ``combine``
+        (associative, ``init()`` its identity, consistent with ``update``) a sliding window's
+        state is sliced: each tuple updates one slice of width gcd(size, slide), and a window
+        combines its slices when it expires (:class:`~stretchflow.operators.aggregate.Aggregate`)."""
         op = Aggregate(size=size, slide=slide, keys=keys, init=init, update=update,
                        output=output, window_type=window_type, f_mu=f_mu,
-                       name=self.flow._name(name, "aggregate"))
+                       name=self.flow._name(name, "aggregate"), combine=combine)
         return self.flow.oplus(op, self)
 
     def join(self, other: Stream, *, size: int | str, slide: int | str | None = None,

@@ -11,21 +11,36 @@ Columnar form (optional): an A+ whose f_U adds (``update(acc, v) == acc + v``) m
 batch). :meth:`AggregateInstance.process_columns` / :meth:`AggregateInstance.process_keyed`
 then take many tuples per call: values are summed per (window, key) with Arrow and f_U runs
 once per (window, key) with the sum. The Spark engine uses it; any executor may.
+
+Sliced form (optional): an A+ with WT multi and sliding windows (WA < WS) whose accumulators
+combine (``combine(a, b)``, associative, ``init()`` its identity, consistent with ``update``)
+keeps per key one accumulator per *slice* of width gcd(WS, WA) instead of one per window
+instance, so a tuple costs one f_U instead of WS/WA; a window's accumulator is combined from its
+slices when it expires (general stream slicing: Scotty, Traub et al., EDBT 2019; Hazelcast Jet's
+accumulate-combine-finish). See :mod:`.slicing`.
 """
 
 from __future__ import annotations
 
-import heapq
 import math
+import operator
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from ..errors import RunTupleError
+from .aggregate_instance import _MISSING, AggregateInstance
 from .oplus import OPlus, OPlusInstance, SharedState, WindowSet
+from .slicing import SlicedAggregateInstance
 
 
 class Aggregate(OPlus):
     """A+ with an accumulator.
+
+    With WT multi, sliding windows (WA < WS) and a ``combine`` (associative, ``init()`` its
+    identity, ``fold(update, A ++ B) == combine(fold(update, A), fold(update, B))``), the
+    instances slice (:attr:`sliced`, :mod:`.slicing`): one f_U per (tuple, key) instead of
+    one per window instance, the same outputs. :func:`count`, :func:`sum_of`, :func:`min_of`,
+    :func:`max_of` and :func:`mean_of` give such ``init``/``update``/``combine``.
 
     >>> from stretchflow.operators.aggregate import Aggregate
     >>> count = Aggregate(size=10, slide=10, keys=lambda t: t.split(), init=lambda: 0,
@@ -50,8 +65,18 @@ class Aggregate(OPlus):
         f_mu: Callable[[Hashable, int], int] | None = None,
         name: str = "aggregate",
         columns: Callable[[Sequence[Any]], tuple[Any, Any, Any]] | None = None,
+        combine: Callable[[Any, Any], Any] | None = None,
     ):
         self.user_keys = keys
+        #: ``combine(a, b)``: the accumulator of the tuples of ``a`` followed by those of ``b``.
+        #: Given, and with WT multi and WA < WS, the instances slice (:attr:`sliced`). It must
+        #: be associative with ``init()`` as identity and consistent with ``update``:
+        #: ``fold(update, A ++ B) == combine(fold(update, A), fold(update, B))`` for any runs
+        #: A, B (then outputs equal the unsliced ones). It is applied in time order (it need
+        #: not commute) and, like f_O, must not modify its arguments: a slice's accumulator
+        #: is still needed by the next windows. Every engine slices the same way, so even an
+        #: inexact combine (float addition) gives the same output on every engine.
+        self.combine = combine
         #: vectorized f_MK, ``columns(payloads) -> (rows, keys, values)``: for every payload
         #: ``payloads[r]``, the (key, value) pairs with ``rows == r``, summed per key, equal
         #: ``keys(payloads[r])`` as a dict (a key may repeat: its values add up). ``rows`` a
@@ -75,24 +100,56 @@ class Aggregate(OPlus):
             name=name,
         )
 
+    @property
+    def sliced(self) -> bool:
+        """Whether instances keep slices (WT multi, a ``combine``, sliding windows: with
+        WA == WS a window is its own slice and slicing would only add bookkeeping)."""
+        return self.combine is not None and self.WT == "multi" and self.WA < self.WS
+
+    @property
+    def slice_width(self) -> int:
+        """gcd(WS, WA): every window boundary is a slice boundary (Scotty's slices for
+        sliding windows), so a window is exactly a run of whole slices."""
+        return math.gcd(self.WS, self.WA)
+
     def _fold_output(self, ws: WindowSet) -> list:
-        """f_O for WT single: aggregate the tuples the window set stores."""
-        acc = self.user_init()
-        upd = self.user_update
+        """f_O when the window set stores its tuples (WT single, or WT multi through the
+        generic instance, as the slack engine runs it): aggregate them. For a sliced A+ the
+        fold runs per slice and the slices combine in time order, as the sliced instance
+        computes, so the result is the same to the last bit even for an inexact combine."""
+        init, upd = self.user_init, self.user_update
+        acc = _MISSING
+        part: Any = _MISSING
+        cur = None
+        width = self.slice_width if self.sliced else 0
+        combine = self.combine
         for ts, v in ws.states[0]:
+            if width:
+                s = ts - ts % width
+                if s != cur:
+                    if part is not _MISSING:
+                        acc = part if acc is _MISSING else combine(acc, part)  # type: ignore
+                    cur, part = s, init()
+            elif part is _MISSING:
+                part = init()
             try:
-                acc = upd(acc, v)
+                part = upd(part, v)
             except Exception as e:
                 # the update runs at expiry here: name the tuple it failed on, not the one
                 # whose watermark closed the window (every engine names the same tuple)
                 raise RunTupleError(ts, v, e) from e
-        res = self.user_output(ws.key, acc)
+        if part is not _MISSING:
+            acc = part if acc is _MISSING else combine(acc, part)  # type: ignore[misc]
+        res = self.user_output(ws.key, init() if acc is _MISSING else acc)
         return [] if res is None else [res]
 
     def instance(self, sigma: SharedState | None = None, j: int = 0,
                  assign: list[int] | None = None) -> OPlusInstance:
         if self.WT == "single":
             return OPlusInstance(self, sigma, j, assign)
+        if self.sliced:
+
+            return SlicedAggregateInstance(self, sigma, j, assign)
         return AggregateInstance(self, sigma, j, assign)
 
 
@@ -100,151 +157,103 @@ def _pair(key: Hashable, acc: Any) -> dict:
     return {"key": key, "value": acc}
 
 
-class AggregateInstance(OPlusInstance):
-    """Alg. 2 for an A+ with WT multi, holding each window instance's ζ as the bare
-    accumulator: the same steps as :class:`OPlusInstance` without a WindowSet per
-    (key, window) and one fewer call per update, the hot path of wordcount."""
-
-    op: Aggregate
-
-    def _handle(self, ts: int, value: Any, i: int) -> None:
-        op = self.op
-        ks = op.user_keys(value)
-        if not ks:
-            return
-        routed = self._route(ks, value)
-        wa = op.WA
-        l1 = ((ts - op.WS) // wa + 1) * wa  # earliestWinL
-        l2 = ts - ts % wa  # latestWinL
-        update, init = op.user_update, op.user_init
-        for l in range(l1, l2 + 1, wa):
-            for k, v, g, sg in routed:
-                d = sg.get(l)
-                if d is None:
-                    d = sg[l] = {}
-                    heapq.heappush(self._lheap, (l, g))
-                acc = d.get(k, _MISSING)
-                d[k] = update(init() if acc is _MISSING else acc, v)  # check&Create, f_U, set
-
-    def _expire(self, wm: float) -> None:
-        heap, groups, ws_ = self._lheap, self.groups, self.op.WS
-        output, out = self.op.user_output, self.out
-        while heap and heap[0][0] + ws_ <= wm:
-            l, g = heapq.heappop(heap)
-            right = l + ws_
-            for k, acc in groups[g].pop(l).items():  # forwardAndShift; WT multi: remove
-                res = output(k, acc)
-                if res is not None:
-                    out.append((right, res))
-
-    def finish(self) -> None:
-        self._expire(math.inf)
-
-    # -- columnar form -------------------------------------------------------------------------
-    def process_columns(self, ts: Sequence[int], payloads: Sequence[Any]) -> None:
-        """``process(ts[r], payloads[r])`` for every r, in one call through the operator's
-        vectorized f_MK (``Aggregate.columns``); timestamps non-decreasing and not below the
-        watermark. When ``columns`` fails (a payload it cannot take) the tuples go one at a
-        time through :meth:`process`, which reports the offending tuple."""
-        import numpy as np
-
-        if not len(payloads):
-            return
-        try:
-            rows, keys, values = self.op.columns(payloads)  # type: ignore[misc]
-        except Exception:
-            for t, p in zip(ts, payloads, strict=True):
-                self.process(t, p)
-            return
-        ts_arr = np.asarray(ts, dtype=np.int64)
-        self.process_keyed(ts_arr[np.asarray(rows, dtype=np.int64)], keys, values,
-                           first=int(ts_arr[0]), last=int(ts_arr[-1]))
-
-    def process_keyed(self, ts: Any, keys: Any, values: Any, first: int | None = None,
-                      last: int | None = None) -> None:
-        """The tuples of a run already split into (ts, key, value) rows — what f_MK's
-        columnar form gives, or a shuffle by key delivers — ts non-decreasing and not below
-        the watermark. ``first``/``last``: the run's first and last tuple timestamps when
-        they carry no rows here (default: the rows' own).
-
-        Same σ and outputs as :meth:`process` on each tuple (Alg. 2): updateW to the first
-        timestamp; every row falls in the windows earliestWinL(ts)..latestWinL(ts) (Op. 14);
-        the values of each (window, key) are summed (Arrow ``group_by``) and f_U runs once
-        with the sum, which equals f_U on each value because f_U adds; then updateW to the
-        last timestamp. No window a row falls in can expire inside the run: with ts
-        non-decreasing, a window closes only at a timestamp after all of its rows."""
-        import numpy as np
-        import pyarrow as pa
-
-        op = self.op
-        ts = np.asarray(ts, dtype=np.int64)
-        n = len(ts)
-        if first is None:
-            if not n:
-                return
-            first, last = int(ts[0]), int(ts[-1])
-        if first < self.W or (n and (int(ts[0]) < first or int(ts[-1]) > last)):
-            raise ValueError(f"{op.name}: process_keyed needs non-decreasing timestamps not "
-                             f"below the watermark {self.W}")
-        if first > self.W:
-            self._update_w(first)
-        if n:
-            wa, ws_ = op.WA, op.WS
-            l1 = ((ts - ws_) // wa + 1) * wa  # earliestWinL
-            l2 = ts - ts % wa  # latestWinL
-            ls, ks, vs = [], [], []
-            keys = pa.array(keys) if not isinstance(keys, pa.Array | pa.ChunkedArray) \
-                else keys
-            values = np.asarray(values, dtype=np.int64)
-            for j in range(int((l2 - l1).max()) // wa + 1):  # the j-th window of each row
-                lj = l1 + j * wa
-                m = lj <= l2
-                if m.all():
-                    ls.append(lj), ks.append(keys), vs.append(values)
-                elif m.any():
-                    ls.append(lj[m]), ks.append(keys.filter(pa.array(m))), vs.append(values[m])
-            table = pa.table({"l": pa.array(np.concatenate(ls)),
-                              "k": pa.chunked_array([c for k in ks for c in
-                                                     (k.chunks if isinstance(k, pa.ChunkedArray)
-                                                      else [k])], keys.type),
-                              "v": pa.array(np.concatenate(vs))})
-            agg = table.group_by(["l", "k"], use_threads=False).aggregate([("v", "sum")])
-            agg = agg.sort_by("l")
-            l_col = agg.column("l").to_numpy()
-            cut = np.flatnonzero(np.diff(l_col)) + 1  # where the window changes
-            ks, sums = agg.column("k").to_pylist(), agg.column("v_sum").to_pylist()
-            for a, b in zip(np.r_[0, cut], np.r_[cut, len(l_col)], strict=True):
-                self._merge(int(l_col[a]), ks[a:b], sums[a:b])
-        if last > self.W:
-            self._update_w(last)
-
-    def _merge(self, l: int, ks: list[Any], sums: list[int]) -> None:
-        """f_U once per key of window ``l`` with the sum of its values (σ.check&Create,
-        f_U, set), for the keys this instance owns."""
-        update, init = self.op.user_update, self.op.user_init
-        groups, assign, j, G = self.groups, self.assign, self.j, self.state.G
-        if G == 1 and (assign is None or self._owns_all):
-            d = self._window(groups[0], l, 0)
-            get = d.get
-            for k, s in zip(ks, sums, strict=True):
-                acc = get(k, _MISSING)
-                d[k] = update(init() if acc is _MISSING else acc, s)
-            return
-        for k, s in zip(ks, sums, strict=True):
-            g = hash(k) % G
-            if assign is not None and not self._owns_all and assign[g] != j:
-                continue
-            d = self._window(groups[g], l, g)
-            acc = d.get(k, _MISSING)
-            d[k] = update(init() if acc is _MISSING else acc, s)
-
-    def _window(self, sg: dict, l: int, g: int) -> dict:
-        """σ_g's window instances at ``l``, created (and indexed for expiry) if new."""
-        d = sg.get(l)
-        if d is None:
-            d = sg[l] = {}
-            heapq.heappush(self._lheap, (l, g))
-        return d
 
 
-_MISSING = object()
+# -- built-in accumulators ---------------------------------------------------------------------
+# Each returns the ``init``/``update``/``combine`` keyword arguments of :class:`Aggregate` (and
+# ``output`` for mean, whose accumulator needs a finishing step), so that
+# ``Aggregate(size=..., keys=..., **sum_of(lambda t: t["x"]), output=...)`` slices. ``of`` maps
+# what f_U receives (the tuple, or the value f_MK's dict gives the key) to the aggregated
+# number; by default it is that value itself.
+
+def count() -> dict[str, Any]:
+    """The number of tuples per (key, window)."""
+    return {"init": int, "update": _count_one, "combine": operator.add}
+
+
+def sum_of(of: Callable[[Any], Any] | None = None) -> dict[str, Any]:
+    """The sum of ``of(value)`` per (key, window). Exact for integers; for floats, slices add
+    up in a different order than a tuple-by-tuple fold (the same on every engine)."""
+    return {"init": int, "update": _Fold(operator.add, of), "combine": operator.add}
+
+
+def min_of(of: Callable[[Any], Any] | None = None) -> dict[str, Any]:
+    """The least ``of(value)`` per (key, window). The accumulator starts as None, the
+    identity of combine (a key is in a window only once a tuple updated it)."""
+    return {"init": _none, "update": _Fold(min, of), "combine": _Either(min)}
+
+
+def max_of(of: Callable[[Any], Any] | None = None) -> dict[str, Any]:
+    """The greatest ``of(value)`` per (key, window); see :func:`min_of`."""
+    return {"init": _none, "update": _Fold(max, of), "combine": _Either(max)}
+
+
+def mean_of(of: Callable[[Any], Any] | None = None,
+            output: Callable[[Hashable, Any], Any] | None = None) -> dict[str, Any]:
+    """The mean of ``of(value)`` per (key, window): a (sum, count) accumulator, which
+    combines by adding both, finished by ``output(key, sum / count)`` (default
+    ``{"key": key, "value": mean}``)."""
+    return {"init": _zero_pair, "update": _MeanUpdate(of), "combine": _add_pairs,
+            "output": _MeanOutput(output if output is not None else _pair)}
+
+
+def _count_one(acc: int, _: Any) -> int:
+    return acc + 1
+
+
+def _none() -> None:
+    return None
+
+
+def _zero_pair() -> tuple[int, int]:
+    return (0, 0)
+
+
+def _add_pairs(a: tuple[Any, int], b: tuple[Any, int]) -> tuple[Any, int]:
+    return (a[0] + b[0], a[1] + b[1])
+
+
+class _Fold:
+    """f_U ``acc, v -> fn(acc, of(v))``; an accumulator of None (min/max's init) takes the
+    first value. A class, not a closure, so that it pickles by reference (SN processes)."""
+
+    __slots__ = ("fn", "of")
+
+    def __init__(self, fn: Callable[[Any, Any], Any], of: Callable[[Any], Any] | None):
+        self.fn, self.of = fn, of
+
+    def __call__(self, acc: Any, v: Any) -> Any:
+        x = v if self.of is None else self.of(v)
+        return x if acc is None else self.fn(acc, x)
+
+
+class _Either:
+    """combine for min/max: None (no tuple) is the identity."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[[Any, Any], Any]):
+        self.fn = fn
+
+    def __call__(self, a: Any, b: Any) -> Any:
+        return b if a is None else a if b is None else self.fn(a, b)
+
+
+class _MeanUpdate:
+    __slots__ = ("of",)
+
+    def __init__(self, of: Callable[[Any], Any] | None):
+        self.of = of
+
+    def __call__(self, acc: tuple[Any, int], v: Any) -> tuple[Any, int]:
+        return (acc[0] + (v if self.of is None else self.of(v)), acc[1] + 1)
+
+
+class _MeanOutput:
+    __slots__ = ("output",)
+
+    def __init__(self, output: Callable[[Hashable, Any], Any]):
+        self.output = output
+
+    def __call__(self, key: Hashable, acc: tuple[Any, int]) -> Any:
+        return self.output(key, acc[0] / acc[1])

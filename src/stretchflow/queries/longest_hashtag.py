@@ -22,4 +22,5 @@ def longest_hashtag(size: int | str = 3_600_000, slide: int | str = 1_800_000) -
         update=max,
         output=lambda tag, chars: {"hashtag": tag, "chars": chars},
         name="longest-hashtag",
+        combine=max,  # the longest of two runs; 0 (init) is its identity: slices
     )

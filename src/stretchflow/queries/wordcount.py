@@ -3,6 +3,8 @@
 f_MK returns a ``Counter`` of the tuple's tokens (or token pairs), so the key set is the set of
 distinct tokens and f_U adds each token's number of occurrences: the counts are occurrences,
 as the Map of Alg. 11/13 plus the A of Op. 12 compute them, not tweets containing the token.
+Counts of consecutive runs of tuples add up, so both give ``combine`` and slice their sliding
+windows (:mod:`stretchflow.operators.slicing`).
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ def wordcount(size: int | str = 120_000, slide: int | str = 60_000) -> Aggregate
         output=lambda word, n: {"word": word, "count": n},
         name="wordcount",
         columns=token_columns,
+        combine=_add,  # counts of two runs add up: slices (operators/slicing.py)
     )
 
 
@@ -84,6 +87,7 @@ def paircount(size: int | str = 120_000, slide: int | str = 60_000,
         update=_add,
         output=lambda pair, n: {"first": pair[0], "second": pair[1], "count": n},
         name="paircount",
+        combine=_add,
     )
 
 

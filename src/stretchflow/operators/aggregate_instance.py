@@ -1,0 +1,177 @@
+"""The run-time instance of an A+ with WT multi (journal Alg. 2 on bare accumulators) and its
+columnar form; :mod:`.aggregate` defines the operator, :mod:`.slicing` the sliced instance."""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from .oplus import OPlusInstance
+
+if TYPE_CHECKING:
+    from .aggregate import Aggregate
+
+
+class AggregateInstance(OPlusInstance):
+    """Alg. 2 for an A+ with WT multi, holding each window instance's ζ as the bare
+    accumulator: the same steps as :class:`OPlusInstance` without a WindowSet per
+    (key, window) and one fewer call per update, the hot path of wordcount."""
+
+    op: Aggregate
+    #: how tuples reach σ: ``"tuple"`` (one f_U per (key, window instance), Op. 14),
+    #: ``"columnar"`` (some run came through :meth:`process_keyed`: f_U once per (window, key)
+    #: with summed values) or ``"sliced"`` (one accumulator per (key, slice), whichever way
+    #: tuples come; :class:`~.slicing.SlicedAggregateInstance`). For a run summary.
+    path: str = "tuple"
+
+    def _handle(self, ts: int, value: Any, i: int) -> None:
+        op = self.op
+        ks = op.user_keys(value)
+        if not ks:
+            return
+        routed = self._route(ks, value)
+        wa = op.WA
+        l1 = ((ts - op.WS) // wa + 1) * wa  # earliestWinL
+        l2 = ts - ts % wa  # latestWinL
+        update, init = op.user_update, op.user_init
+        for l in range(l1, l2 + 1, wa):
+            for k, v, g, sg in routed:
+                d = sg.get(l)
+                if d is None:
+                    d = sg[l] = {}
+                    heapq.heappush(self._lheap, (l, g))
+                acc = d.get(k, _MISSING)
+                d[k] = update(init() if acc is _MISSING else acc, v)  # check&Create, f_U, set
+
+    def _expire(self, wm: float) -> None:
+        heap, groups, ws_ = self._lheap, self.groups, self.op.WS
+        output, out = self.op.user_output, self.out
+        while heap and heap[0][0] + ws_ <= wm:
+            l, g = heapq.heappop(heap)
+            right = l + ws_
+            for k, acc in groups[g].pop(l).items():  # forwardAndShift; WT multi: remove
+                res = output(k, acc)
+                if res is not None:
+                    out.append((right, res))
+
+    def finish(self) -> None:
+        self._expire(math.inf)
+
+    # -- columnar form -------------------------------------------------------------------------
+    def process_columns(self, ts: Sequence[int], payloads: Sequence[Any]) -> None:
+        """``process(ts[r], payloads[r])`` for every r, in one call through the operator's
+        vectorized f_MK (``Aggregate.columns``); timestamps non-decreasing and not below the
+        watermark. When ``columns`` fails (a payload it cannot take) the tuples go one at a
+        time through :meth:`process`, which reports the offending tuple."""
+        import numpy as np
+
+        if not len(payloads):
+            return
+        try:
+            rows, keys, values = self.op.columns(payloads)  # type: ignore[misc]
+        except Exception:
+            for t, p in zip(ts, payloads, strict=True):
+                self.process(t, p)
+            return
+        ts_arr = np.asarray(ts, dtype=np.int64)
+        self.process_keyed(ts_arr[np.asarray(rows, dtype=np.int64)], keys, values,
+                           first=int(ts_arr[0]), last=int(ts_arr[-1]))
+
+    def process_keyed(self, ts: Any, keys: Any, values: Any, first: int | None = None,
+                      last: int | None = None) -> None:
+        """The tuples of a run already split into (ts, key, value) rows — what f_MK's
+        columnar form gives, or a shuffle by key delivers — ts non-decreasing and not below
+        the watermark. ``first``/``last``: the run's first and last tuple timestamps when
+        they carry no rows here (default: the rows' own).
+
+        Same σ and outputs as :meth:`process` on each tuple (Alg. 2): updateW to the first
+        timestamp; every row falls in the windows earliestWinL(ts)..latestWinL(ts) (Op. 14),
+        or in its one slice when sliced (:meth:`_spans`); the values of each (window, key)
+        are summed (Arrow ``group_by``) and f_U runs once
+        with the sum, which equals f_U on each value because f_U adds; then updateW to the
+        last timestamp. No window a row falls in can expire inside the run: with ts
+        non-decreasing, a window closes only at a timestamp after all of its rows."""
+        import numpy as np
+        import pyarrow as pa
+
+        op = self.op
+        ts = np.asarray(ts, dtype=np.int64)
+        n = len(ts)
+        if first is None:
+            if not n:
+                return
+            first, last = int(ts[0]), int(ts[-1])
+        if first < self.W or (n and (int(ts[0]) < first or int(ts[-1]) > last)):
+            raise ValueError(f"{op.name}: process_keyed needs non-decreasing timestamps not "
+                             f"below the watermark {self.W}")
+        if first > self.W:
+            self._update_w(first)
+        if self.path == "tuple":
+            self.path = "columnar"
+        if n:
+            l1, l2, wa = self._spans(ts)
+            ls, ks, vs = [], [], []
+            keys = pa.array(keys) if not isinstance(keys, pa.Array | pa.ChunkedArray) \
+                else keys
+            values = np.asarray(values, dtype=np.int64)
+            for j in range(int((l2 - l1).max()) // wa + 1):  # the j-th window of each row
+                lj = l1 + j * wa
+                m = lj <= l2
+                if m.all():
+                    ls.append(lj), ks.append(keys), vs.append(values)
+                elif m.any():
+                    ls.append(lj[m]), ks.append(keys.filter(pa.array(m))), vs.append(values[m])
+            table = pa.table({"l": pa.array(np.concatenate(ls)),
+                              "k": pa.chunked_array([c for k in ks for c in
+                                                     (k.chunks if isinstance(k, pa.ChunkedArray)
+                                                      else [k])], keys.type),
+                              "v": pa.array(np.concatenate(vs))})
+            agg = table.group_by(["l", "k"], use_threads=False).aggregate([("v", "sum")])
+            agg = agg.sort_by("l")
+            l_col = agg.column("l").to_numpy()
+            cut = np.flatnonzero(np.diff(l_col)) + 1  # where the window changes
+            ks, sums = agg.column("k").to_pylist(), agg.column("v_sum").to_pylist()
+            for a, b in zip(np.r_[0, cut], np.r_[cut, len(l_col)], strict=True):
+                self._merge(int(l_col[a]), ks[a:b], sums[a:b])
+        if last > self.W:
+            self._update_w(last)
+
+    def _spans(self, ts: Any) -> tuple[Any, Any, int]:
+        """For a numpy array of timestamps: the first and last left boundary of the σ
+        entries each row updates, and their step — the window instances
+        earliestWinL(ts)..latestWinL(ts) by WA (Op. 14)."""
+        wa = self.op.WA
+        return ((ts - self.op.WS) // wa + 1) * wa, ts - ts % wa, wa
+
+    def _merge(self, l: int, ks: list[Any], sums: list[int]) -> None:
+        """f_U once per key of σ entry ``l`` (a window instance, or a slice when sliced) with
+        the sum of its values (σ.check&Create, f_U, set), for the keys this instance owns."""
+        update, init = self.op.user_update, self.op.user_init
+        groups, assign, j, G = self.groups, self.assign, self.j, self.state.G
+        if G == 1 and (assign is None or self._owns_all):
+            d = self._entry(groups[0], l, 0)
+            get = d.get
+            for k, s in zip(ks, sums, strict=True):
+                acc = get(k, _MISSING)
+                d[k] = update(init() if acc is _MISSING else acc, s)
+            return
+        for k, s in zip(ks, sums, strict=True):
+            g = hash(k) % G
+            if assign is not None and not self._owns_all and assign[g] != j:
+                continue
+            d = self._entry(groups[g], l, g)
+            acc = d.get(k, _MISSING)
+            d[k] = update(init() if acc is _MISSING else acc, s)
+
+    def _entry(self, sg: dict, l: int, g: int) -> dict:
+        """σ_g's window instances at ``l``, created (and indexed for expiry) if new."""
+        d = sg.get(l)
+        if d is None:
+            d = sg[l] = {}
+            heapq.heappush(self._lheap, (l, g))
+        return d
+
+
+_MISSING = object()
