@@ -38,7 +38,7 @@ from ..flow import Flow, Node
 from ..operators.oplus import OPlus, SharedState
 from ..operators.stateful import PartitionedStateful, Stateful
 from ..operators.stateless import Filter, FlatMap, Map
-from ..runtime.control import user_error
+from ..runtime.control import raise_user_error, user_error
 from .scheduler import OpStats
 
 
@@ -363,6 +363,8 @@ def oplus_unit(st: OPlusStage, j: int, batch: list[Item]) -> tuple[list[Item], i
     instance emits for input s has ts <= W_s and what it emits later ts > W_s; instance 0
     forwards watermarks and END after what they released, Alg. 2) and its number of outputs."""
     inst = st.instances[j]
+    if inst.takes_runs:
+        return _oplus_unit_runs(st, j, [(ts, p, 0, None) for ts, p in batch], False)
     o: list[Item] = []
     n_out = 0
     ts = p = None
@@ -392,6 +394,8 @@ def oplus_unit_tagged(st: OPlusStage, j: int, batch: list[Item]
     its own forwarded watermarks included on instance 0) and the tuples instance 0 passes on
     -- and its number of outputs."""
     inst = st.instances[j]
+    if inst.takes_runs:
+        return _oplus_unit_runs(st, j, batch, True)  # type: ignore[return-value]
     n, outs, passed = st.tag, [], []
     n_out = 0
     ts = p = None
@@ -418,6 +422,61 @@ def oplus_unit_tagged(st: OPlusStage, j: int, batch: list[Item]
     if j == 0 and batch and batch[-1][1] is END:
         passed.append((batch[-1][0], END, END_TAG))
     return (outs, passed), n_out
+
+
+def _oplus_unit_runs(st: OPlusStage, j: int, batch: list[Item], tagged: bool
+                     ) -> tuple[Any, int]:
+    """oplus_unit / oplus_unit_tagged for an instance whose kernels take runs
+    (``OPlusInstance.process_run``): the data tuples between two markers (watermark, END) go
+    to the instance as one run. Tuples passed on under another tag touch no state and do not
+    cut a run (the unit keeps its outputs and its passed tuples in separate lists anyway).
+    ``batch`` holds ``(ts, payload, i, pass_tag)``; a chain's items come with ``i = 0``."""
+    inst = st.instances[j]
+    n = st.tag
+    o: list[Item] = []
+    passed: list[Item] = []
+    run: list[tuple[Any, Any, int]] = []
+    n_out = 0
+    ts = p = None
+
+    def take() -> None:
+        nonlocal n_out
+        if inst.out:
+            got = inst.take()
+            n_out += len(got)
+            o.extend([(t, x, n) for t, x in got] if tagged else got)
+
+    try:
+        for ts, p, i, tag in batch:
+            if p is END or (p is WATERMARK and i >= 0):
+                if run:
+                    inst.process_run(run)
+                    run = []
+                if p is END:
+                    inst.finish()
+                else:
+                    inst.advance(ts)
+                take()
+                if j == 0 and (not tagged or p is WATERMARK):
+                    # forwarded once, after what it released (Alg. 2); a tagged line's END
+                    # travels with the passed tuples
+                    o.append((ts, p, n) if tagged else (ts, p))
+            elif i >= 0:
+                run.append((ts, p, i))
+            elif j == 0:
+                passed.append((ts, p, tag))
+        ts = p = None
+        if run:
+            inst.process_run(run)
+            take()
+    except Exception as e:
+        shown = "<end of input>" if p is END else p
+        raise_user_error(st.op.name, None if p is END else ts, shown, e)
+    if not tagged:
+        return o, n_out
+    if j == 0 and batch and batch[-1][1] is END:
+        passed.append((batch[-1][0], END, END_TAG))
+    return (o, passed), n_out
 
 
 def ps_units(st: PSStage, lease: Any) -> tuple[list[tuple[int, list[Item]]], int, int]:

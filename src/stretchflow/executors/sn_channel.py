@@ -18,7 +18,7 @@ from typing import Any
 from ..elastic.consistent_hash import ConsistentHashRing
 from ..elastic.migration import StateStore
 from ..operators.oplus import OPlus, OPlusInstance, SharedState
-from ..runtime import RunControl, user_error
+from ..runtime import RunControl, raise_user_error, user_error
 
 __all__ = ["ChannelCore", "Migration", "ThreadChannel", "group_assignment", "migrate_threads"]
 
@@ -64,16 +64,18 @@ class ChannelCore:
         inst = self.inst
         ts = v = None
         try:
-            for ts, i, v in items:
-                inst.process(ts, v, i)
+            if inst.takes_runs:
+                # a splitter batch is a run: data tuples in order, its watermark after them;
+                # process_run names a failing tuple itself (RunTupleError)
+                inst.process_run([(t, p, i) for t, i, p in items])
+            else:
+                for ts, i, v in items:
+                    inst.process(ts, v, i)
             ts, v = wm, "<watermark>"
             self._note_last(last_ts)
             inst.advance(wm)
         except Exception as e:
-            err = user_error(self.op.name, ts, v, e)
-            if err is e:  # already names its origin (a source's or an upstream's error)
-                raise
-            raise err from e
+            raise_user_error(self.op.name, ts, v, e)
         if wm > self.wm:
             self.wm = wm
         return ("out", self.j, inst.take(), self.wm, seq, time.perf_counter() - t0)

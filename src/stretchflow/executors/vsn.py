@@ -29,11 +29,11 @@ import math
 import threading
 import time
 from collections.abc import Callable, Hashable
-from typing import Any, NoReturn
+from typing import Any
 
 from ..buffers.esg import END
 from ..engines import parse_schedule
-from ..errors import FlowDefinitionError, RunTupleError
+from ..errors import FlowDefinitionError
 from ..eventtime import WATERMARK
 from ..flow import Flow, Node
 from ..runtime import (
@@ -46,25 +46,18 @@ from ..runtime import (
     RunResult,
     SourcePump,
     Stopped,
-    user_error,
+    raise_user_error,
 )
 from .plan import PhysicalPlan, Pusher, Tagged
 from .vsn_operator import Control, Reconfiguration, VSNOperator, default_assignment
 
 BATCH = 256  # tuples an instance takes from ESG_in at once, and a source adds at once
-RUN_BATCH = 1024  # tuples an instance of an O+ with update_many takes at once
+RUN_BATCH = 1024  # tuples an instance of an O+ whose kernels take runs takes at once
 SINK_BATCH = 4096  # tuples a sink takes at once
 BATCH_DELAY = 0.001  # seconds a source holds a partial batch
 BARRIER_TIMEOUT = 120.0
 
 
-def _raise_user(operator: str, ts: Any, payload: Any, e: Exception) -> NoReturn:
-    """Raises what the run reports for ``e`` raised by ``operator``'s functions
-    (:func:`~stretchflow.runtime.user_error`), chained to the user's exception."""
-    err = user_error(operator, ts, payload, e)
-    if err is e:
-        raise e
-    raise err from (e.cause if isinstance(e, RunTupleError) else e)
 
 
 class VSNInstance:
@@ -85,9 +78,10 @@ class VSNInstance:
         self.busy = 0.0
         self.processed = 0
         self.last_wm = -math.inf
-        self._step = self._process_runs if vop.op.batchable else self._process
+        runs = self.inst.takes_runs
+        self._step = self._process_runs if runs else self._process
         # a kernel over runs pays a fixed cost per call: larger runs amortize it
-        self._take = RUN_BATCH if vop.op.batchable else BATCH
+        self._take = RUN_BATCH if runs else BATCH
 
     def run(self) -> None:
         """The thread's body (under the run's guard: an exception fails the run)."""
@@ -136,15 +130,16 @@ class VSNInstance:
                 else:
                     process(ts, p, 0)
             except Exception as e:
-                _raise_user(self.vop.name, ts, p.p if kind is Tagged else p, e)
+                raise_user_error(self.vop.name, ts, p.p if kind is Tagged else p, e)
         self.processed += n
         return True
 
     def _process_runs(self, items: list) -> bool:
-        """_process for an O+ with ``update_many``: the data tuples between watermarks go to
-        OPlusInstance.process_batch as one run, so a numpy kernel covers many tuples per call
-        while the GIL is released. From a control tuple on, the batch takes the
-        tuple-at-a-time path, which handles Alg. 4's epoch switch."""
+        """_process for an O+ whose kernels take runs (``update_many``, a columnar f_MK): the
+        data tuples between watermarks go to OPlusInstance.process_run as one run, so a numpy
+        or Arrow kernel covers many tuples per call while the GIL is released. From a control
+        tuple on, the batch takes the tuple-at-a-time path, which handles Alg. 4's epoch
+        switch."""
         run: list[tuple[int, Any, int]] = []
         for idx, (ts, p) in enumerate(items):
             kind = type(p)
@@ -164,9 +159,9 @@ class VSNInstance:
         if not run:
             return
         try:
-            self.inst.process_batch(run)
+            self.inst.process_run(run)  # names the failing tuple (RunTupleError)
         except Exception as e:
-            _raise_user(self.vop.name, run[0][0], run[0][1], e)
+            raise_user_error(self.vop.name, run[0][0], run[0][1], e)
         self.processed += len(run)
 
     def _switch(self, ctrl: Control, ts: float, items: list, idx: int) -> bool:
@@ -230,7 +225,7 @@ class VSNInstance:
         try:
             self.inst.finish()
         except Exception as e:
-            _raise_user(self.vop.name, None, None, e)
+            raise_user_error(self.vop.name, None, None, e)
         self._emit()
         self.pusher.close()
         self.vop.instance_finished()

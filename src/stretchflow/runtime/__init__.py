@@ -23,7 +23,7 @@ item like any other whose payload is a :class:`Barrier`, so it may split a batch
 per-tuple position.
 """
 
-from .control import Barrier, RunControl, Stopped, user_error
+from .control import Barrier, RunControl, Stopped, raise_user_error, user_error
 from .latency import IngestClock, LatencyRecorder, percentiles
 from .metrics import MetricsLog, MetricsSampler
 from .pump import ReconfigureSchedule, SourcePump, drain_batch, is_live
@@ -32,5 +32,5 @@ from .result import RunResult
 __all__ = [
     "Barrier", "IngestClock", "LatencyRecorder", "MetricsLog", "MetricsSampler",
     "ReconfigureSchedule", "RunControl", "RunResult", "SourcePump", "Stopped", "drain_batch",
-    "is_live", "percentiles", "user_error",
+    "is_live", "percentiles", "raise_user_error", "user_error",
 ]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from ..errors import OperatorError, RunTupleError, StretchflowError
 
@@ -48,6 +48,15 @@ def user_error(operator: str, ts: Any, payload: Any, e: BaseException) -> BaseEx
     if ts is None:
         payload = "<end of input>"
     return OperatorError(operator, ts, payload, e)
+
+
+def raise_user_error(operator: str, ts: Any, payload: Any, e: BaseException) -> NoReturn:
+    """Raises :func:`user_error` for ``e``, chained to the user's own exception (a
+    :class:`RunTupleError`'s cause), or ``e`` itself when it already names its origin."""
+    err = user_error(operator, ts, payload, e)
+    if err is e:
+        raise e
+    raise err from (e.cause if isinstance(e, RunTupleError) else e)
 
 
 class RunControl:
