@@ -266,7 +266,7 @@ BENCH_SUITES = tuple(name for name in ENGINES if name != "reference")
 def cmd_bench(args: argparse.Namespace) -> int:
     import json
 
-    from .bench import BENCHMARKS
+    from .bench import BENCHMARKS, CROSS_ENGINE
 
     target = args.target
     if target == "list":
@@ -281,6 +281,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         names = list(BENCHMARKS)
     elif target in BENCH_SUITES:
         names = [n for n in BENCHMARKS if n.startswith(f"{target}-")]
+    elif target in CROSS_ENGINE:
+        names = [target]
     elif target == "reference":
         from .bench import reference
 
@@ -298,7 +300,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return 0
     else:
         raise ValueError(f"unknown bench command {target!r}: use list, run NAME, all, "
-                         f"reference, or a suite: {', '.join(BENCH_SUITES)}")
+                         f"reference, speed, or a suite: {', '.join(BENCH_SUITES)}")
     import time
 
     took = []
@@ -399,7 +401,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.set_defaults(fn=cmd_generate)
 
     b = sub.add_parser("bench", help="run a benchmark; writes JSON to benchmarks/results/")
-    b.add_argument("target", help="list | run NAME | all | reference | "
+    b.add_argument("target", help="list | run NAME | all | reference | speed | "
                                   f"{' | '.join(BENCH_SUITES)} (a suite)")
     b.add_argument("name", nargs="?", help="with run: the benchmark (see bench list)")
     b.add_argument("--quick", action="store_true", help="small inputs (a smoke test)")

@@ -49,6 +49,12 @@ def _elastic(kind: str) -> Callable[[bool, str | None], Path]:
     return run
 
 
+def _speed(quick: bool, out_dir: str | None) -> Path:
+    from . import speed
+
+    return speed.run(quick=quick, out_dir=out_dir)
+
+
 def _jsonable(kw: dict[str, Any]) -> dict[str, Any]:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in kw.items()}
 
@@ -69,6 +75,8 @@ BENCHMARKS: dict[str, tuple[str, str, Callable[[bool, str | None], Path]]] = {
                "STRETCH Q5", _elastic("q5")),
     "vsn-hedge": ("hedge self-join on bursty trades, threshold controller, over time",
                   "STRETCH Q6", _elastic("hedge")),
+    "speed": ("the pane loop (1T), reference, vsn, sn, ordered and spark, whole processes",
+              "issue #16", _speed),
 }
 
 
@@ -84,3 +92,7 @@ def _register_suites() -> None:
 
 
 _register_suites()
+
+#: experiments that compare every engine (named after what they measure, not an engine);
+#: ``stretchflow bench NAME`` runs one
+CROSS_ENGINE: tuple[str, ...] = ("speed",)

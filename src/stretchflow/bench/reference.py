@@ -1,4 +1,5 @@
-"""``stretchflow bench reference``: the reference executor against the 1T loop.
+"""``stretchflow bench reference``: the reference executor against the 1T loop, the
+hand-written pane loop of :mod:`.onethread` (the strongest single-thread loop we have).
 
 Each repetition runs in a fresh child process (so its peak RSS is its own), the engine and the
 hand-written loop alternating on the same generated input; the ratio of their throughputs is
@@ -11,7 +12,6 @@ import json
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +20,10 @@ from .common import peak_rss_mb, summarize, write_result
 
 def _child(variant: str, query: str, path: str, out: str) -> dict[str, Any]:
     if variant == "1T":
-        from .onethread import wordcount_1t
+        from .onethread import run_loop
 
-        t0 = time.perf_counter()
-        n_in, n_out = wordcount_1t(path, out)
-        elapsed = time.perf_counter() - t0
+        r = run_loop(query, path, out)  # the query's default parameters, as the engine's
+        elapsed, n_in, n_out = r["elapsed_s"], r["tuples_in"], r["rows_out"]
     else:
         import stretchflow as sf
         from stretchflow.queries import build_query
@@ -41,8 +40,10 @@ def _child(variant: str, query: str, path: str, out: str) -> dict[str, Any]:
 def run(query: str = "wordcount", rows: int = 200_000, seed: int = 1, repeats: int = 3,
         out_dir: str | None = None, progress: Any = None) -> Path:
     """Measures and writes ``reference-<query>.json``; returns its path."""
-    if query != "wordcount":
-        raise ValueError("the 1T baseline exists for wordcount only")
+    from .onethread import BASELINE, LOOPS
+
+    if query not in LOOPS:
+        raise ValueError(f"a 1T baseline exists for {', '.join(LOOPS)} only, not {query!r}")
     from ..io.generators import tweets, write_table
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -60,10 +61,11 @@ def run(query: str = "wordcount", rows: int = 200_000, seed: int = 1, repeats: i
                     check=True, capture_output=True, text=True,
                 )
                 runs[variant].append(json.loads(proc.stdout))
+            # rows of one ts may come in another order: compare the multisets of rows
             same = sorted(Path(tmp, "out-reference.jsonl").read_bytes().splitlines()) == sorted(
                 Path(tmp, "out-1T.jsonl").read_bytes().splitlines())
             if not same:
-                raise RuntimeError("reference and 1T wordcount outputs differ")
+                raise RuntimeError(f"reference and 1T {query} outputs differ")
     ratios = [r["tuples_per_s"] / o["tuples_per_s"]
               for r, o in zip(runs["reference"], runs["1T"], strict=True)]
     metrics = {
@@ -73,7 +75,8 @@ def run(query: str = "wordcount", rows: int = 200_000, seed: int = 1, repeats: i
     return write_result(
         f"reference-{query}",
         {"query": query, "rows": rows, "seed": seed, "repeats": repeats,
-         "input": "generated tweets, JSON Lines", "output": "JSON Lines file"},
+         "input": "generated tweets, JSON Lines", "output": "JSON Lines file",
+         "baseline_1T": BASELINE},
         metrics,
         out_dir,
         outputs_identical=True,

@@ -1,0 +1,233 @@
+"""``stretchflow bench run speed``: every local engine, Spark and the hand-written pane loop
+(:mod:`.onethread`, "1T") on the same generated tweets, as whole processes (issue #16).
+
+Each variant is a fresh ``python -m stretchflow run ...`` (or ``python -m
+stretchflow.bench.onethread ...``) process, so start-up, reading JSON Lines and writing the
+output are all counted. Two times are kept per run: the parent's wall clock around the whole
+process, and the run's own time that the child reports (the CLI summary's elapsed, from first
+read to last write; the loop's own timer). Rounds alternate the variants, starting each round
+one variant later, so that drift in the shared machine's load spreads over all of them; the
+1-minute load average is recorded before and after each round. Every output is compared with
+the pane loop's as a multiset of rows (a row carries its ``ts``, so this is the determinism
+contract's per-timestamp multiset).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from .common import summarize, write_result
+from .onethread import BASELINE
+
+#: variant -> the ``stretchflow run`` engine flags (None: the hand-written pane loop)
+VARIANTS: dict[str, list[str] | None] = {
+    "1T": None,
+    "reference": ["--engine", "reference"],
+    "vsn1": ["--engine", "vsn", "--parallelism", "1"],
+    "vsn2": ["--engine", "vsn", "--parallelism", "2"],
+    "sn2-processes": ["--engine", "sn", "--parallelism", "2", "--channels", "processes"],
+    "ordered2": ["--engine", "ordered", "--parallelism", "2"],
+    "spark-local2": ["--engine", "spark", "--master", "local[2]"],
+}
+_SUMMARY = re.compile(r"tuples in, [\d,]+ out, ([\d.]+) s")
+
+
+def _spark_missing() -> str | None:
+    """Why the Spark variant cannot run here, or None."""
+    if importlib.util.find_spec("pyspark") is None:
+        return "pyspark is not installed"
+    java_home = os.environ.get("JAVA_HOME")
+    if shutil.which("java") is None and not (java_home and Path(java_home, "bin", "java").exists()):
+        return "no Java runtime (java not on PATH, JAVA_HOME unset)"
+    return None
+
+
+def _command(variant: str, query: str, data: Path, out: Path, params: dict[str, Any]) -> list[str]:
+    flags = VARIANTS[variant]
+    if flags is None:
+        return [sys.executable, "-m", "stretchflow.bench.onethread", query, str(data), str(out),
+                *(f"{k}={v}" for k, v in params.items())]
+    return [sys.executable, "-m", "stretchflow", "run", query, "--input", str(data),
+            "--output", str(out), *flags,
+            *(a for k, v in params.items() for a in ("--param", f"{k}={v}"))]
+
+
+def _run_once(variant: str, query: str, data: Path, out: Path,
+              params: dict[str, Any]) -> dict[str, float]:
+    """One whole process: the parent's wall time and the run's own time."""
+    cmd = _command(variant, query, data, out, params)
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"{variant} ({' '.join(cmd)}) failed with exit code "
+                           f"{proc.returncode}: {proc.stderr.strip()[-2000:]}")
+    if VARIANTS[variant] is None:
+        own = float(orjson.loads(proc.stdout)["elapsed_s"])
+    else:
+        m = _SUMMARY.search(proc.stderr)
+        if m is None:
+            raise RuntimeError(f"{variant}: no run summary in its output: {proc.stderr[-500:]}")
+        own = float(m.group(1))
+    return {"wall_s": wall, "own_s": own}
+
+
+def row_multiset(path: Path) -> Counter:
+    """The output as a multiset of rows, each row canonical (its fields sorted), so two files
+    with the same rows in another order or field order compare equal."""
+    loads = orjson.loads
+    with open(path, "rb") as f:
+        return Counter(tuple(sorted(loads(line).items())) for line in f if line.strip())
+
+
+def _rounds(query: str, data: Path, tmp: Path, variants: list[str], params: dict[str, Any],
+            rounds: int, progress: Any) -> dict[str, Any]:
+    runs: dict[str, list[dict[str, float]]] = {v: [] for v in variants}
+    identical = {v: True for v in variants}
+    load: list[dict[str, float]] = []
+    failed: dict[str, str] = {}
+    expected: Counter | None = None
+    for r in range(rounds):
+        before = os.getloadavg()[0]
+        order = variants[r % len(variants):] + variants[:r % len(variants)]
+        for v in order:
+            if progress:
+                progress(f"speed {query}: round {r + 1}/{rounds}, {v}")
+            if v in failed:
+                continue
+            out = tmp / f"{query}-{v}.jsonl"
+            try:
+                runs[v].append(_run_once(v, query, data, out, params))
+            except RuntimeError as e:
+                if not v.startswith("spark"):
+                    raise
+                # Spark depends on a JVM and its own start-up: its failure is recorded, and
+                # the local engines are still measured
+                failed[v] = f"skipped: failed: {str(e)[-600:]}"
+            if v == "1T" and expected is None:
+                expected = row_multiset(out)
+        if expected is None:
+            raise RuntimeError("the pane loop must be one of the variants")
+        for v in variants:  # each variant's output of this round against the pane loop's
+            if v in failed:
+                continue
+            identical[v] = identical[v] and row_multiset(tmp / f"{query}-{v}.jsonl") == expected
+        load.append({"round": r + 1, "before": before, "after": os.getloadavg()[0]})
+    stats: dict[str, Any] = dict(failed)
+    variants = [v for v in variants if v not in failed]
+    for v in variants:
+        stats[v] = {"wall_s": summarize([x["wall_s"] for x in runs[v]]),
+                    "own_s": summarize([x["own_s"] for x in runs[v]]),
+                    "outputs_identical": identical[v]}
+    for v in variants:
+        # > 1 means faster than the pane loop (ratio of the loop's median time to this one's)
+        stats[v]["speedup_vs_1T"] = {
+            m: stats["1T"][m]["median"] / stats[v][m]["median"] for m in ("wall_s", "own_s")}
+    if "vsn1" in stats and "vsn2" in stats:
+        stats["vsn2_over_vsn1"] = {  # the speed-up of the second instance
+            m: stats["vsn1"][m]["median"] / stats["vsn2"][m]["median"] for m in ("wall_s", "own_s")}
+    stats["loadavg_1min"] = load
+    stats["rows_out"] = sum(expected.values()) if expected is not None else 0
+    return stats
+
+
+def _commit() -> str | None:
+    try:
+        proc = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                              cwd=Path(__file__).resolve().parent, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if proc.returncode != 0:
+        return None
+    return proc.stdout.strip() or None
+
+
+def run(quick: bool = False, out_dir: str | os.PathLike | None = None, seed: int = 1,
+        progress: Any = None) -> Path:
+    """Measures both queries and writes ``speed.json`` and ``speed.png``; returns the JSON."""
+    from ..io.generators import tweets, write_table
+
+    workloads = {  # query -> (tweets, parameters of both the CLI and the loop)
+        "wordcount": (5_000 if quick else 200_000, {"size": 120_000, "slide": 60_000}),
+        "paircount": (1_000 if quick else 20_000,
+                      {"size": 120_000, "slide": 60_000, "distance": 3}),
+    }
+    rounds = 2 if quick else 5
+    variants = [v for v in VARIANTS if not (quick and v.startswith("spark"))]
+    skipped: dict[str, str] = {}
+    if quick:
+        skipped["spark-local2"] = "skipped: --quick (Spark's start-up dominates a smoke test)"
+    elif (why := _spark_missing()) is not None:
+        skipped["spark-local2"] = f"skipped: {why}"
+        variants.remove("spark-local2")
+    metrics: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp_s:
+        tmp = Path(tmp_s)
+        for query, (rows, params) in workloads.items():
+            data = tmp / f"tweets-{rows}.jsonl"
+            if not data.exists():
+                write_table(tweets(rows, seed=seed), data)
+            metrics[query] = {"rows": rows, **_rounds(query, data, tmp, variants, params,
+                                                        rounds, progress)}
+            for v, why in skipped.items():
+                metrics[query][v] = why
+    params_doc = {
+        "quick": quick, "rounds": rounds, "seed": seed,
+        "workloads": {q: {"tweets": n, **p} for q, (n, p) in workloads.items()},
+        "variants": {v: ("pane loop" if f is None else " ".join(f)) for v, f in VARIANTS.items()},
+        "baseline_1T": BASELINE,
+        "input": "generated tweets, JSON Lines", "output": "JSON Lines file",
+        "times": "wall_s: parent's wall clock around the whole process; own_s: the run's own "
+                 "time as the child reports it (CLI summary's elapsed, 10 ms resolution)",
+    }
+    d = Path(out_dir) if out_dir is not None else None
+    png_dir = d if d is not None else Path("benchmarks/results")
+    png_dir.mkdir(parents=True, exist_ok=True)
+    plot(metrics, png_dir / "speed.png", quick)
+    return write_result("speed", params_doc, metrics, out_dir, commit=_commit(),
+                        plot="speed.png")
+
+
+def plot(metrics: dict[str, Any], path: Path, quick: bool) -> Path:
+    """Per query, bars of the median whole-process time of each variant with min–max whiskers,
+    the run's own time beside it (``bench/plots.py``'s conventions)."""
+    from .plots import _pyplot
+
+    plt = _pyplot()
+    queries = list(metrics)
+    fig, axes = plt.subplots(1, len(queries), figsize=(6.4 * len(queries), 3.8), dpi=110)
+    for ax, q in zip(axes if len(queries) > 1 else [axes], queries, strict=True):
+        m = metrics[q]
+        names = [v for v in VARIANTS if isinstance(m.get(v), dict)]
+        xs = range(len(names))
+        for off, key, label in ((-0.2, "wall_s", "whole process"), (0.2, "own_s", "run's own")):
+            med = [m[n][key]["median"] for n in names]
+            lo = [a - m[n][key]["min"] for a, n in zip(med, names, strict=True)]
+            hi = [m[n][key]["max"] - a for a, n in zip(med, names, strict=True)]
+            ax.bar([x + off for x in xs], med, width=0.4, yerr=[lo, hi], capsize=3, label=label)
+        ax.set_xticks(list(xs), names, rotation=30, ha="right")
+        ax.set_ylabel("time (s; median, min-max)")
+        title = f"{q}, {m['rows']:,} tweets"
+        if "vsn2_over_vsn1" in m:
+            title += f"; vsn Π=2/Π=1 {m['vsn2_over_vsn1']['own_s']:.2f}x"
+        ax.set_title(title, fontsize=9)
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend(fontsize=8)
+    if quick:
+        fig.suptitle("QUICK (smoke test)", color="tab:red")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path

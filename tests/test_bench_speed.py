@@ -1,0 +1,147 @@
+"""The hand-written pane loops (bench/onethread.py) against the reference engine, and the
+``speed`` benchmark's JSON (issue #16, Deliver 4)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import stretchflow as sf
+from stretchflow.bench import BENCHMARKS, speed
+from stretchflow.bench.onethread import paircount_panes, run_loop, wordcount_panes
+from stretchflow.io.generators import tweets, write_table
+from stretchflow.queries import build_query
+
+
+def _by_ts(path: Path) -> dict[int, Counter]:
+    """Per timestamp, the multiset of output rows (raw lines: the sink's exact bytes)."""
+    out: dict[int, Counter] = {}
+    for line in path.read_bytes().splitlines():
+        out.setdefault(json.loads(line)["ts"], Counter())[line] += 1
+    return out
+
+
+def _reference(query: str, data: Path, out: Path, **params: object) -> None:
+    flow = sf.Flow(query)
+    build_query(query, [flow.source(sf.io.jsonl(data))], **params).sink(out)
+    flow.run(engine="reference")
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # 1000 tweets/s of event time with 5–15 min pauses: panes of several sizes, empty panes
+    # and windows that expire in the middle of the input; some empty texts
+    path = tmp_path_factory.mktemp("speed") / "tweets.jsonl"
+    write_table(tweets(3000, seed=5, rate=40.0, gap_prob=0.01, empty_prob=0.05), path)
+    return path
+
+
+# WS a multiple of WA, WS not a multiple of WA (pane = gcd < WA), tumbling, WA = 1 ms
+WINDOWS = [(120_000, 60_000), (50_000, 20_000), (7_000, 3_000), (30_000, 30_000), (10, 1)]
+
+
+@pytest.mark.parametrize("size,slide", WINDOWS)
+def test_wordcount_pane_loop_equals_the_reference(tmp_path, data, size, slide):
+    ref, got = tmp_path / "ref.jsonl", tmp_path / "got.jsonl"
+    _reference("wordcount", data, ref, size=size, slide=slide)
+    n_in, n_out = wordcount_panes(data, got, size=size, slide=slide)
+    assert n_in == 3000
+    assert n_out == len(got.read_bytes().splitlines()) == len(ref.read_bytes().splitlines())
+    assert _by_ts(got) == _by_ts(ref)
+
+
+@pytest.mark.parametrize("size,slide,distance", [
+    (120_000, 60_000, 3), (50_000, 20_000, 2), (7_000, 3_000, 1), (30_000, 30_000, None)])
+def test_paircount_pane_loop_equals_the_reference(tmp_path, data, size, slide, distance):
+    ref, got = tmp_path / "ref.jsonl", tmp_path / "got.jsonl"
+    _reference("paircount", data, ref, size=size, slide=slide, distance=distance)
+    _, n_out = paircount_panes(data, got, size=size, slide=slide, distance=distance)
+    assert n_out == len(ref.read_bytes().splitlines()) > 0
+    assert _by_ts(got) == _by_ts(ref)
+
+
+def test_loop_handles_blank_lines_escapes_and_tricky_tokens(tmp_path):
+    # a blank line (the chunk falls back to line-by-line parsing), tokens holding the row
+    # marker's characters and JSON escapes, several tweets at one ts, a pane shared by windows
+    rows = [{"ts": 0, "text": 'a },{"word": b'}, {"ts": 0, "text": "é \"q\" a\\"},
+            {"ts": 999, "text": "  a  a\tb\n"}, {"ts": 1000, "text": ""},
+            {"ts": 2500, "text": "},{ b a"}]
+    data = tmp_path / "in.jsonl"
+    data.write_bytes(b"\n".join(json.dumps(r).encode() for r in rows[:2]) + b"\n\n"
+                     + b"\n".join(json.dumps(r).encode() for r in rows[2:]) + b"\n")
+    for query, fn in (("wordcount", wordcount_panes), ("paircount", paircount_panes)):
+        ref, got = tmp_path / f"{query}-ref.jsonl", tmp_path / f"{query}-got.jsonl"
+        _reference(query, data, ref, size=3000, slide=1000)
+        fn(data, got, size=3000, slide=1000)
+        assert _by_ts(got) == _by_ts(ref), query
+
+
+def test_run_loop_rejects_unknown_queries_and_parameters(tmp_path, data):
+    with pytest.raises(ValueError, match="no hand-written loop"):
+        run_loop("hedge", data, tmp_path / "o.jsonl")
+    with pytest.raises(ValueError, match="unknown parameters"):
+        run_loop("wordcount", data, tmp_path / "o.jsonl", distance=3)
+    with pytest.raises(ValueError, match="slide <= size"):
+        wordcount_panes(data, tmp_path / "o.jsonl", size=1000, slide=2000)
+
+
+def test_row_multiset_ignores_order_but_not_counts(tmp_path):
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    a.write_text('{"ts":1,"word":"x","count":2}\n{"ts":2,"word":"y","count":1}\n')
+    b.write_text('{"ts":2,"count":1,"word":"y"}\n\n{"ts":1,"word":"x","count":2}\n')
+    c.write_text('{"ts":2,"word":"y","count":1}\n{"ts":2,"word":"x","count":2}\n')
+    assert speed.row_multiset(a) == speed.row_multiset(b)
+    assert speed.row_multiset(a) != speed.row_multiset(c)
+
+
+def test_speed_is_registered_and_spark_reason_is_a_string_or_none():
+    assert "speed" in BENCHMARKS
+    missing = speed._spark_missing()
+    assert missing is None or isinstance(missing, str)
+
+
+@pytest.fixture(scope="module")
+def quick_doc(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("speedq")
+    path = speed.run(quick=True, out_dir=out)
+    return out, json.loads(path.read_text())
+
+
+#: every variant of a --quick run (Spark is skipped there)
+LOCAL = ("1T", "reference", "vsn1", "vsn2", "sn2-processes", "ordered2")
+
+
+@pytest.mark.bench
+def test_speed_quick_writes_json_and_plot(quick_doc):
+    out, doc = quick_doc
+    assert doc["benchmark"] == "speed" and doc["plot"] == "speed.png"
+    assert (out / "speed.png").stat().st_size > 0
+    assert doc["parameters"]["rounds"] == 2 and doc["parameters"]["quick"] is True
+    assert "pane loop" in doc["parameters"]["baseline_1T"]
+    for query in ("wordcount", "paircount"):
+        m = doc["metrics"][query]
+        assert m["spark-local2"].startswith("skipped")
+        for v in LOCAL:
+            assert isinstance(m[v]["outputs_identical"], bool), (query, v)
+            assert m[v]["wall_s"]["n"] == 2 and m[v]["wall_s"]["min"] > 0
+            # the whole process includes the run
+            assert m[v]["wall_s"]["median"] >= m[v]["own_s"]["median"]
+        assert m["1T"]["speedup_vs_1T"]["wall_s"] == 1.0
+        assert set(m["vsn2_over_vsn1"]) == {"wall_s", "own_s"}
+        assert len(m["loadavg_1min"]) == 2 and m["rows_out"] > 0
+
+
+@pytest.mark.bench
+@pytest.mark.parametrize("variant", [v for v in LOCAL if v != "sn2-processes"])
+def test_speed_quick_outputs_equal_the_pane_loop(quick_doc, variant):
+    for query in ("wordcount", "paircount"):
+        assert quick_doc[1]["metrics"][query][variant]["outputs_identical"] is True, query
+
+
+@pytest.mark.bench
+def test_speed_quick_sn_processes_output_equals_the_pane_loop(quick_doc):
+    for query in ("wordcount", "paircount"):
+        assert quick_doc[1]["metrics"][query]["sn2-processes"]["outputs_identical"] is True
