@@ -8,7 +8,6 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import RunTupleError
 from .oplus import OPlusInstance
 
 if TYPE_CHECKING:
@@ -74,10 +73,7 @@ class AggregateInstance(OPlusInstance):
             rows, keys, values = self.op.columns(payloads)  # type: ignore[misc]
         except Exception:
             for t, p in zip(ts, payloads, strict=True):
-                try:
-                    self.process(t, p)
-                except Exception as e:
-                    raise RunTupleError(t, p, e) from e  # the run's failing tuple, named
+                self.process(t, p)  # raises the user's own error for the offending tuple
             return
         ts_arr = np.asarray(ts, dtype=np.int64)
         self.process_keyed(ts_arr[np.asarray(rows, dtype=np.int64)], keys, values,
