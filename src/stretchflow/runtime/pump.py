@@ -130,9 +130,11 @@ class SourcePump:
                 self.on_due(rest)  # due after the last tuple: applied at the end of input
 
     def _out(self, batch: list[Item]) -> None:
-        self.push(batch)
+        # recorded before the push: once pushed, a batch's outputs may reach a sink (and be
+        # measured against this clock) before push returns to this thread
         if self.clock is not None:
             self.clock.record(batch[-1][0])
+        self.push(batch)
 
 
 def drain_batch(items: list[Item]) -> list[Item]:
