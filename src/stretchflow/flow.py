@@ -95,7 +95,8 @@ class Stream:
         ``init()``; ``output(key, acc)`` when the window instance expires. With ``combine``
         (associative, ``init()`` its identity, consistent with ``update``) a sliding window's
         state is sliced: each tuple updates one slice of width gcd(size, slide), and a window
-        combines its slices when it expires (:class:`~stretchflow.operators.aggregate.Aggregate`)."""
+        combines its slices when it expires
+        (:class:`~stretchflow.operators.aggregate.Aggregate`)."""
         op = Aggregate(size=size, slide=slide, keys=keys, init=init, update=update,
                        output=output, window_type=window_type, f_mu=f_mu,
                        name=self.flow._name(name, "aggregate"), combine=combine)
