@@ -46,6 +46,7 @@ from ..runtime import (
     RunResult,
     SourcePump,
     Stopped,
+    drain_batch,
     raise_user_error,
 )
 from .plan import PhysicalPlan, Pusher, Tagged
@@ -323,7 +324,7 @@ class VSNExecutor:
                 raise Stopped
             if items is END:
                 return
-            out = [item for item in items if item[1] is not WATERMARK]
+            out = drain_batch(items)
             if out:
                 sink.write(out)
                 latency.measure_outputs(clock, out)

@@ -106,11 +106,6 @@ class RunControl:
             except Exception:  # noqa: BLE001, S110  # an abort must reach every other hook
                 pass
 
-    def check(self) -> None:
-        """Raises :class:`Stopped` if the run was stopped."""
-        if self.stop.is_set():
-            raise Stopped
-
     def guard(self, fn: Callable[..., Any], *args: Any) -> Callable[[], None]:
         """``fn(*args)`` as a thread target: :class:`Stopped` ends it quietly, any other
         exception fails the run."""
