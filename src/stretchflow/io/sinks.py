@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from ..batch import Batch
 from ..errors import StretchflowError
 
 
@@ -40,6 +41,10 @@ class Sink:
     def write(self, items: list[tuple[int, Any]]) -> None:
         raise NotImplementedError
 
+    def write_batch(self, batch: Batch) -> None:
+        """Receives a whole :class:`~stretchflow.batch.Batch`; by default tuple by tuple."""
+        self.write(batch.items())
+
     def close(self) -> None:
         pass
 
@@ -59,6 +64,11 @@ class Collector(Sink):
     def write(self, items: list[tuple[int, Any]]) -> None:
         self.items.extend(items)
         self.count += len(items)
+
+    def write_batch(self, batch: Batch) -> None:
+        # the collector's contract is Python tuples, whatever form the batch travels in
+        self.items.extend(batch.items())
+        self.count += len(batch)
 
     def records(self) -> list[dict]:
         return [to_record(ts, p) for ts, p in self.items]
@@ -87,6 +97,22 @@ class _JsonWriter(Sink):
             raise StretchflowError(f"sink {self.name!r}: cannot write output as JSON: {e}") \
                 from e
 
+    def _dump_batch(self, f: Any, batch: Batch) -> None:
+        """The batch's lines in one write: built by Arrow from its table when it has one and
+        every column can be written byte-identically (json_columns), else by orjson."""
+        data = None
+        if batch.has_table:  # never build a table from Python payloads just to write it
+            from .json_columns import jsonl_bytes
+
+            try:
+                data = jsonl_bytes(batch.ts, batch.table)
+            except ValueError as e:
+                raise StretchflowError(f"sink {self.name!r}: cannot write batch: {e}") from e
+        if data is None:
+            self._dump(f, batch.items())
+        elif len(data):
+            f.write(data)
+
 
 class JsonLinesSink(_JsonWriter):
     """Writes one JSON object per line."""
@@ -104,6 +130,10 @@ class JsonLinesSink(_JsonWriter):
         self._dump(self._f, items)
         self.count += len(items)
 
+    def write_batch(self, batch: Batch) -> None:
+        self._dump_batch(self._f, batch)
+        self.count += len(batch)
+
     def close(self) -> None:
         self._f.close()
 
@@ -119,6 +149,13 @@ class Stdout(_JsonWriter):
         self._dump(out.buffer, items)
         out.buffer.flush()
         self.count += len(items)
+
+    def write_batch(self, batch: Batch) -> None:
+        out = sys.stdout
+        out.flush()  # text already written through sys.stdout goes out first
+        self._dump_batch(out.buffer, batch)
+        out.buffer.flush()
+        self.count += len(batch)
 
 
 class _TableSink(Sink):
@@ -142,6 +179,15 @@ class _TableSink(Sink):
         if len(self._buf) >= self.BATCH:
             self._flush()
 
+    def write_batch(self, batch: Batch) -> None:
+        table = _records_table(batch) if batch.has_table and len(batch) else None
+        if table is None:
+            self.write(batch.items())
+            return
+        self._flush()  # records buffered by write() come first
+        self.count += len(batch)
+        self._write_table(table)
+
     def _flush(self) -> None:
         import pyarrow as pa
 
@@ -149,6 +195,9 @@ class _TableSink(Sink):
             return
         table = pa.Table.from_pylist(self._buf)
         self._buf = []
+        self._write_table(table)
+
+    def _write_table(self, table: Any) -> None:
         if self._writer is None:
             self._writer = self._new_writer(table.schema)
         self._writer.write_table(table.cast(self._writer.schema) if hasattr(
@@ -177,6 +226,58 @@ class ParquetSink(_TableSink):
         import pyarrow.parquet as pq
 
         return pq.ParquetWriter(str(self.path), schema)
+
+
+def _records_table(batch: Batch) -> Any:
+    """The batch's records as the table ``pa.Table.from_pylist`` makes of the tuple path's
+    records (``ts`` first as int64, the payload's other columns in order, each with the type
+    inference gives its Python values), or None when some column's type would differ."""
+    import pyarrow as pa
+
+    table = batch.table
+    if isinstance(table, pa.RecordBatch):
+        table = pa.Table.from_batches([table])
+    names = table.column_names
+    if len(set(names)) != len(names):
+        return None
+    if table.num_rows != len(batch):
+        raise StretchflowError(f"batch of {len(batch)} tuples has a table of {table.num_rows} "
+                               "rows")
+    out_names, cols = ["ts"], [pa.chunked_array([pa.array(batch.ts, type=pa.int64())])]
+    for name, col in zip(names, table.columns, strict=True):
+        if name == "ts":
+            continue  # to_record replaces a payload's ts by the tuple's
+        col = _inferred_form(col)
+        if col is None:
+            return None
+        out_names.append(name)
+        cols.append(col)
+    return pa.table(cols, names=out_names)
+
+
+def _inferred_form(col: Any) -> Any:
+    """A column cast to the type inference gives its Python values (all None: null; ints:
+    int64; floats: double; str: string; bool: bool), or None for other types or a cast that
+    would not be lossless."""
+    import pyarrow as pa
+
+    t = col.type
+    if len(col) and col.null_count == len(col):
+        return pa.chunked_array([pa.nulls(len(col))])
+    if pa.types.is_integer(t):
+        target = pa.int64()
+    elif pa.types.is_float32(t) or pa.types.is_float64(t):
+        target = pa.float64()
+    elif pa.types.is_string(t) or pa.types.is_large_string(t):
+        target = pa.string()
+    elif pa.types.is_boolean(t) or pa.types.is_null(t):
+        return col
+    else:
+        return None
+    try:
+        return col.cast(target)  # safe cast: a uint64 past int64's range is refused
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
 
 
 def open_sink(path: str | os.PathLike) -> Sink:

@@ -1,0 +1,142 @@
+"""JSON Lines of a whole Arrow table at once, byte for byte what the tuple path writes.
+
+The tuple path writes ``orjson.dumps(to_record(ts, payload)) + b"\\n"`` per output tuple. For a
+batch whose payloads are a table (``payload = table.to_pylist()[r]``) the same bytes come out of
+Arrow compute: every column is turned into its JSON text once (integers and booleans by a cast,
+strings by escaping their bytes), and one ``binary_join_element_wise`` glues ``{"ts":``, the
+keys and the values into lines. No Python runs per row.
+
+Only column types whose JSON text Arrow writes exactly as orjson does are taken: integers of
+any width, strings and large strings, booleans and all-null columns. Anything else (floats —
+orjson prints the shortest round-trip form, Arrow's cast does not always —, lists, structs,
+binary, temporal types, dictionaries...) makes :func:`jsonl_bytes` return None and the caller
+writes the batch through orjson. A fast path that is not byte-identical would be a bug, so the
+types are an allow-list.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+
+# orjson's escapes inside a JSON string: the two-character forms for \b \t \n \f \r, every other
+# control character as \u00XX with lowercase hex (orjson 3.x: b'"\\u000b"' for "\x0b").
+_SHORT = {0x08: "\\b", 0x09: "\\t", 0x0A: "\\n", 0x0C: "\\f", 0x0D: "\\r"}
+_ESCAPES = {c: _SHORT.get(c, f"\\u{c:04x}") for c in range(0x20)}
+
+_OUT = pa.large_string()  # 64-bit offsets: a batch's text may pass 2 GiB where its columns do not
+
+
+def _is_int(t: pa.DataType) -> bool:
+    return pa.types.is_integer(t)
+
+
+def _is_str(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
+def supported(t: pa.DataType) -> bool:
+    """Whether a column of this type goes through the vectorized path."""
+    return _is_int(t) or _is_str(t) or pa.types.is_boolean(t) or pa.types.is_null(t)
+
+
+def _value_bytes(chunk: pa.Array) -> np.ndarray:
+    """The UTF-8 bytes of a string chunk's values (its slice only), as a uint8 view."""
+    _, offsets_buf, data_buf = chunk.buffers()
+    n = len(chunk)
+    if data_buf is None or n == 0:
+        return np.empty(0, dtype=np.uint8)
+    odt = np.int64 if pa.types.is_large_string(chunk.type) else np.int32
+    offsets = np.frombuffer(offsets_buf, dtype=odt)[chunk.offset: chunk.offset + n + 1]
+    return np.frombuffer(data_buf, dtype=np.uint8)[int(offsets[0]): int(offsets[-1])]
+
+
+def _present_specials(col: pa.ChunkedArray) -> list[int]:
+    """The bytes that need escaping which occur in the column, in the order they must be
+    replaced: backslash first (the other escapes put backslashes in), then quote, then control
+    characters. UTF-8 multi-byte sequences use only bytes >= 0x80, so counting bytes is exact."""
+    counts = np.zeros(256, dtype=np.int64)
+    for chunk in col.chunks:
+        b = _value_bytes(chunk)
+        if len(b):
+            counts += np.bincount(b, minlength=256)
+    order = [0x5C, 0x22, *range(0x20)]
+    return [c for c in order if counts[c]]
+
+
+def _json_string(col: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A string column as JSON string literals, escaped as orjson does; nulls stay null."""
+    col = col.cast(_OUT)
+    for c in _present_specials(col):
+        # one pass per special byte actually present: none at all for ordinary text
+        col = pc.replace_substring(col, chr(c), "\\" + chr(c) if c in (0x5C, 0x22)
+                                   else _ESCAPES[c])
+    quote = pa.scalar("\"", _OUT)
+    return pc.binary_join_element_wise(quote, col, quote, pa.scalar("", _OUT))
+
+
+def _json_values(col: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A column's values as JSON text (``null`` for nulls)."""
+    t = col.type
+    if _is_str(t):
+        text = _json_string(col)
+    elif _is_int(t) or pa.types.is_boolean(t):
+        # Arrow prints integers in plain decimal and booleans as true/false, as orjson does
+        text = col.cast(_OUT)
+    else:  # null type
+        text = col.cast(_OUT)
+    return pc.fill_null(text, "null")
+
+
+def jsonl_lines(ts: np.ndarray, table: pa.Table | pa.RecordBatch) -> pa.ChunkedArray | None:
+    """The JSON Lines text of tuples ``(ts[r], table.to_pylist()[r])`` as one string per row
+    (each ending in a newline), or None when a column cannot be written byte-identically."""
+    if isinstance(table, pa.RecordBatch):
+        table = pa.Table.from_batches([table])
+    if table.num_rows != len(ts):
+        raise ValueError(f"batch has {len(ts)} timestamps but its table {table.num_rows} rows")
+    names = table.column_names
+    if len(set(names)) != len(names):
+        return None  # to_pylist folds repeated names into one key: leave that to orjson
+    cols = [(n, c) for n, c in zip(names, table.columns, strict=True) if n != "ts"]
+    if not all(supported(c.type) for _, c in cols):
+        return None
+    parts: list[Any] = ["{\"ts\":", pa.array(ts, type=pa.int64()).cast(_OUT)]
+    for name, col in cols:
+        # keys are constant: orjson itself escapes them, once per column
+        parts.append("," + orjson.dumps(name).decode() + ":")
+        parts.append(_json_values(col))
+    parts.append("}\n")
+    return pc.binary_join_element_wise(*[pa.scalar(p, _OUT) if isinstance(p, str) else p
+                                         for p in parts], pa.scalar("", _OUT))
+
+
+def _chunk_bytes(chunk: pa.Array) -> memoryview:
+    _, offsets_buf, data_buf = chunk.buffers()
+    n = len(chunk)
+    if n == 0 or data_buf is None:
+        return memoryview(b"")
+    offsets = np.frombuffer(offsets_buf, dtype=np.int64)[chunk.offset: chunk.offset + n + 1]
+    return memoryview(data_buf)[int(offsets[0]): int(offsets[-1])]
+
+
+def jsonl_bytes(ts: np.ndarray, table: pa.Table | pa.RecordBatch) -> bytes | memoryview | None:
+    """The JSON Lines file content for the tuples (see :func:`jsonl_lines`) as one buffer, read
+    straight from the Arrow data buffer, or None when the batch must go through orjson."""
+    if len(ts) == 0:
+        return b""
+    lines = jsonl_lines(ts, table)
+    if lines is None:
+        return None
+    if isinstance(lines, pa.Array):
+        lines = pa.chunked_array([lines])
+    chunks = [c for c in lines.chunks if len(c)]
+    if lines.null_count:  # every part is non-null by construction; guard the invariant
+        raise AssertionError("a JSON line came out null")
+    if len(chunks) == 1:
+        return _chunk_bytes(chunks[0])  # zero-copy view of the joined text
+    return b"".join(_chunk_bytes(c) for c in chunks)  # one copy per chunk, not per row
