@@ -1,6 +1,7 @@
 """The stretchflow command: generate, run (flow files, engines), bench, demo."""
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -222,12 +223,24 @@ def test_bench_reference_writes_json(tmp_path, capsys):
                  "--repeats", "1", "--out", str(tmp_path)]) == 0
     doc = json.loads((tmp_path / "reference-wordcount.json").read_text())
     m = doc["metrics"]
-    assert doc["parameters"]["rows"] == 3000 and doc["outputs_identical"] is True
+    assert doc["parameters"]["rows"] == 3000
+    # the verdict of a real comparison of the two output files (tests/test_bench_reference.py
+    # shows it turns False, and the command fails, when they differ), over every row written
+    assert doc["outputs_identical"] is True and doc["output_difference"] is None
+    (rnd,) = doc["rounds"]
+    assert rnd["outputs_identical"] is True and rnd["order"] == ["reference", "1T"]
+    assert rnd["rows_compared"] == m["reference"]["rows_out"]["median"] \
+        == m["1T"]["rows_out"]["median"] > 0
     for variant in ("reference", "1T"):
         assert m[variant]["tuples_in"]["median"] == 3000
         assert m[variant]["peak_rss_mb"]["median"] > 0
+        assert m[variant]["load_1min_before"]["n"] == 1
+    # one repeat: the median of per-repeat ratios is the ratio of the medians
     assert m["ratio_reference_over_1T"]["n"] == 1
-    assert doc["machine"]["cpus"] >= 1
+    assert m["ratio_of_medians_reference_over_1T"] == m["ratio_reference_over_1T"]["median"] \
+        == m["reference"]["tuples_per_s"]["median"] / m["1T"]["tuples_per_s"]["median"]
+    assert [(p["repeat"], p["variant"]) for p in m["probes"]] == [(1, "reference"), (1, "1T")]
+    assert doc["machine"]["cpus"] == os.cpu_count()
 
 
 def test_demo_runs(tmp_path, capsys):
