@@ -283,6 +283,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         names = [n for n in BENCHMARKS if n.startswith(f"{target}-")]
     elif target in CROSS_ENGINE:
         names = [target]
+    elif target == "report":
+        return _bench_report(args)
     elif target == "reference":
         from .bench import reference
 
@@ -300,7 +302,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return 0
     else:
         raise ValueError(f"unknown bench command {target!r}: use list, run NAME, all, "
-                         f"reference, speed, or a suite: {', '.join(BENCH_SUITES)}")
+                         f"reference, speed, report, or a suite: {', '.join(BENCH_SUITES)}")
     import time
 
     took = []
@@ -313,6 +315,29 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if len(took) > 1:
         err.print("took: " + ", ".join(f"{n} {s:.0f} s" for n, s in took)
                   + f"; total {sum(s for _, s in took):.0f} s")
+    return 0
+
+
+def _bench_report(args: argparse.Namespace) -> int:
+    """``stretchflow bench report [--check] [--results DIR] [--doc FILE]``: renders the report
+    blocks of docs/RESULTS.md from the JSON results; with ``--check`` writes nothing and exits
+    2 with one line per block that is out of date."""
+    from .bench import report
+
+    doc = Path(args.doc) if args.doc else report.DOC
+    results = Path(args.results) if args.results else report.RESULTS
+    if not doc.is_file():
+        raise ValueError(f"bench report: no document {doc}")
+    if not results.is_dir():
+        raise ValueError(f"bench report: no results directory {results}")
+    if args.check:
+        stale = report.check(doc, results)
+        for line in stale:
+            print(line, file=sys.stderr)
+        return 2 if stale else 0
+    changed = report.update(doc, results)
+    err.print(f"{doc}: {len(changed)} block(s) rewritten" + (f": {', '.join(changed)}"
+                                                                if changed else ""))
     return 0
 
 
@@ -400,8 +425,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("-q", "--quiet", action="store_true")
     g.set_defaults(fn=cmd_generate)
 
-    b = sub.add_parser("bench", help="run a benchmark; writes JSON to benchmarks/results/")
-    b.add_argument("target", help="list | run NAME | all | reference | speed | "
+    b = sub.add_parser("bench", help="run a benchmark; writes JSON to benchmarks/results/ "
+                                     "(bench report: docs/RESULTS.md's numbers from it)")
+    b.add_argument("target", help="list | run NAME | all | reference | speed | report | "
                                   f"{' | '.join(BENCH_SUITES)} (a suite)")
     b.add_argument("name", nargs="?", help="with run: the benchmark (see bench list)")
     b.add_argument("--quick", action="store_true", help="small inputs (a smoke test)")
@@ -410,6 +436,13 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--seed", type=int, default=1)
     b.add_argument("--repeats", type=int, default=3)
     b.add_argument("--out", default=None, help="results directory (default benchmarks/results)")
+    b.add_argument("--check", action="store_true",
+                   help="with report: write nothing; exit 2 naming every block of the document "
+                        "that is out of date with the JSON")
+    b.add_argument("--results", default=None, metavar="DIR",
+                   help="with report: the JSON results (default benchmarks/results)")
+    b.add_argument("--doc", default=None, metavar="FILE",
+                   help="with report: the document to render (default docs/RESULTS.md)")
     b.set_defaults(fn=cmd_bench)
 
     d = sub.add_parser("demo", help="generate tweets and run two queries")

@@ -34,7 +34,7 @@ from typing import Any
 
 import stretchflow as sf
 
-from .common import summarize, write_result
+from .common import repeat_probe, summarize, write_result
 
 KEYS = 1000
 
@@ -125,15 +125,18 @@ def q1(rows: int = 8_000, parallelisms: tuple[int, ...] = (1, 2, 4),
         row: dict[str, Any] = {}
         for engine in ("vsn", "sn"):
             for p in parallelisms:
-                tps, dup = [], 0.0
+                tps, dup, probes = [], 0.0, []
                 for _ in range(repeats):
                     flow = sf.Flow(label)
                     build_query(query, [flow.source(sf.io.iterable(recs))], **params).collect()
-                    res = flow.run(engine=engine, parallelism=p, max_parallelism=max(parallelisms))
+                    with repeat_probe() as probe:  # what else ran: write_result's "quiet"
+                        res = flow.run(engine=engine, parallelism=p,
+                                       max_parallelism=max(parallelisms))
+                    probes.append(probe)
                     tps.append(rows / res.elapsed)
                     if engine == "sn":
                         dup = res.extra["duplication_factor"]
-                row[f"{engine}{p}"] = {"tuples_per_s": summarize(tps)}
+                row[f"{engine}{p}"] = {"tuples_per_s": summarize(tps), "probes": probes}
                 if engine == "sn":
                     row[f"{engine}{p}"]["duplication_factor"] = dup
         out[label] = row
@@ -172,11 +175,13 @@ def speedup(rows: int = 5_000, cost: int = 5_000, channels: tuple[int, ...] = (1
     for transport in transports:
         res_t: dict[str, Any] = {}
         for n in channels:
-            tps, parent_us, startup = [], [], []
+            tps, parent_us, startup, probes = [], [], [], []
             for _ in range(repeats):
                 flow, col = _costly_flow(sf.io.iterable(recs), cost)
                 c0 = _cpu_s()
-                res = flow.run(engine="sn", parallelism=n, channels=transport, batch=batch)
+                with repeat_probe() as probe:  # what else ran: write_result's "quiet"
+                    res = flow.run(engine="sn", parallelism=n, channels=transport, batch=batch)
+                probes.append(probe)
                 # steady state: not the processes' start (reported apart)
                 tps.append(rows / (res.elapsed - res.extra["startup_s"]))
                 startup.append(res.extra["startup_s"])
@@ -184,7 +189,7 @@ def speedup(rows: int = 5_000, cost: int = 5_000, channels: tuple[int, ...] = (1
                 # the channels): what stands between the channels and a linear speed-up
                 parent_us.append((_cpu_s() - c0) / rows * 1e6)
             res_t[str(n)] = {"tuples_per_s": summarize(tps), "startup_s": summarize(startup),
-                             "parent_cpu_us_per_tuple": summarize(parent_us)}
+                             "parent_cpu_us_per_tuple": summarize(parent_us), "probes": probes}
         base = res_t[str(channels[0])]["tuples_per_s"]["median"]
         for n in channels:
             res_t[str(n)]["speedup"] = res_t[str(n)]["tuples_per_s"]["median"] / base

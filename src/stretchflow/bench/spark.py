@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .common import summarize, write_result
+from .common import repeat_probe, summarize, write_result
 
 
 def _session(master: str = "local[2]") -> tuple[Any, float]:
@@ -143,9 +143,11 @@ def _side_by_side(make_flow: Callable[[], Any]) -> dict[str, Any]:
     for name, engine, opts in (*LOCAL_ENGINES, ("spark_batch", "spark", {})):
         flow = make_flow()
         t0 = time.perf_counter()
-        res = flow.run(engine=engine, **opts)
+        with repeat_probe() as probe:  # what else ran meanwhile: write_result's "quiet"
+            res = flow.run(engine=engine, **opts)
         out[name] = {"tuples_per_s": res.throughput, "elapsed_s": res.elapsed,
-                     "end_to_end_s": time.perf_counter() - t0, "outputs": res.tuples_out}
+                     "end_to_end_s": time.perf_counter() - t0, "outputs": res.tuples_out,
+                     "probe": probe}
         if out[name]["outputs"] != out["reference"]["outputs"]:
             raise RuntimeError(f"{name} gave {res.tuples_out} outputs, the reference "
                                f"{out['reference']['outputs']}")

@@ -1,0 +1,298 @@
+"""The renderers of docs/RESULTS.md's report blocks for the SN, ordered, slack, Spark and
+speed results (the others and the shared formatting are in
+:mod:`stretchflow.bench.report_tables`)."""
+
+from __future__ import annotations
+
+from .report_tables import (
+    Doc,
+    f1,
+    f2,
+    f3,
+    n0,
+    ratio_of_medians,
+    renderer,
+    spread,
+    table,
+    verdict,
+)
+
+# ---- SN -----------------------------------------------------------------------------------
+
+_Q1_QUERIES = {"wordcount": "wordcount", "paircount-d3": "paircount d = 3",
+               "paircount-d10": "paircount d = 10", "paircount-dinf": "paircount unbounded"}
+
+
+@renderer("sn-q1", "sn-q1")
+def _sn_q1(d: Doc) -> str:
+    m = d["metrics"]
+    pars = d["parameters"]["parallelisms"]
+    rows = []
+    for key, label in _Q1_QUERIES.items():
+        if key not in m:
+            continue
+        q = m[key]
+        vsn = " / ".join(n0(q[f"vsn{p}"]["tuples_per_s"]["median"]) for p in pars)
+        sn = " / ".join(n0(q[f"sn{p}"]["tuples_per_s"]["median"])
+                        + (f" ({f2(q[f'sn{p}']['duplication_factor'])})" if p > 1 else "")
+                        for p in pars)
+        rows.append([label, vsn, sn])
+    ps = " / ".join(str(p) for p in pars)
+    return (f"{n0(m['rows'])} tweets, median tuples/s over {d['parameters']['repeats']} runs "
+            f"(SN's measured duplication factor in brackets).\n\n"
+            + table(["query", f"VSN Π = {ps}", f"SN Π = {ps}"], rows))
+
+
+@renderer("sn-speedup", "sn-speedup")
+def _sn_speedup(d: Doc) -> str:
+    m = d["metrics"]
+    chans = [str(c) for c in d["parameters"]["channels"]]
+    rows = []
+    for kind in ("processes", "threads"):
+        rows.append([f"{kind}, tuples/s (speed-up)"]
+                    + [f"{n0(m[kind][c]['tuples_per_s']['median'])} ({f2(m[kind][c]['speedup'])})"
+                       for c in chans])
+    two = m["processes"]["2"]["speedup"]
+    return (f"{n0(m['rows'])} tuples, {n0(m['keys'])} keys, per-tuple cost {n0(m['cost'])} "
+            f"multiplications, median of {d['parameters']['repeats']}; speed-up = ratio of "
+            f"medians against 1 channel. Target ≥ 1.7× at 2 process channels: "
+            f"{verdict(two, 1.7)}.\n\n" + table(["channels", *chans], rows))
+
+
+@renderer("sn-level", "sn-settle", "sn-adapt", "sn-thresholds")
+def _sn_level(settle: Doc | None, adapt: Doc | None, thresholds: Doc | None) -> str:
+    rows = []
+    if settle:
+        for cost, r in settle["metrics"].items():
+            if isinstance(r, dict):
+                rows.append([f"`sn-settle`, cost {cost}", f"settled on {r['settled']}",
+                             str(r["migrations"]), "—"])
+    if adapt:
+        for load in ("sine", "step"):
+            r = adapt["metrics"][load]
+            rows.append([f"`sn-adapt`, {load} load", f"{min(r['channels'])}–{max(r['channels'])}",
+                         str(r["migrations"]), f"{n0(r['handled_fraction'] * 100)} %"])
+    if thresholds:
+        for th, r in thresholds["metrics"].items():
+            if isinstance(r, dict):
+                rows.append([f"`sn-thresholds`, threshold {th}",
+                             f"{min(r['channels'])}–{max(r['channels'])}",
+                             str(r["migrations"]), f"{n0(r['handled_fraction'] * 100)} %"])
+    return table(["experiment", "channels", "migrations", "offered load handled"], rows)
+
+
+@renderer("sn-migration", "sn-migration")
+def _sn_migration(d: Doc) -> str:
+    rows = []
+    for mode, by_keys in d["metrics"].items():
+        for keys, steps in by_keys.items():
+            ms = [s["duration_ms"] for s in steps]
+            kb = [s["bytes_moved"] / 1000 for s in steps]
+            rows.append([mode, n0(int(keys)), f"{n0(min(ms))}–{n0(max(ms))} ms",
+                         f"{f1(min(kb))}–{f1(max(kb))} KB"])
+    return table(["channels, store", "keys", "time per step", "bytes moved per step"], rows)
+
+
+# ---- ordered ------------------------------------------------------------------------------
+
+@renderer("ordered-heuristics", "ordered-heuristics")
+def _heuristics(d: Doc) -> str:
+    rows = []
+    heur: list[str] = []
+    for query, by_h in d["metrics"].items():
+        heur = list(by_h)
+        lat = {h: r["latency"]["mean_20_80_ms"] for h, r in by_h.items()}
+        tput = {h: r["tuples_per_s"]["median"] for h, r in by_h.items()}
+        rows.append([query] + [f"{n0(tput[h])} t/s, {n0(lat[h])} ms" for h in heur]
+                    + [min(lat, key=lat.__getitem__).upper(),
+                       max(tput, key=tput.__getitem__).upper()])
+    return ("Median throughput and mean processing latency (20th–80th percentile markers).\n\n"
+            + table(["query", *(h.upper() for h in heur), "lowest latency", "best throughput"],
+                    rows))
+
+
+@renderer("ordered-queues", "ordered-queues")
+def _queues(d: Doc) -> str:
+    rows = []
+    for sigma, r in d["metrics"].items():
+        if not sigma.startswith("sigma="):
+            continue
+        rows.append([sigma.removeprefix("sigma=")]
+                    + [f"{n0(r[w]['hybrid']['tuples_per_s']['median'])} / "
+                       f"{n0(r[w]['partitioned']['tuples_per_s']['median'])} "
+                       f"({f2(r[w]['hybrid_over_partitioned'])}×)"
+                       for w in ("numpy_2_workers", "sleep_4_workers")])
+    return ("Hybrid / partitioned queue, median tuples/s (ratio of medians).\n\n"
+            + table(["skew σ", "2 numpy workers", "4 GIL-releasing (sleep) workers"], rows))
+
+
+@renderer("ordered-reorder", "ordered-reorder")
+def _reorder(d: Doc) -> str:
+    rows = []
+    for load, r in d["metrics"].items():
+        if "lock" not in r:
+            continue
+        rows.append([load, spread(r["lock"]["tuples_per_s"]),
+                     spread(r["nonblocking"]["tuples_per_s"]),
+                     f"{f2(r['nonblocking_over_lock'])}×"])
+    return table(["tuples", "lock-based, t/s", "non-blocking, t/s",
+                  "non-blocking / lock (ratio of medians)"], rows)
+
+
+_PIPELINES = {"L": "L (stateless)", "L-P": "L→P (stateless → partitioned-stateful)",
+              "P": "P (partitioned-stateful)"}
+
+
+@renderer("ordered-scaling", "ordered-scaling")
+def _scaling(d: Doc) -> str:
+    m = d["metrics"]
+    rows = []
+    for key, label in _PIPELINES.items():
+        r = m[key]
+        rows.append([label, n0(r["workers_1"]["median"]), n0(r["workers_2"]["median"]),
+                     f"**{f2(r['speedup'])}**",
+                     f"{f2(r['cores_used_1']['median'])} / {f2(r['cores_used_2']['median'])}"])
+    low = min(m[k]["speedup"] for k in _PIPELINES)
+    return (f"Operators calibrated to {f2(m['calibration']['cost_ms'])} ms per tuple, median of "
+            f"{d['parameters']['repeats']} alternating runs; speed-up = ratio of medians. "
+            f"Target ≥ 1.7× with 2 workers on every pipeline shape: {verdict(low, 1.7)}.\n\n"
+            + table(["pipeline", "1 worker (t/s)", "2 workers (t/s)", "speed-up",
+                     "cores used (1 / 2)"], rows))
+
+
+# ---- slack --------------------------------------------------------------------------------
+
+_POLICIES = {"sltuner": "**SLTuner**", "static-low": "static-low", "static-high": "static-high",
+             "max-timestamp": "max-timestamp", "tcp": "TCP-like"}
+
+
+@renderer("slack-tuning", "slack-tuning-zipf", "slack-tuning-constant")
+def _tuning(zipf: Doc | None, constant: Doc | None) -> str:
+    rows = []
+    for d, label in ((zipf, "Zipf delays"), (constant, "constant delay")):
+        if d is None:
+            continue
+        m = d["metrics"]
+        first = True
+        for key, name in _POLICIES.items():
+            r = m["policies"][key]
+            rows.append([f"{label}, deadline {n0(m['deadline_ms'])} ms" if first else "", name,
+                         f"{r['violations']} / {r['intervals']}", f"{n0(r['max_latency_ms'])} ms",
+                         n0(r["slack_ready"]), n0(r["events"])])
+            first = False
+    return table(["scenario", "policy", "deadline violations / intervals", "max latency",
+                  "slack-ready tuples", "events"], rows)
+
+
+@renderer("slack-estimators", "slack-estimators")
+def _estimators(d: Doc) -> str:
+    rows = []
+    for scen, r in d["metrics"]["table"].items():
+        for est in ("gp", "svm", "linear", "isotonic"):
+            rows.append([scen if est == "gp" else "", est.upper() if est in ("gp", "svm")
+                         else est, f"{f1(r[est]['nrmse_latency_pct'])} %",
+                         f"{f1(r[est]['nrmse_slack_ready_pct'])} %"])
+    return table(["scenario", "estimator", "NRMSE latency", "NRMSE slack-ready"], rows)
+
+
+_STRUCTS = {"esg": "ESG", "ssg": "SSG", "ssg-cap1024": "SSG, capacity 1 024",
+            "kslack": "lock-based K-slack"}
+
+
+@renderer("slack-overhead", "slack-overhead")
+def _overhead(d: Doc) -> str:
+    m = d["metrics"]
+    readers = list(m["readers"])
+    rows = [[label] + [f3(m["readers"][n][s]["read_ms_per_tuple"]) for n in readers]
+            for s, label in _STRUCTS.items()]
+    cap = [m["readers"][n]["ssg-cap1024"] for n in readers]
+    waits = [c["writer_waits"] for c in cap]
+    return (f"{m['writers']} writers × {n0(m['per_writer'])} tuples; read time per tuple in ms. "
+            f"The capacity-bound SSG blocked its writers {n0(min(waits))}–{n0(max(waits))} "
+            f"times and never held more than {n0(max(c['max_held'] for c in cap))} tuples.\n\n"
+            + table(["readers", *readers], rows))
+
+
+# ---- Spark --------------------------------------------------------------------------------
+
+@renderer("spark-wordcount", "spark-wordcount")
+def _spark_wordcount(d: Doc) -> str:
+    m = d["metrics"]
+    rows = [["reference", n0(m["reference"]["tweets_per_s"]), ""],
+            ["sn, 2 channels", n0(m["sn2"]["tweets_per_s"]), ""],
+            ["**Spark batch**, first job", f"**{n0(m['spark_batch']['tweets_per_s'])}**",
+             f"{f1(m['spark_batch']['elapsed_s'])} s"],
+            ["Spark batch, same job again", n0(m["spark_batch_again"]["tweets_per_s"]), ""]]
+    for key, label in (("spark_stream_key_groups", "**Spark streaming**, first query"),
+                       ("spark_stream_key_groups_again", "Spark streaming, again"),
+                       ("spark_stream_raw_key", "Spark streaming, grouped by each word")):
+        s = m[key]
+        rows.append([f"{label} ({n0(s['key_groups'])} key groups, {n0(s['tweets'])} tweets)",
+                     n0(s["tweets_per_s_steady"]) + " steady",
+                     f"median micro-batch {f2(s['micro_batch_ms']['median'] / 1000)} s"])
+    outs = {r["outputs"]["collect"] for k, r in m.items()
+            if isinstance(r, dict) and "outputs" in r and isinstance(r["outputs"], dict)}
+    batch, stream = m["spark_batch"]["tweets_per_s"], m["spark_stream_key_groups"]
+    return (f"{n0(m['rows'])} tweets, `{d['parameters']['master']}`, {m['state_partitions']} "
+            f"state partitions, outputs per engine: {', '.join(n0(o) for o in sorted(outs))}; "
+            f"session start {f1(m['session_start_s'])} s. Targets: batch ≥ 30 000 tweets/s "
+            f"{verdict(batch, 30_000)}, streaming ≥ 10 000 "
+            f"{verdict(stream['tweets_per_s_steady'], 10_000)}.\n\n"
+            + table(["", "tweets/s", ""], rows))
+
+
+@renderer("spark-side-by-side", "spark-scalejoin", "spark-paircount")
+def _spark_side(scalejoin: Doc | None, paircount: Doc | None) -> str:
+    rows = []
+    for d, label in ((scalejoin, "scalejoin"), (paircount, "paircount")):
+        if d is None:
+            continue
+        m = d["metrics"]
+        outs = {m[k]["outputs"]["collect"] for k in ("reference", "vsn1", "sn2", "spark_batch")}
+        what = (f"{n0(m['rows_per_input'])} rows per input, window {n0(m['window'] / 1000)} s"
+                if label == "scalejoin" else f"{n0(m['rows'])} tweets, B = {m['distance']}")
+        rows.append([f"{label} ({what})", *(
+            f"{n0(m[k]['tuples_per_s'])} ({f1(m[k]['elapsed_s'])} s)"
+            for k in ("reference", "vsn1", "sn2", "spark_batch")),
+            ", ".join(n0(o) for o in sorted(outs))])
+    return ("Tuples/s (elapsed) on `local[2]`.\n\n"
+            + table(["query", "reference", "VSN Π = 1", "SN 2 channels", "Spark batch",
+                     "outputs (every engine)"], rows))
+
+
+@renderer("spark-rate", "spark-rate")
+def _spark_rate(d: Doc) -> str:
+    m = d["metrics"]
+    rows = []
+    for rate in d["parameters"]["rates"]:
+        r = m[str(rate)]
+        rows.append([n0(rate), n0(r["rows_per_batch"]["median"]),
+                     f"{n0(r['micro_batch_ms']['median'])} ms ({n0(r['micro_batch_ms']['max'])})",
+                     n0(r["processed_rows_per_s"]), "yes" if r["kept_up"] else "no"])
+    return (f"Trigger {m['trigger']}, measured for {m['seconds']} s after the first "
+            "micro-batch.\n\n"
+            + table(["rows/s generated", "rows per micro-batch, median",
+                     "micro-batch, median (max)", "rows/s processed", "kept up"], rows))
+
+
+# ---- speed (issue #16) --------------------------------------------------------------------
+
+@renderer("speed", "speed")
+def _speed(d: Doc) -> str:
+    out = []
+    for wl, m in d["metrics"].items():
+        if not isinstance(m, dict) or "1T" not in m:
+            continue
+        rows = []
+        for var, r in m.items():
+            if not isinstance(r, dict) or not isinstance(r.get("wall_s"), dict):
+                continue
+            rows.append([var, spread(r["wall_s"], f2), spread(r["own_s"], f2),
+                         f2(ratio_of_medians(m["1T"]["wall_s"], r["wall_s"])),
+                         "yes" if r.get("outputs_identical") else "**no**"])
+        out.append(f"**{wl}** ({n0(m['rows'])} tweets):\n\n"
+                   + table(["variant", "whole process, s: median (min–max)",
+                            "own time, s: median (min–max)",
+                            "speed vs 1T (ratio of medians, whole process)",
+                            "output = 1T's"], rows))
+    return "\n\n".join(out)

@@ -1,0 +1,300 @@
+"""The renderers of docs/RESULTS.md's report blocks (:mod:`stretchflow.bench.report`) for the
+machine, the reference and the VSN results, and the formatting they share with
+:mod:`stretchflow.bench.report_more` (SN, ordered, slack, Spark, speed). Each renderer turns
+one or more result JSONs into Markdown, with numbers formatted from the JSON only.
+
+Every block opens with its sources: the file, when it was measured, the commit and whether the
+machine was quiet (a measured property, :func:`stretchflow.bench.common.quiet`; "not measured"
+for results that predate the probes). A ratio computed here from two medians says "ratio of
+medians"; a ratio the benchmark summarized per repeat says "median of per-round ratios".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .report import Results
+
+Doc = dict[str, Any]
+
+
+class ReportError(ValueError):
+    """A results file or RESULTS.md that cannot be rendered: names the file, the place and
+    the reason."""
+
+RENDERERS: dict[str, Callable[[Results], str]] = {}
+
+
+# ---- formatting ---------------------------------------------------------------------------
+
+def n0(x: float) -> str:
+    """An integer with spaces between thousands, as the docs write them (94 892)."""
+    return f"{x:,.0f}".replace(",", " ")
+
+
+def f1(x: float) -> str:
+    return f"{x:.1f}"
+
+
+def f2(x: float) -> str:
+    return f"{x:.2f}"
+
+
+def f3(x: float) -> str:
+    return f"{x:.3f}"
+
+
+def ms(x: float) -> str:
+    """Milliseconds: one decimal below 100, whole above."""
+    return f1(x) if x < 100 else n0(x)
+
+
+def mega(x: float) -> str:
+    return f"{x / 1e6:,.0f} M".replace(",", " ")
+
+
+def spread(s: Doc, fmt: Callable[[float], str] = n0) -> str:
+    """``median (min–max)`` of a min/median/max summary."""
+    return f"{fmt(s['median'])} ({fmt(s['min'])}–{fmt(s['max'])})"
+
+
+def ratio_of_medians(a: Doc, b: Doc) -> float:
+    return a["median"] / b["median"]
+
+
+def verdict(value: float, target: float) -> str:
+    """Whether ``value`` reaches ``target`` (both from the same direction: higher is better)."""
+    return "**met**" if value >= target else "**not met**"
+
+
+def verdict_at_most(value: float, target: float) -> str:
+    return "**met**" if value <= target else "**not met**"
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def when(doc: Doc) -> str:
+    t = doc.get("time", "")
+    return f"{t[:10]} {t[11:16]} UTC" if len(t) >= 16 else "time not recorded"
+
+
+def _loads(doc: Doc) -> list[float]:
+    """The 1-minute load averages a result recorded (speed's per-round list, or the probes)."""
+    from .common import find_probes
+
+    found: list[float] = []
+
+    def walk(o: Any) -> None:
+        if isinstance(o, dict):
+            if "loadavg_1min" in o and isinstance(o["loadavg_1min"], list):
+                for r in o["loadavg_1min"]:
+                    found.extend(r[k] for k in ("before", "after") if k in r)
+            for v in o.values():
+                walk(v)
+        elif isinstance(o, list):
+            for v in o:
+                walk(v)
+
+    walk(doc["metrics"])
+    for p in find_probes(doc["metrics"]):
+        found += [p["load_before"], p["load_after"]]
+    return found
+
+
+def source(name: str, doc: Doc | None) -> str:
+    """One line naming a block's source file and what it says about the run."""
+    if doc is None:
+        return (f"*Not measured*: `benchmarks/results/{name}.json` does not exist "
+                f"(`stretchflow bench run {name}` writes it).")
+    commit = doc.get("commit")
+    commit_s = f"commit `{commit[:10]}`" if commit else "commit not recorded"
+    if commit and doc.get("commit_dirty"):
+        commit_s += " (with uncommitted changes)"
+    q = doc.get("quiet")
+    quiet_s = {True: "quiet: yes (measured)", False: "quiet: **no** (measured)",
+               None: "quiet: not measured"}[q if q in (True, False) else None]
+    loads = _loads(doc)
+    if loads:
+        quiet_s += f", 1-min load {f1(min(loads))}–{f1(max(loads))}"
+    from .common import find_probes
+
+    others = [p["other_cpu_s"] / p["wall_s"] for p in find_probes(doc["metrics"])
+              if p.get("other_cpu_s") is not None and p.get("wall_s")]
+    if others:
+        quiet_s += f", other processes' CPU up to {n0(max(others) * 100)} % of a repeat's wall"
+    return f"Source: `{name}.json`, {when(doc)}, {commit_s}, {quiet_s}."
+
+
+def renderer(block: str, *sources: str) -> Callable[[Callable[..., str]], Callable[..., str]]:
+    """Registers ``fn(*docs) -> Markdown`` as block ``block`` over the results ``sources``.
+    With one source that was never run the block says so; with several, ``fn`` gets None for
+    the missing ones and skips their rows."""
+    def wrap(fn: Callable[..., str]) -> Callable[..., str]:
+        def render(results: Results) -> str:
+            docs = [results.get(s) for s in sources]
+            head = "\n".join(source(s, d) for s, d in zip(sources, docs, strict=True)) + "\n"
+            if all(d is None for d in docs):
+                return head
+            # a figure is shown when its result names it or the bench wrote NAME.png beside it
+            figures = "".join(
+                f"\n\n![{s}](../benchmarks/results/{png})"
+                for s, d in zip(sources, docs, strict=True)
+                if d is not None and (png := d.get("plot") or f"{s}.png")
+                and (results.directory / png).exists())
+            try:
+                return head + "\n" + fn(*docs) + figures
+            except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
+                files = ", ".join(f"{results.directory / s}.json"
+                                  for s, d in zip(sources, docs, strict=True) if d is not None)
+                raise ReportError(f"{files}: block {block!r} cannot be rendered: "
+                                  f"{type(e).__name__} {e}") from e
+        RENDERERS[block] = render
+        return fn
+    return wrap
+
+
+# ---- the machine --------------------------------------------------------------------------
+
+def _machine(results: Results) -> str:
+    seen: dict[str, list[str]] = {}
+    for name in results.names():
+        m = (results.get(name) or {}).get("machine") or {}
+        gil = "with the GIL" if m.get("gil_enabled", True) else "free-threaded"
+        key = (f"{m.get('cpus')} CPUs, {m.get('implementation')} {m.get('python')} {gil}, "
+               + ", ".join(f"{k} {v}" for k, v in sorted((m.get("versions") or {}).items())))
+        seen.setdefault(key, []).append(name)
+    if not seen:
+        return "*Not measured*: no results in the results directory.\n"
+    rows = [[k, str(len(v))] for k, v in seen.items()]
+    return table(["machine and versions (from each JSON)", "results"], rows) + "\n"
+
+
+RENDERERS["machine"] = _machine
+
+
+# ---- reference and VSN --------------------------------------------------------------------
+
+@renderer("reference-wordcount", "reference-wordcount")
+def _reference(d: Doc) -> str:
+    m, p = d["metrics"], d["parameters"]
+    ref, one = m["reference"], m["1T"]
+    rom = ratio_of_medians(ref["tuples_per_s"], one["tuples_per_s"])
+    rows = [[label, spread(r["tuples_per_s"]), f"{n0(r['peak_rss_mb']['median'])} MB"]
+            for label, r in (("reference executor", ref), ("1T loop", one))]
+    rows += [["**reference / 1T**, ratio of medians", f"**{f2(rom)}**", ""],
+             ["reference / 1T, median of per-repeat ratios",
+              spread(m["ratio_reference_over_1T"], f2), ""]]
+    return (f"{n0(p['rows'])} generated tweets (seed {p['seed']}), {p['query']}, "
+            f"{p['repeats']} repeats; outputs identical: {d.get('outputs_identical')}.\n\n"
+            + table([f"median of {p['repeats']} (min–max)", "tuples/s", "peak RSS"], rows))
+
+
+@renderer("vsn-reconfiguration", "vsn-reconfiguration")
+def _reconfiguration(d: Doc) -> str:
+    m = d["metrics"]
+    dur = m["duration_ms"]
+    rows = [[f"all ({m['applied']} of {m['requested']} applied)", f"{f2(dur['p50'])} ms",
+             f"{f2(dur['p99'])} ms", f"{f1(dur['max'])} ms"]]
+    for tr, s in m["by_transition_ms"].items():
+        rows.append([tr.replace("->", " → "), f"{f2(s['p50'])} ms", f"{f2(s['p99'])} ms",
+                     f"{f2(s['max'])} ms" if "max" in s else "—"])
+    return (f"{m['query']} replayed at {n0(m['rate_tuples_per_s'])} tuples/s; outputs "
+            f"counted: {n0(m['outputs'])}. Target p99 ≤ 5 ms: "
+            f"{verdict_at_most(dur['p99'], 5.0)}.\n\n"
+            + table(["reconfigurations", "p50", "p99", "max"], rows))
+
+
+@renderer("vsn-forward", "vsn-forward")
+def _forward(d: Doc) -> str:
+    rows = []
+    for par, r in d["metrics"].items():
+        paced, full = r["latency_ms_paced"], r["latency_ms_at_full_speed"]
+        rows.append([par, n0(r["throughput_tuples_per_s"]),
+                     f"{f1(paced['p50'])} / {f1(paced['p99'])} ms at {n0(r['paced_rate'])} t/s",
+                     f"{n0(full['p50'])} / {n0(full['p99'])} ms"])
+    return table(["Π", "throughput at full speed (tuples/s)", "latency live: p50 / p99",
+                  "latency at full speed: p50 / p99"], rows)
+
+
+@renderer("vsn-wordcount", "vsn-wordcount")
+def _vsn_wordcount(d: Doc) -> str:
+    m = d["metrics"]
+    ref, vsn = m["tuples_per_s"]["reference"], m["tuples_per_s"]["vsn1"]
+    rom = ratio_of_medians(vsn, ref)
+    rows = [["reference", spread(ref)], ["VSN, Π = 1", spread(vsn)],
+            ["**VSN / reference**, ratio of medians", f"**{f2(rom)}**"],
+            ["VSN / reference, median of per-round ratios",
+             spread(m["ratio_vsn1_over_reference"], f2)]]
+    return (f"{n0(m['rows'])} tweets, {ref['n']} alternating runs. Target ≥ 0.7× the "
+            f"reference (ratio of medians): {verdict(rom, 0.7)}.\n\n"
+            + table(["", "tuples/s, median (min–max)"], rows))
+
+
+@renderer("vsn-scalejoin", "vsn-scalejoin")
+def _scalejoin(d: Doc) -> str:
+    m = d["metrics"]
+    c = {k: m[k]["comparisons_per_s"] for k in ("1T", "1T-runs", "vsn1", "vsn2")}
+    rom = ratio_of_medians(c["vsn2"], c["vsn1"])
+    per_round = m["speedup_vs_vsn1"]["vsn2"]
+    k = m["kernel_alone"]
+    rows = [["1T", spread(c["1T"], mega)], ["1T-runs", spread(c["1T-runs"], mega)],
+            ["VSN Π = 1", spread(c["vsn1"], mega)
+             + f": {f2(m['vsn1_over_1T_runs'])}× 1T-runs (ratio of medians)"],
+            ["VSN Π = 2", spread(c["vsn2"], mega)],
+            ["**speed-up Π = 2 / Π = 1**, ratio of medians", f"**{f2(rom)}**"],
+            ["speed-up Π = 2 / Π = 1, median of per-round ratios", spread(per_round, f2)],
+            ["the kernel alone, 2 threads / 1 thread, same run", f2(k["ratio_2_over_1"])]]
+    return (f"{m['repeats']} rounds, every variant once per round; {n0(m['rows_per_stream'])} "
+            f"tuples per stream, window {n0(m['window_ms'] / 1000)} s, {m['keys']} storage keys, "
+            f"{m['comparisons'] / 1e9:.1f}·10⁹ comparisons, {n0(m['matches'])} matches. "
+            f"Target Π = 2 ≥ 1.6× Π = 1 (ratio of medians): {verdict(rom, 1.6)}.\n\n"
+            + table(["", "comparisons/s, median (min–max)"], rows))
+
+
+def _elastic_rows(m: Doc) -> list[list[str]]:
+    lat = m["latency_ms"]
+    lat_fmt = f1 if lat["p99"] < 1000 else (lambda x: f"{x / 1000:.1f} s")
+    unit = " ms" if lat["p99"] < 1000 else ""
+    reconf = m.get("reconfiguration_ms") or []
+    rows = [["tuples", f"{n0(m['rows'])} in {n0(m['event_time_span_s'])} s of event time; "
+                       f"wall {f1(m['wall_s'])} s"],
+            ["latency", f"p50 {lat_fmt(lat['p50'])}{unit}, p99 {lat_fmt(lat['p99'])}{unit}, "
+                        f"max {lat_fmt(lat['max'])}{unit}"],
+            ["reconfigurations", f"{m['reconfigurations']}"
+             + (f", each {ms(min(reconf))}–{ms(max(reconf))} ms" if reconf else "")],
+            ["output pairs", n0(m["outputs"])]]
+    changes = []
+    series = m.get("metrics") or []
+    for prev, cur in zip(series, series[1:], strict=False):
+        if cur["parallelism"] != prev["parallelism"]:
+            changes.append(f"{prev['parallelism']} → {cur['parallelism']} at "
+                           f"{n0(cur['time'])} s ({n0(cur['input_rate'])} t/s)")
+    if changes and len(changes) <= 12:
+        rows.append(["parallelism changes (decision, input rate)", "; ".join(changes)])
+    return rows
+
+
+@renderer("vsn-q5", "vsn-q5")
+def _q5(d: Doc) -> str:
+    m = d["metrics"]
+    th = m.get("thresholds") or {}
+    return (f"Rates from [{n0(m['min_rate'])}, {n0(m['max_rate'])}] t/s, WS = "
+            f"{n0(m['window_ms'] / 1000)} s, up to {m['max_parallelism']} instances"
+            + (f", thresholds {n0(th['lower'] * 100)} / {n0(th['target'] * 100)} / "
+               f"{n0(th['upper'] * 100)} %" if th else "") + ".\n\n"
+            + table(["", "measured"], _elastic_rows(m)))
+
+
+@renderer("vsn-hedge", "vsn-hedge")
+def _hedge(d: Doc) -> str:
+    m = d["metrics"]
+    rows = [r for r in _elastic_rows(m) if not r[0].startswith("parallelism")]
+    return (f"max_rate {n0(m['max_rate'])} t/s, WS = {n0(m['window_ms'] / 1000)} s, up to "
+            f"{m['max_parallelism']} instances.\n\n" + table(["", "measured"], rows))
+
