@@ -294,21 +294,23 @@ def test_reference_gathering_a_run_keeps_the_first_error(bad_at: int, map_at: in
 
 
 def test_reference_reads_runs_up_to_a_watermark() -> None:
-    """The reference O+ hands the kernel the tuples up to the next watermark: the runs
-    process_run sees are cut there, and are longer than one tuple."""
+    """The reference O+ hands the kernel the tuples up to the next watermark: the runs (as
+    batches: wordcount runs on columns, issue #16) are cut there, and are longer than one
+    tuple."""
     items = _generated("wordcount", 300)
     flow, _ = _flow("wordcount", True, items)
     op = flow.nodes[-1].spec
     seen: list[int] = []
-    real = type(op.instance()).process_run
+    cls = type(op.columnar_instance())
+    real = cls.process_batch
 
-    def spy(self: Any, run: list) -> None:
-        seen.append(len(run))
-        real(self, run)
+    def spy(self: Any, batch: Any) -> None:
+        seen.append(len(batch))
+        real(self, batch)
 
     import unittest.mock
 
-    with unittest.mock.patch.object(type(op.instance()), "process_run", spy):
+    with unittest.mock.patch.object(cls, "process_batch", spy):
         flow.run("reference")
     # a watermark every 37 tuples: runs of 37 (the first of 37 too, k = 1..37 less one)
     assert sum(seen) == 300

@@ -15,6 +15,13 @@ Each node of the flow becomes a Python iterator of ``(ts, payload)`` items in ti
 
 A stream read by several consumers is teed; several sinks are pulled together through one
 timestamp merge so that no branch runs far ahead of another.
+
+Batches (issue #16): an A+ with columnar f_MK, f_O and ``combine`` (``Aggregate.columnar``)
+runs as a :class:`~stretchflow.operators.columnar.ColumnarSlicedInstance` at parallelism 1: a
+source whose every reader takes batches (such an A+, or a sink) delivers
+:class:`~stretchflow.batch.Batch` items ``(last ts, batch)`` (``Source.batches``), the A+
+processes each batch with Arrow kernels and emits its windows as batches, and a sink writes a
+batch at once. A reader that takes tuples gets a batch's tuples one by one, in order.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from collections.abc import Iterator
 from operator import itemgetter
 from typing import Any
 
+from ..batch import Batch, prefer_system_allocator
 from ..eventtime import WATERMARK
 from ..flow import Flow, Node
 from ..operators.oplus import OPlus, OPlusInstance, SharedState
@@ -49,7 +57,8 @@ def run(flow: Flow, parallelism: int = 1, key_groups: int | None = None) -> RunR
     flow.validate()
     G = key_groups or (max(128, 16 * parallelism) if parallelism > 1 else 1)
     counts: dict[str, list[int]] = {}
-    streams = _compile(flow, counts, parallelism, G)
+    instances: dict[str, list[OPlusInstance]] = {}
+    streams = _compile(flow, counts, parallelism, G, instances)
     t0 = time.perf_counter()
     sinks = [s for _, s in flow.sinks]
     for s in sinks:
@@ -68,6 +77,7 @@ def run(flow: Flow, parallelism: int = 1, key_groups: int | None = None) -> RunR
         elapsed=elapsed,
         tuples_in={name: c[0] for name, c in counts.items()},
         tuples_out={s.name: s.count for s in sinks},
+        extra={"paths": {name: insts[0].path for name, insts in instances.items() if insts}},
     )
 
 
@@ -75,6 +85,13 @@ def _drain(stream: Iterator[Item], sink: Any, batch: int = 4096) -> None:
     buf: list[Item] = []
     append = buf.append
     for item in stream:
+        if type(item[1]) is Batch:
+            if buf:
+                sink.write(buf)
+                buf = []
+                append = buf.append
+            _write_batch(sink, item[1])
+            continue
         if item[1] is not WATERMARK:
             append(item)
             if len(buf) < batch:
@@ -89,8 +106,16 @@ def _drain(stream: Iterator[Item], sink: Any, batch: int = 4096) -> None:
         sink.write(buf)
 
 
+def _write_batch(sink: Any, batch: Batch) -> None:
+    write_batch = getattr(sink, "write_batch", None)
+    if write_batch is not None:
+        write_batch(batch)
+    else:  # a user's own Sink subclass that predates batches
+        sink.write(batch.items())
+
+
 def _drain_many(streams: list[Iterator[Item]], sinks: list[Any]) -> None:
-    tagged = [_tag(s, i) for i, s in enumerate(streams)]
+    tagged = [_tag(_explode(s), i) for i, s in enumerate(streams)]
     bufs: list[list[Item]] = [[] for _ in sinks]
     for ts, i, p in heapq.merge(*tagged, key=itemgetter(0)):
         if p is WATERMARK:
@@ -107,31 +132,77 @@ def _drain_many(streams: list[Iterator[Item]], sinks: list[Any]) -> None:
             s.write(b)
 
 
-def _compile(flow: Flow, counts: dict[str, list[int]], P: int = 1,
-             G: int = 1) -> list[Iterator[Item]]:
+def _compile(flow: Flow, counts: dict[str, list[int]], P: int = 1, G: int = 1,
+             instances: dict[str, list[OPlusInstance]] | None = None) -> list[Iterator[Item]]:
     """One iterator per sink, built bottom-up; shared streams are teed."""
     consumers = flow.consumers()
+    readers: dict[Node, list[Node | None]] = {node: [] for node in flow.nodes}
+    for node in flow.nodes:
+        for up in node.inputs:
+            readers[up].append(node)
+    for node, _ in flow.sinks:
+        readers[node].append(None)  # a sink
+    columnar = {node for node in flow.nodes if node.kind == "oplus" and len(node.inputs) == 1
+                and P == 1 and G == 1 and getattr(node.spec, "columnar", False)}
+    if columnar:
+        prefer_system_allocator()
+    one_sink = len(flow.sinks) == 1  # several sinks read through one tuple merge
+
+    def takes_batches(reader: Node | None) -> bool:
+        return reader in columnar if reader is not None else one_sink
+
+    batchy: set[Node] = set()  # nodes whose stream may hold Batch items
     pools: dict[Node, list[Iterator[Item]]] = {}
 
-    def take(node: Node) -> Iterator[Item]:
+    def take(node: Node, reader: Node | None) -> Iterator[Item]:
         if node not in pools:
             it = build(node)
             n = consumers[node]
             pools[node] = list(itertools.tee(it, n)) if n > 1 else [it]
-        return pools[node].pop()
+        it = pools[node].pop()
+        return _explode(it) if node in batchy and not takes_batches(reader) else it
 
     def build(node: Node) -> Iterator[Item]:
         if node.kind == "source":
             counter = counts.setdefault(node.name, [0])
+            batches = getattr(node.spec, "batches", None)
+            if batches is not None and all(takes_batches(r) for r in readers[node]):
+                bs = batches()
+                if bs is not None:
+                    batchy.add(node)
+                    return _counted_batches(bs, counter)
             return _counted(node.spec.items(), counter)
-        ups = [take(u) for u in node.inputs]
+        ups = [take(u, node) for u in node.inputs]
         if node.kind == "stateless":
             return _stateless(node.spec, ups[0])
         if node.kind == "stateful":
             return _stateful(node.spec, ups[0])
-        return _oplus(node.spec, ups, P, G)
+        insts = instances.setdefault(node.name, []) if instances is not None else []
+        if node in columnar:
+            batchy.add(node)
+            return _oplus_columnar(node.spec, ups[0], insts)
+        return _oplus(node.spec, ups, P, G, insts)
 
-    return [take(node) for node, _ in flow.sinks]
+    return [take(node, None) for node, _ in flow.sinks]
+
+
+def _counted_batches(batches: Iterator[Batch], counter: list[int]) -> Iterator[Item]:
+    n = 0
+    for b in batches:
+        if len(b):
+            n += len(b)
+            counter[0] = n
+            yield b.last, b
+    counter[0] = n
+
+
+def _explode(items: Iterator[Item]) -> Iterator[Item]:
+    """A stream with Batch items as tuples, in order (for readers that take tuples)."""
+    for item in items:
+        if type(item[1]) is Batch:
+            yield from item[1].items()
+        else:
+            yield item
 
 
 def _counted(items: Iterator[Item], counter: list[int]) -> Iterator[Item]:
@@ -179,13 +250,16 @@ def _tag(items: Iterator[Item], i: int) -> Iterator[tuple[int, int, Any]]:
         yield ts, i, v
 
 
-def _oplus(op: OPlus, ups: list[Iterator[Item]], P: int = 1, G: int = 1) -> Iterator[Item]:
+def _oplus(op: OPlus, ups: list[Iterator[Item]], P: int = 1, G: int = 1,
+           registry: list[OPlusInstance] | None = None) -> Iterator[Item]:
     if P == 1 and G == 1:
         insts = [op.instance()]
     else:
         sigma = SharedState(G)
         assign = [g % P for g in range(G)]  # f_μ: key group g to instance g mod P
         insts = [op.instance(sigma, j, assign) for j in range(P)]
+    if registry is not None:
+        registry[:] = insts  # for the run summary's paths
     if len(ups) == 1:
         tagged: Iterator[tuple[int, int, Any]] = _tag(ups[0], 0)
     else:
@@ -276,6 +350,69 @@ def _oplus_runs(op: OPlus, insts: list[OPlusInstance],
     except Exception as e:
         raise_user_error(op.name, ts, v, e)
     yield from _merged(insts)
+
+
+def _oplus_columnar(op: Any, up: Iterator[Item],
+                    registry: list[OPlusInstance] | None = None) -> Iterator[Item]:
+    """A columnar A+ (``Aggregate.columnar``): batches go through Arrow kernels as they come;
+    tuples (from a reader upstream that takes tuples) are gathered into batches of up to
+    :data:`RUN` first, cut at every watermark; windows leave as batches. Errors are reported
+    as tuple at a time: the columnar instance falls back to tuples to name the tuple."""
+    inst = op.columnar_instance()
+    if registry is not None:
+        registry[:] = [inst]
+    run: list[Item] = []
+    ts = v = None
+
+    def flush() -> Iterator[Item]:
+        if run:
+            inst.process_batch(Batch.of_items(run))
+            run.clear()
+        out = inst.take_batch()
+        if out is not None:
+            yield out.last, out
+
+    try:
+        for ts, v in _then_failure(up):
+            if type(v) is _Failure:
+                # an upstream error met while gathering: the tuples before it go first, so
+                # an error of this operator on an earlier tuple still wins (tuple at a time)
+                yield from flush()
+                raise v.error
+            if type(v) is Batch:
+                yield from flush()
+                inst.process_batch(v)
+                yield from flush()
+            elif v is WATERMARK:
+                yield from flush()
+                inst.advance(ts)
+                yield from flush()
+                yield ts, WATERMARK
+            else:
+                run.append((ts, v))
+                if len(run) >= RUN:
+                    yield from flush()
+        ts = v = None
+        yield from flush()
+        inst.finish()
+    except Exception as e:
+        raise_user_error(op.name, ts, v if type(v) is not Batch else v.payloads[0], e)
+    yield from flush()
+
+
+class _Failure:
+    __slots__ = ("error",)
+
+    def __init__(self, error: Exception):
+        self.error = error
+
+
+def _then_failure(items: Iterator[Item]) -> Iterator[tuple[Any, Any]]:
+    """``items``, then ``(None, _Failure(e))`` instead of raising an upstream error ``e``."""
+    try:
+        yield from items
+    except Exception as e:  # noqa: BLE001 - handed to the reader, which raises it in order
+        yield None, _Failure(e)
 
 
 def _merged(insts: list[OPlusInstance]) -> Iterator[Item]:

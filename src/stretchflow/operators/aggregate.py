@@ -66,6 +66,7 @@ class Aggregate(OPlus):
         name: str = "aggregate",
         columns: Callable[[Sequence[Any]], tuple[Any, Any, Any]] | None = None,
         combine: Callable[[Any, Any], Any] | None = None,
+        output_columns: tuple[str, ...] | None = None,
     ):
         self.user_keys = keys
         #: ``combine(a, b)``: the accumulator of the tuples of ``a`` followed by those of ``b``.
@@ -86,6 +87,17 @@ class Aggregate(OPlus):
         #: calling f_U once. It may raise on payloads it cannot handle; callers then take the
         #: tuple-at-a-time path, which reports the offending tuple.
         self.columns = columns
+        #: f_O's columnar form: ``(key_field, value_field)`` when ``output(key, acc)`` is
+        #: always ``{key_field: key, value_field: acc}`` (wordcount's ``("word", "count")``),
+        #: or ``(key_field_1, ..., key_field_m, value_field)`` for keys that are m-tuples
+        #: (paircount's ``("first", "second", "count")``). With ``columns`` and ``combine``
+        #: it lets a window's whole output be one Arrow table (:mod:`.columnar`: batches in,
+        #: tables out, no Python step per row).
+        if output_columns is not None and (len(output_columns) < 2
+                                           or len(set(output_columns)) != len(output_columns)):
+            raise ValueError(f"{name}: output_columns needs two or more different field "
+                             f"names, got {output_columns!r}")
+        self.output_columns = tuple(output_columns) if output_columns is not None else None
         self.user_init = init
         self.user_update = update
         self.user_output = output if output is not None else _pair
@@ -142,6 +154,37 @@ class Aggregate(OPlus):
             acc = part if acc is _MISSING else combine(acc, part)  # type: ignore[misc]
         res = self.user_output(ws.key, init() if acc is _MISSING else acc)
         return [] if res is None else [res]
+
+    def output_table(self, key_columns: list[str], table: Any) -> Any:
+        """f_O's columnar form (:attr:`output_columns`): a window's table of key column(s)
+        ``key_columns`` and accumulator column ``v`` as its output table."""
+        import pyarrow as pa
+
+        *names, v = self.output_columns  # type: ignore[misc]
+        if len(names) != len(key_columns):
+            raise ValueError(f"{self.name}: output_columns names {len(names)} key field(s), "
+                             f"f_MK's columnar form gave {len(key_columns)}")
+        return pa.table({**{n: table.column(k) for n, k in zip(names, key_columns,
+                                                                strict=True)},
+                         v: table.column("v")})
+
+    @property
+    def columnar(self) -> bool:
+        """Whether whole batches can run through Arrow kernels, windows coming out as tables
+        (:mod:`.columnar`): a columnar f_MK, f_O and ``combine``, WT multi."""
+        from .columnar import applies
+
+        return applies(self)
+
+    def columnar_instance(self) -> OPlusInstance:
+        """The instance taking whole batches (:class:`~.columnar.ColumnarSlicedInstance`):
+        one instance owning every key (the sequential case)."""
+        from .columnar import ColumnarSlicedInstance
+
+        if not self.columnar:
+            raise ValueError(f"{self.name}: needs columns=, output_columns= and combine= "
+                             f"with WT multi to run on columns")
+        return ColumnarSlicedInstance(self)
 
     def instance(self, sigma: SharedState | None = None, j: int = 0,
                  assign: list[int] | None = None) -> OPlusInstance:

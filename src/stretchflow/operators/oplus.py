@@ -269,6 +269,10 @@ class OPlusInstance:
     window set at ``earliestWinL(t)`` when t arrives, as check&Create assumes.
     """
 
+    #: how tuples reach σ, for a run summary: ``"tuple"`` (one at a time, Alg. 2), ``"runs"``
+    #: (some run went through ``update_many``); subclasses add ``"columnar"`` and ``"sliced"``
+    path: str = "tuple"
+
     def __init__(self, op: OPlus, sigma: SharedState | None = None, j: int = 0,
                  assign: list[int] | None = None):
         self.op = op
@@ -443,6 +447,7 @@ class OPlusInstance:
         ts0 = items[0][0]
         if ts0 > self.W:
             self._update_w(ts0)
+        self.path = "runs"
         runs = self._runs(items)
         wa, ws_ = op.WA, op.WS
         l1 = ((ts0 - ws_) // wa + 1) * wa  # every window set sits at earliestWinL(ts0) now

@@ -21,23 +21,32 @@ def tokens_of(text: str) -> Counter:
     return Counter(text.split())
 
 
-def token_columns(payloads: Sequence[Any]) -> tuple[Any, Any, Any]:
-    """f_MK of wordcount over many tweets at once (``Aggregate.columns``): (row of each token,
-    the tokens as an Arrow string array, a count of 1 each). Arrow's ``utf8_split_whitespace``
+def _tokens(payloads: Any) -> tuple[Any, Any]:
+    """(row of each whitespace token, the tokens as an Arrow string array) of many tweets'
+    texts, tokens of a row in order. ``payloads`` is a list of payloads or an Arrow table
+    with a ``text`` column (a batch's columns, issue #16). Arrow's ``utf8_split_whitespace``
     splits on exactly the code points ``str.split()`` does (tests/test_spark_columnar.py checks
     every code point); the empty tokens it adds at the ends are dropped. Raises on a payload
     ``tokens_of`` would reject (missing or non-string text), so that the caller falls back to
     the tuple-at-a-time path, which names the tuple."""
-    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    texts = [t["text"] for t in payloads]
-    n = len(texts)
-    # a sentinel last string: Arrow 26's utf8_split_whitespace sometimes leaves the final
+    if isinstance(payloads, pa.Table | pa.RecordBatch):
+        arr = payloads.column("text")  # KeyError without one: the tuple path names the tuple
+        if isinstance(arr, pa.ChunkedArray):
+            arr = arr.combine_chunks()
+        if not pa.types.is_string(arr.type) and not pa.types.is_large_string(arr.type):
+            raise TypeError(f"text is {arr.type}, not a string")
+        n = len(arr)
+        arr = pa.concat_arrays([arr.cast(pa.string()), pa.array(["x"], pa.string())])
+    else:
+        texts = [t["text"] for t in payloads]
+        n = len(texts)
+        texts.append("x")
+        arr = pa.array(texts, pa.string())  # raises on non-strings and unencodable surrogates
+    # the sentinel last string "x": Arrow 26's utf8_split_whitespace sometimes leaves the final
     # whitespace code point on the last token of the array's *last* string
-    texts.append("x")
-    arr = pa.array(texts, pa.string())  # raises on non-strings and unencodable surrogates
     if arr.null_count:
         raise TypeError("text is None")
     lists = pc.utf8_split_whitespace(arr)
@@ -46,8 +55,46 @@ def token_columns(payloads: Sequence[Any]) -> tuple[Any, Any, Any]:
     # Arrow keeps an empty token before leading and after trailing whitespace (and for "");
     # str.split() never yields one
     keep = pc.and_(pc.greater(pc.binary_length(tokens), 0), pc.less(rows, n))
-    tokens, rows = tokens.filter(keep), rows.filter(keep)
-    return rows.to_numpy(), tokens, np.ones(len(tokens), dtype=np.int64)
+    return rows.filter(keep).to_numpy(), tokens.filter(keep)
+
+
+def token_columns(payloads: Any) -> tuple[Any, Any, Any]:
+    """f_MK of wordcount over many tweets at once (``Aggregate.columns``): (row of each token,
+    the tokens as an Arrow string array, a count of 1 each); see :func:`_tokens`."""
+    import numpy as np
+
+    rows, tokens = _tokens(payloads)
+    return rows, tokens, np.ones(len(tokens), dtype=np.int64)
+
+
+def pair_columns(distance: int | None) -> Any:
+    """f_MK of paircount over many tweets at once: (row, (first, second) as two Arrow string
+    arrays, a count of 1 each) for the pairs W[i], W[i+d] of each tweet's tokens W, 1 <= d <=
+    ``distance`` (None: every d) — :func:`pairs_of`'s pairs, by one vectorized step per d."""
+
+    def columns(payloads: Any) -> tuple[Any, Any, Any]:
+        import numpy as np
+        import pyarrow as pa
+
+        rows, tokens = _tokens(payloads)
+        n = len(rows)
+        firsts, seconds, rs = [], [], []
+        d = 1
+        while d < n and (distance is None or d <= distance):
+            i = np.flatnonzero(rows[:-d] == rows[d:])  # W[i] and W[i+d] of the same tweet
+            if not len(i):
+                break  # no tweet has more than d tokens: none has more than d + 1 either
+            firsts.append(i), seconds.append(i + d), rs.append(rows[i])
+            d += 1
+        if not rs:
+            empty = pa.array([], pa.string())
+            return np.zeros(0, np.int64), (empty, empty), np.zeros(0, np.int64)
+        first = tokens.take(pa.array(np.concatenate(firsts)))
+        second = tokens.take(pa.array(np.concatenate(seconds)))
+        r = np.concatenate(rs)
+        return r, (first, second), np.ones(len(r), dtype=np.int64)
+
+    return columns
 
 
 def pairs_of(text: str, distance: int | None) -> Counter:
@@ -70,6 +117,7 @@ def wordcount(size: int | str = 120_000, slide: int | str = 60_000) -> Aggregate
         name="wordcount",
         columns=token_columns,
         combine=_add,  # counts of two runs add up: slices (operators/slicing.py)
+        output_columns=("word", "count"),  # f_O's columnar form: windows out as tables
     )
 
 
@@ -88,6 +136,8 @@ def paircount(size: int | str = 120_000, slide: int | str = 60_000,
         output=lambda pair, n: {"first": pair[0], "second": pair[1], "count": n},
         name="paircount",
         combine=_add,
+        columns=pair_columns(distance),
+        output_columns=("first", "second", "count"),
     )
 
 

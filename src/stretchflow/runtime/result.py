@@ -15,6 +15,10 @@ and an engine reports only what it measures:
                            "input_rate", "throughput", "congestion", "loads"}, ...]``
 ``controller``             the controller's name, or None
 ``errors``                 messages of errors reported without stopping the run (none today)
+``paths``                  ``{operator: path}``: how each O+ took its tuples — ``"tuple"`` (one
+                           at a time), ``"runs"`` (runs through ``update_many``), ``"sliced"``
+                           (one accumulator per slice), ``"columnar"`` (whole batches through
+                           Arrow kernels, windows out as tables; issue #16)
 =========================  ================================================================
 
 Anything else an engine reports sits under its own documented key (e.g. the SN engine's
@@ -62,6 +66,9 @@ class RunResult:
         par = self.extra.get("parallelism")
         if par:
             lines.append("final parallelism: " + ", ".join(f"{k} {v}" for k, v in par.items()))
+        paths = self.extra.get("paths")
+        if paths:
+            lines.append("paths: " + ", ".join(f"{k} {v}" for k, v in paths.items()))
         recs = self.extra.get("reconfigurations") or []
         if recs:
             done = [r for r in recs if r.get("applied")]

@@ -44,8 +44,10 @@ SLICE = 1 << 18
 
 def applies(op: OPlus) -> bool:
     """True when the stage of ``op`` can take the columnar path."""
+    # keys travel as one Arrow string column here: an f_MK whose keys are tuples of columns
+    # (paircount's, output_columns naming two key fields) stays on the row path
     return isinstance(op, Aggregate) and getattr(op, "columns", None) is not None \
-        and op.WT == "multi"
+        and op.WT == "multi" and len(op.output_columns or ("k", "v")) == 2
 
 
 def explode(op: Aggregate, ts: list[int], payloads: list[Any]) -> tuple[Any, Any, Any]:

@@ -1,0 +1,281 @@
+"""The columnar sliced A+: whole batches through Arrow kernels, windows out as tables (issue #16).
+
+For an :class:`~.aggregate.Aggregate` that gives a columnar f_MK (``columns``), an f_U that
+adds, a ``combine`` and a columnar f_O (``output_columns``), a batch of tuples
+(:class:`~stretchflow.batch.Batch`) is processed without a Python step per tuple, key or
+output row:
+
+1. f_MK's columnar form explodes the batch into (row, key, value) columns;
+2. every row falls in one slice of width gcd(WS, WA) (general stream slicing: Scotty, Traub et
+   al., EDBT 2019, §4; :mod:`.slicing`), so the batch is summed per (slice, key) by one Arrow
+   hash aggregation and the result kept as a *partial* of each slice — Hazelcast Jet's
+   accumulate step, on columns;
+3. when the watermark reaches a window's right boundary (Alg. 2's updateW: ρ + WS <= W) the
+   partials of the window's slices are combined per key by one more hash aggregation (Jet's
+   combine) and f_O's columnar form turns the result into the window's output table.
+
+Arrow's kernels run with the GIL released. The tuple-at-a-time path of the sliced instance
+stays: a batch f_MK's columnar form refuses (e.g. a payload without text) goes through
+:meth:`process` tuple by tuple, which names the offending tuple, and its slices are Python
+dicts in σ as before; a window combines both kinds of slice, so mixing the paths gives the
+same accumulators. The bookkeeping of which slices and windows are open is the sliced
+instance's (σ_g's slice entries and NEXT, the expiry heap): a columnar partial also creates its
+slice's (possibly empty) entry in σ_g, so expiry visits exactly the windows that hold a tuple.
+
+Same outputs as tuple at a time: a window's sum per key is the sum of its tuples' values (f_U
+adds, so the order of additions does not matter for integers), and a window closes only at a
+timestamp after all of its rows (slices never straddle a window boundary). Sums are int64:
+a window's count beyond 2**63 would overflow where Python's int would not.
+
+Only for one instance owning every key group (the reference executor, vsn at one key group):
+the partials are this instance's, not σ's, so they cannot be handed to another instance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..errors import RunTupleError, StretchflowError
+from .slicing import NEXT, SlicedAggregateInstance
+
+if TYPE_CHECKING:
+    from ..batch import Batch
+    from .aggregate import Aggregate
+
+
+def applies(op: Any) -> bool:
+    """Whether ``op`` can run as a :class:`ColumnarSlicedInstance`."""
+    return (getattr(op, "columns", None) is not None
+            and getattr(op, "output_columns", None) is not None
+            and getattr(op, "combine", None) is not None and op.WT == "multi")
+
+
+class ColumnarSlicedInstance(SlicedAggregateInstance):
+    """A sliced A+ instance that also takes whole batches; see the module doc."""
+
+    op: Aggregate
+    path = "columnar"
+
+    def __init__(self, op: Aggregate) -> None:
+        super().__init__(op)
+        self._parts: dict[int, list[Any]] = {}  # slice start -> Arrow tables (k, v) to add
+        self._tables: list[tuple[int, Any]] = []  # (window right boundary, output table)
+        self._key_types: list[Any] | None = None  # one Arrow type per key column
+
+    # -- accumulate: a batch into per-slice partials --------------------------------------------
+    def process_batch(self, batch: Batch) -> None:
+        """``process(ts, payload)`` for every tuple of ``batch`` (timestamps non-decreasing,
+        not below the watermark), through f_MK's columnar form and one Arrow aggregation;
+        tuple at a time when the columnar form refuses the batch."""
+        n = len(batch)
+        if not n:
+            return
+        first, last = batch.first, batch.last
+        if first < self.W:
+            raise ValueError(f"{self.op.name}: a batch starting at {first} is behind the "
+                             f"watermark {self.W}")
+        cols = self._columns(batch)
+        if cols is None:
+            self._tuple_at_a_time(batch)
+            return
+        if first > self.W:
+            self._update_w(first)  # updateW before the batch's first tuple (Alg. 2 L25-L29)
+        rows, keys, values = cols
+        if len(rows):
+            try:
+                self._accumulate(batch.ts, rows, keys, values)
+            except (RunTupleError, StretchflowError):
+                raise
+            except Exception as e:
+                raise RunTupleError(first, batch.payloads[0], e) from e
+        if last > self.W:
+            self._update_w(last)
+
+    def _columns(self, batch: Batch) -> tuple[Any, Any, Any] | None:
+        """f_MK's columnar form over the batch's table (or its payloads), None if it refuses."""
+        src: Any = batch.table if batch.has_table else None
+        try:
+            return self.op.columns(src if src is not None else batch.payloads)
+        except Exception:  # noqa: BLE001 - the tuple path reports the tuple it fails on
+            return None
+
+    def _tuple_at_a_time(self, batch: Batch) -> None:
+        process = self.process
+        ts = v = None
+        try:
+            for ts, v in batch.items():
+                process(ts, v)
+        except (RunTupleError, StretchflowError):
+            raise
+        except Exception as e:
+            raise RunTupleError(ts, v, e) from e
+
+    def _accumulate(self, ts: Any, rows: Any, keys: Any, values: Any) -> None:
+        import numpy as np
+        import pyarrow as pa
+
+        width = self._width
+        t = ts[np.asarray(rows, dtype=np.int64)]
+        s = t - t % width
+        cols = self._key_columns(keys)
+        values = np.asarray(values, dtype=np.int64)
+        sg = self.groups[0]
+        # rows need not come in order (paircount's come per distance): compare the extremes
+        if s.min() == s.max():  # the common case: the batch lies in one slice, no split
+            self._add_part(sg, int(s[0]), _sum_by_key(pa.table({**cols, "v": values})))
+            return
+        agg = pa.table({"s": s, **cols, "v": values}).group_by(
+            ["s", *cols], use_threads=False).aggregate([("v", "sum")]).sort_by("s")
+        sl = agg.column("s").to_numpy()
+        cut = np.flatnonzero(np.diff(sl)) + 1
+        for a, b in zip(np.r_[0, cut].tolist(), np.r_[cut, len(sl)].tolist(), strict=True):
+            part = agg.slice(a, b - a)
+            self._add_part(sg, int(sl[a]), pa.table({**{k: part.column(k) for k in cols},
+                                                     "v": part.column("v_sum")}))
+
+    def _key_columns(self, keys: Any) -> dict[str, Any]:
+        """f_MK's key column(s) as ``{"k0": ..., "k1": ...}``: one Arrow array, or a tuple
+        of them when a key is a tuple (paircount's (first, second)); each cast to the type
+        its column had first, so every partial concatenates."""
+        import pyarrow as pa
+
+        arrays = list(keys) if isinstance(keys, tuple) else [keys]
+        arrays = [a if isinstance(a, pa.Array | pa.ChunkedArray) else pa.array(a)
+                  for a in arrays]
+        if self._key_types is None:
+            self._key_types = [a.type for a in arrays]
+        elif len(arrays) != len(self._key_types):
+            raise ValueError(f"{self.op.name}: the columnar f_MK gave {len(arrays)} key "
+                             f"columns, earlier {len(self._key_types)}")
+        return {f"k{i}": a if a.type == t else a.cast(t)
+                for i, (a, t) in enumerate(zip(arrays, self._key_types, strict=True))}
+
+    def _add_part(self, sg: dict, s: int, part: Any) -> None:
+        import pyarrow as pa
+
+        self._entry(sg, s, 0)  # σ_g's slice entry: the expiry bookkeeping is the sliced one's
+        ps = self._parts.setdefault(s, [])
+        ps.append(part)
+        if len(ps) >= _COMPACT:  # a long slice: keep its memory near its distinct keys'
+            ps[:] = [_sum_by_key(pa.concat_tables(ps))]
+
+    # -- combine: a window's slices into its output table --------------------------------------
+    def _expire(self, wm: float) -> None:
+        heap, groups = self._lheap, self.groups
+        op = self.op
+        ws_, wa = op.WS, op.WA
+        import heapq
+
+        while heap and heap[0][0] + ws_ <= wm:
+            l, g = heapq.heappop(heap)  # ρ
+            sg = groups[g]
+            right = l + ws_
+            ss = sorted(s for s in sg if s != NEXT and s < right)
+            table = self._window(sg, ss)
+            if table is not None and len(table):
+                self._tables.append((right, table))
+            keep = l + wa  # windows after l start here: earlier slices are done
+            rest = None
+            for s in ss:
+                if s < keep:
+                    del sg[s]
+                    self._parts.pop(s, None)
+                elif rest is None:
+                    rest = s
+            if rest is None:
+                rest = min((s for s in sg if s != NEXT), default=None)
+            if rest is None:
+                del sg[NEXT]
+                continue
+            nxt = max(keep, ((rest - ws_) // wa + 1) * wa)
+            sg[NEXT] = nxt
+            heapq.heappush(heap, (nxt, g))
+
+    def _window(self, sg: dict, ss: Sequence[int]) -> Any:
+        """Window output combined from slices ``ss``: their Arrow partials and any tuple-path
+        dict slices, summed per key (combine = +), then f_O's columnar form — a table; or,
+        when a dict slice holds keys Arrow cannot represent (a string with a lone surrogate,
+        which only the tuple path accepts), the same combine in Python and f_O per key — a
+        list of payloads."""
+        import pyarrow as pa
+
+        parts = []
+        for s in ss:
+            ps = self._parts.get(s)
+            if ps:
+                if len(ps) > 1:  # compact once: the slice is combined again by later windows
+                    ps[:] = [_sum_by_key(pa.concat_tables(ps))]
+                parts.append(ps[0])
+            d = sg.get(s)
+            if d:
+                try:
+                    parts.append(self._dict_part(d))
+                except (pa.ArrowException, UnicodeError, OverflowError, TypeError):
+                    return self._window_in_python(sg, ss)
+        if not parts:
+            return None
+        total = parts[0] if len(parts) == 1 else _sum_by_key(pa.concat_tables(parts))
+        return self.op.output_table([c for c in total.column_names if c != "v"],
+                                    total)
+
+    def _window_in_python(self, sg: dict, ss: Sequence[int]) -> list[Any]:
+        combine, output = self.op.combine, self.op.user_output
+        acc: dict[Any, Any] = {}
+        for s in ss:  # slices in time order, as the sliced instance combines them
+            for part in self._parts.get(s, ()):
+                for k, v in zip(_keys_of(part), part.column("v").to_pylist(), strict=True):
+                    acc[k] = combine(acc[k], v) if k in acc else v
+            for k, v in (sg.get(s) or {}).items():
+                acc[k] = combine(acc[k], v) if k in acc else v
+        return [r for r in (output(k, a) for k, a in acc.items()) if r is not None]
+
+    def _dict_part(self, d: dict) -> Any:
+        import pyarrow as pa
+
+        ks = list(d)
+        if self._key_types is not None and len(self._key_types) > 1:
+            cols = self._key_columns(tuple(pa.array([k[i] for k in ks], t)
+                                           for i, t in enumerate(self._key_types)))
+        elif self._key_types is not None:
+            cols = self._key_columns(pa.array(ks, self._key_types[0]))
+        elif ks and type(ks[0]) is tuple:
+            cols = self._key_columns(tuple(pa.array(c) for c in zip(*ks, strict=True)))
+        else:
+            cols = self._key_columns(pa.array(ks))
+        return pa.table({**cols, "v": pa.array(list(d.values()), pa.int64())})
+
+    # -- outputs --------------------------------------------------------------------------------
+    def take_batch(self) -> Batch | None:
+        """The windows emitted so far as one batch in timestamp order (their right
+        boundaries), or None; clears the buffer. Tuple outputs (``out``) never occur: every
+        window goes out through f_O's columnar form (or, see :meth:`_window`, as payloads
+        inside the batch)."""
+        import numpy as np
+
+        from ..batch import Batch
+
+        tables, self._tables = self._tables, []
+        if not tables:
+            return None
+        pieces = [Batch(np.full(len(t), right, dtype=np.int64), payloads=t) if type(t) is list
+                  else Batch(np.full(len(t), right, dtype=np.int64), table=t)
+                  for right, t in tables]
+        return Batch.concat(pieces)
+
+
+#: partials a slice collects before they are summed into one (bounds a long slice's memory by
+#: its distinct keys, not its tuples, at one extra aggregation per this many batches)
+_COMPACT = 16
+
+
+def _sum_by_key(table: Any) -> Any:
+    keys = [c for c in table.column_names if c != "v"]
+    agg = table.group_by(keys, use_threads=False).aggregate([("v", "sum")])
+    return agg.rename_columns([*keys, "v"])
+
+
+def _keys_of(part: Any) -> list[Any]:
+    """A partial's keys as the tuple path has them: values, or tuples of several columns."""
+    cols = [part.column(c).to_pylist() for c in part.column_names if c != "v"]
+    return cols[0] if len(cols) == 1 else list(zip(*cols, strict=True))
