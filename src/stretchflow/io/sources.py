@@ -11,6 +11,12 @@ unsorted source is sorted when its input ends (bounded inputs only).
 
 ``Source.items()`` yields ``(ts, payload)`` tuples in timestamp order, with explicit watermarks
 as ``(w, WATERMARK)``; the engine never copies payloads.
+
+``Source.batches()`` delivers the same tuples as :class:`~stretchflow.batch.Batch` es (columns),
+or None when the source cannot: sorted JSON Lines, CSV and Parquet files can, read by Arrow
+(:mod:`stretchflow.io.batches`) so that columnar operators never build Python objects; each
+chunk Arrow cannot take as it is goes through the tuple path's own per-record code, so the
+tuples and any error are those of ``items()``.
 """
 
 from __future__ import annotations
@@ -20,12 +26,15 @@ import math
 import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from ..errors import SourceError
 from ..eventtime import WATERMARK, Watermark
+
+if TYPE_CHECKING:
+    from ..batch import Batch
 
 Item = tuple[int, Any]
 
@@ -53,6 +62,25 @@ class Source:
         if self.speed:
             return _replayed(out, self.speed)
         return _paced(out, self.rate) if self.rate else out
+
+    def batches(self, rows: int = 65536) -> Iterator[Batch] | None:
+        """The tuples of :meth:`items` as batches of about ``rows`` tuples, or None when this
+        source cannot deliver batches (then the executor uses :meth:`items`). Only sorted,
+        unpaced file sources can: a batch is a run in timestamp order, and pacing is per tuple.
+        """
+        return None
+
+    def _batchable(self, rows: int) -> bool:
+        """Whether :meth:`batches` may read batches: sorted and unpaced (and a sane ``rows``)."""
+        if type(rows) is not int or rows < 1:
+            raise ValueError(f"batches: rows must be a positive integer, got {rows!r}")
+        return self.sorted and not self.rate and not self.speed
+
+    def _checked(self, raw: Iterator[tuple[Any, Any, Any]], prev: float = -math.inf
+                 ) -> Iterator[Item]:
+        """``raw`` checked for order as :meth:`items` checks it, the previous timestamp being
+        ``prev`` (so a batch reader can check a chunk the way the tuple path would)."""
+        return _check_sorted(self, raw, prev)
 
     def replay(self, speed: float = 1.0) -> Source:
         """Replays this source in event time: a tuple comes (ts − first ts) / speed ms after
@@ -99,8 +127,8 @@ class Source:
         return f"{type(self).__name__}({self.name!r}, sorted={self.sorted})"
 
 
-def _check_sorted(src: Source, raw: Iterator[tuple[Any, Any, Any]]) -> Iterator[Item]:
-    prev = -math.inf
+def _check_sorted(src: Source, raw: Iterator[tuple[Any, Any, Any]], prev: float = -math.inf
+                  ) -> Iterator[Item]:
     for ts, payload, where in raw:
         if ts < prev:
             raise src._error(
@@ -176,40 +204,60 @@ class JsonLines(Source):
         self.path = Path(path)
         super().__init__(name or self.path.name, ts, sorted, watermark)
 
+    #: a batch holds at most about this many bytes of lines (unless one line is longer)
+    batch_bytes = 8 << 20
+
     def describe_where(self, where: Any) -> str:
         return f"{self.path}:{where}"
 
-    def _raw(self) -> Iterator[tuple[Any, Any, Any]]:
-        loads, ts_f, wm_f = orjson.loads, self.ts_field, self.watermark_field
+    def batches(self, rows: int = 65536) -> Iterator[Batch] | None:
+        """Batches read by Arrow's multithreaded JSON parser; None with a watermark field
+        (explicit watermarks are per record) or when :meth:`Source.batches` says so."""
+        if not self._batchable(rows) or self.watermark_field is not None:
+            return None
+        from .batches import jsonl_batches
+
+        return jsonl_batches(self, rows, self.batch_bytes)
+
+    def _open(self) -> Any:
         try:
-            f = open(self.path, "rb")  # noqa: SIM115
+            return open(self.path, "rb")  # noqa: SIM115
         except OSError as e:
             raise SourceError(self.name, str(self.path), f"cannot open: {e.strerror}") from e
+
+    def _raw(self) -> Iterator[tuple[Any, Any, Any]]:
+        f = self._open()
         with f:
-            n = 0
-            for n, line in enumerate(f, 1):  # noqa: B007
-                try:
-                    rec = loads(line)
-                except orjson.JSONDecodeError as e:
-                    if not line.strip():
-                        continue
-                    raise self._error(n, f"malformed JSON ({e})", _text(line)) from None
-                if wm_f is not None and type(rec) is dict and wm_f in rec and len(rec) == 1:
-                    w = rec[wm_f]
-                    if type(w) is not int:
-                        raise self._error(n, f"watermark must be an integer, got {w!r}", rec)
-                    yield w, WATERMARK, n
+            yield from self._lines(f, 1)
+
+    def _lines(self, lines: Iterable[bytes], first: int) -> Iterator[tuple[Any, Any, Any]]:
+        """The per-record reading of :meth:`_raw` over ``lines``, the first being line number
+        ``first`` (a batch reader runs it over a chunk Arrow could not take)."""
+        loads, ts_f, wm_f = orjson.loads, self.ts_field, self.watermark_field
+        n = first - 1
+        for n, line in enumerate(lines, first):  # noqa: B007
+            try:
+                rec = loads(line)
+            except orjson.JSONDecodeError as e:
+                if not line.strip():
                     continue
-                try:
-                    ts = rec[ts_f]
-                except (KeyError, TypeError):
-                    ts = self._ts_of(rec, n)  # raises the precise error
-                if type(ts) is not int:
-                    ts = self._ts_of(rec, n)
-                if not n & 4095:
-                    self.read = n
-                yield ts, rec, n
-            self.read = n
+                raise self._error(n, f"malformed JSON ({e})", _text(line)) from None
+            if wm_f is not None and type(rec) is dict and wm_f in rec and len(rec) == 1:
+                w = rec[wm_f]
+                if type(w) is not int:
+                    raise self._error(n, f"watermark must be an integer, got {w!r}", rec)
+                yield w, WATERMARK, n
+                continue
+            try:
+                ts = rec[ts_f]
+            except (KeyError, TypeError):
+                ts = self._ts_of(rec, n)  # raises the precise error
+            if type(ts) is not int:
+                ts = self._ts_of(rec, n)
+            if not n & 4095:
+                self.read = n
+            yield ts, rec, n
+        self.read = n
 
 
 class _Arrow(Source):
@@ -226,27 +274,55 @@ class _Arrow(Source):
     def _batches(self) -> Iterator[Any]:
         raise NotImplementedError
 
-    def _raw(self) -> Iterator[tuple[Any, Any, Any]]:
+    def batches(self, rows: int = 65536) -> Iterator[Batch] | None:
+        """One batch per Arrow record batch (cut to at most ``rows`` tuples), or None when
+        :meth:`Source.batches` says so."""
+        if not self._batchable(rows):
+            return None
+        from .batches import arrow_batches
+
+        return arrow_batches(self, rows)
+
+    def _record_batches(self) -> Iterator[tuple[int, Any]]:
+        """``(rows before it, record batch)`` pairs, with the tuple path's errors for a missing
+        file, a missing timestamp column and a file pyarrow cannot read (shared by
+        :meth:`_raw` and the batch reader, so both fail alike)."""
         if not self.path.exists():
             raise SourceError(self.name, str(self.path), "cannot open: no such file")
         ts_f = self.ts_field
         row = 0
         try:
-            batches = self._batches()
-            for batch in batches:
+            for batch in self._batches():
                 if ts_f not in batch.schema.names:
                     raise self._error(row + 1, f"missing timestamp column {ts_f!r}")
-                for rec in batch.to_pylist():
-                    row += 1
-                    ts = rec[ts_f]
-                    if type(ts) is not int:
-                        ts = self._ts_of(rec, row) if ts is not None else self._null_ts(row, rec)
-                    yield ts, rec, row
-                self.read = row
+                yield row, batch
+                row += batch.num_rows
         except SourceError:
             raise
         except Exception as e:  # pyarrow's parse errors carry the reason; name the file
             raise self._error(row + 1, f"cannot read: {e}") from e
+
+    def _pylist(self, batch: Any, row: int) -> list[Any]:
+        """The rows of a record batch as dicts; ``row``: rows before it (for the error)."""
+        try:
+            return batch.to_pylist()
+        except Exception as e:
+            raise self._error(row + 1, f"cannot read: {e}") from e
+
+    def _rows(self, batch: Any, row: int) -> Iterator[tuple[Any, Any, Any]]:
+        """The per-record reading of a record batch whose first row is number ``row + 1``."""
+        ts_f = self.ts_field
+        for rec in self._pylist(batch, row):
+            row += 1
+            ts = rec[ts_f]
+            if type(ts) is not int:
+                ts = self._ts_of(rec, row) if ts is not None else self._null_ts(row, rec)
+            yield ts, rec, row
+
+    def _raw(self) -> Iterator[tuple[Any, Any, Any]]:
+        for row, batch in self._record_batches():
+            yield from self._rows(batch, row)
+            self.read = row + batch.num_rows
 
     def _null_ts(self, row: int, rec: Any) -> int:
         raise self._error(row, f"missing timestamp field {self.ts_field!r}", rec)
