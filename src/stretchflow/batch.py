@@ -160,3 +160,56 @@ def prefer_system_allocator() -> None:
 
     if pa.default_memory_pool().backend_name != "system":
         pa.set_memory_pool(pa.system_memory_pool())
+
+
+def int_numpy(arr: Any) -> Any:
+    """An Arrow integer array (or chunked array) without nulls as a numpy int64 array, read off
+    its data buffer. pyarrow's own ``to_numpy`` imports pandas on first use (~60 MB of RSS and
+    up to a second, measured with pyarrow 26), which a columnar run must not pay for."""
+    import numpy as np
+    import pyarrow as pa
+
+    chunks = arr.chunks if isinstance(arr, pa.ChunkedArray) else [arr]
+    parts = []
+    for c in chunks:
+        if c.null_count:
+            raise ValueError("int_numpy: the array has nulls")
+        if c.type != pa.int64():
+            c = c.cast(pa.int64())
+        if len(c):
+            parts.append(np.frombuffer(c.buffers()[1], np.int64, len(c), c.offset * 8))
+    if not parts:
+        return np.zeros(0, np.int64)
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def arrow_ints(values: Any) -> Any:
+    """A numpy integer array as an Arrow int64 array sharing its memory. ``pa.array`` imports
+    pandas on first use (see :func:`int_numpy`); building from the buffer does not."""
+    import numpy as np
+    import pyarrow as pa
+
+    a = np.ascontiguousarray(values, dtype=np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(a), [None, pa.py_buffer(a)])
+
+
+def arrow_strings(values: list[str]) -> Any:
+    """A short list of Python strings as an Arrow string array, without ``pa.array`` (which
+    imports pandas, see :func:`arrow_ints`)."""
+    import numpy as np
+    import pyarrow as pa
+
+    data = [v.encode() for v in values]
+    offsets = np.zeros(len(data) + 1, np.int32)
+    np.cumsum([len(d) for d in data], out=offsets[1:])
+    return pa.Array.from_buffers(pa.string(), len(data),
+                                 [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))])
+
+
+def arrow_mask(mask: Any) -> Any:
+    """A numpy boolean array as an Arrow boolean array (bit-packed), without ``pa.array``."""
+    import numpy as np
+    import pyarrow as pa
+
+    bits = np.packbits(np.asarray(mask, dtype=bool), bitorder="little")
+    return pa.Array.from_buffers(pa.bool_(), len(mask), [None, pa.py_buffer(bits)])

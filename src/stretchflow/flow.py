@@ -32,7 +32,14 @@ from .io.sources import Source
 from .operators.aggregate import Aggregate
 from .operators.join import Join
 from .operators.oplus import OPlus
-from .operators.stateless import Filter, FlatMap, Map
+from .operators.stateless import (
+    Filter,
+    FlatMap,
+    Map,
+    arrow_filter,
+    is_arrow_expression,
+    map_batches,
+)
 from .runtime.gc_hold import RUN_FREEZE
 from .runtime.result import RunResult
 
@@ -67,9 +74,23 @@ class Stream:
         return self.flow._add("stateless", FlatMap(fn, self.flow._name(name, "flat_map")),
                               [self])
 
-    def filter(self, fn: Callable[[Any], bool], name: str | None = None) -> Stream:
-        """Keeps the tuples for which ``fn`` is true."""
-        return self.flow._add("stateless", Filter(fn, self.flow._name(name, "filter")), [self])
+    def filter(self, fn: Callable[[Any], bool] | Any, name: str | None = None) -> Stream:
+        """Keeps the tuples for which ``fn`` is true. ``fn`` may be a pyarrow compute
+        expression (``pc.field("lang") == "en"``): then whole batches are filtered by Arrow
+        where the executor runs batches (a row is kept where the expression is true)."""
+        name = self.flow._name(name, "filter")
+        op = arrow_filter(fn, name) if is_arrow_expression(fn) else Filter(fn, name)
+        return self.flow._add("stateless", op, [self])
+
+    def map_batches(self, fn: Callable[[Any], Any], name: str | None = None,
+                    format: str = "arrow") -> Stream:  # noqa: A002
+        """A map over whole batches: ``fn`` takes the payloads of many tuples as a pyarrow
+        Table (``format="pandas"``: a DataFrame) and returns a Table or DataFrame of as many
+        rows, row r computed from input row r only; each output row keeps its tuple's
+        timestamp. Executors that do not run batches call ``fn`` on one-row tables."""
+        return self.flow._add("stateless",
+                              map_batches(fn, self.flow._name(name, "map_batches"), format),
+                              [self])
 
     # -- stateful -----------------------------------------------------------------------------
     def stateful(self, op: Any, name: str | None = None) -> Stream:

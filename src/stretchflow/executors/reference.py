@@ -149,7 +149,10 @@ def _compile(flow: Flow, counts: dict[str, list[int]], P: int = 1, G: int = 1,
     one_sink = len(flow.sinks) == 1  # several sinks read through one tuple merge
 
     def takes_batches(reader: Node | None) -> bool:
-        return reader in columnar if reader is not None else one_sink
+        if reader is None:
+            return one_sink
+        return reader in columnar or (reader.kind == "stateless" and
+                                      getattr(reader.spec, "batch_fn", None) is not None)
 
     batchy: set[Node] = set()  # nodes whose stream may hold Batch items
     pools: dict[Node, list[Iterator[Item]]] = {}
@@ -174,6 +177,9 @@ def _compile(flow: Flow, counts: dict[str, list[int]], P: int = 1, G: int = 1,
             return _counted(node.spec.items(), counter)
         ups = [take(u, node) for u in node.inputs]
         if node.kind == "stateless":
+            if node.inputs[0] in batchy and takes_batches(node):
+                batchy.add(node)
+                return _stateless_columnar(node.spec, ups[0])
             return _stateless(node.spec, ups[0])
         if node.kind == "stateful":
             return _stateful(node.spec, ups[0])
@@ -232,6 +238,34 @@ def _stateless(op: Map | FlatMap | Filter, up: Iterator[Item]) -> Iterator[Item]
                     yield ts, out
         except Exception as e:
             raise user_error(op.name, ts, v, e) from e
+
+
+def _stateless_columnar(op: Map | Filter, up: Iterator[Item]) -> Iterator[Item]:
+    """A Map or Filter with a columnar form (``batch_fn``) over a stream that holds
+    batches: a batch with a table goes through ``batch_fn`` at once; anything else tuple by
+    tuple through ``fn``. A failing batch is redone tuple by tuple, so the error names the
+    tuple ``fn`` fails on; if every tuple passes alone (the columnar form was stricter, e.g.
+    about types mixed across rows), their outputs stand: both forms are row-wise."""
+    fn = op.batch_fn
+    assert fn is not None
+    for ts, v in up:
+        if type(v) is not Batch:
+            yield from _stateless(op, iter(((ts, v),)))
+            continue
+        if v.table is None:  # payloads that fit no table
+            yield from _stateless(op, iter(v.items()))
+            continue
+        try:
+            if type(op) is Map:
+                out = Batch(v.ts, table=fn(v.table))
+            else:
+                rows, kept = fn(v.table)
+                out = Batch(v.ts[rows], table=kept)
+        except Exception:  # noqa: BLE001 - redone tuple by tuple, which names the tuple
+            yield from _stateless(op, iter(v.items()))
+            continue
+        if len(out):
+            yield out.last, out
 
 
 def _stateful(op: Any, up: Iterator[Item]) -> Iterator[Item]:

@@ -23,6 +23,8 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..batch import arrow_ints, arrow_strings
+
 # orjson's escapes inside a JSON string: the two-character forms for \b \t \n \f \r, every other
 # control character as \u00XX with lowercase hex (orjson 3.x: b'"\\u000b"' for "\x0b").
 _SHORT = {0x08: "\\b", 0x09: "\\t", 0x0A: "\\n", 0x0C: "\\f", 0x0D: "\\r"}
@@ -75,8 +77,8 @@ def _json_string(col: pa.ChunkedArray) -> pa.ChunkedArray:
         # one pass per special byte actually present: none at all for ordinary text
         col = pc.replace_substring(col, chr(c), "\\" + chr(c) if c in (0x5C, 0x22)
                                    else _ESCAPES[c])
-    quote = pa.scalar("\"", _OUT)
-    return pc.binary_join_element_wise(quote, col, quote, pa.scalar("", _OUT))
+    quote = _scalar("\"")
+    return pc.binary_join_element_wise(quote, col, quote, _scalar(""))
 
 
 def _json_values(col: pa.ChunkedArray) -> pa.ChunkedArray:
@@ -89,7 +91,7 @@ def _json_values(col: pa.ChunkedArray) -> pa.ChunkedArray:
         text = col.cast(_OUT)
     else:  # null type
         text = col.cast(_OUT)
-    return pc.fill_null(text, "null")
+    return pc.fill_null(text, _scalar("null"))
 
 
 def jsonl_lines(ts: np.ndarray, table: pa.Table | pa.RecordBatch) -> pa.ChunkedArray | None:
@@ -105,14 +107,20 @@ def jsonl_lines(ts: np.ndarray, table: pa.Table | pa.RecordBatch) -> pa.ChunkedA
     cols = [(n, c) for n, c in zip(names, table.columns, strict=True) if n != "ts"]
     if not all(supported(c.type) for _, c in cols):
         return None
-    parts: list[Any] = ["{\"ts\":", pa.array(ts, type=pa.int64()).cast(_OUT)]
+    parts: list[Any] = ["{\"ts\":", arrow_ints(ts).cast(_OUT)]
     for name, col in cols:
         # keys are constant: orjson itself escapes them, once per column
         parts.append("," + orjson.dumps(name).decode() + ":")
         parts.append(_json_values(col))
     parts.append("}\n")
-    return pc.binary_join_element_wise(*[pa.scalar(p, _OUT) if isinstance(p, str) else p
-                                         for p in parts], pa.scalar("", _OUT))
+    return pc.binary_join_element_wise(*[_scalar(p) if isinstance(p, str) else p
+                                         for p in parts], _scalar(""))
+
+
+def _scalar(text: str) -> Any:
+    """``text`` as an Arrow scalar of the output type. Not ``pa.scalar``: converting a Python
+    value makes pyarrow import pandas (see :func:`stretchflow.batch.int_numpy`)."""
+    return arrow_strings([text]).cast(_OUT)[0]
 
 
 def _chunk_bytes(chunk: pa.Array) -> memoryview:

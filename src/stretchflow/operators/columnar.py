@@ -36,7 +36,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..batch import arrow_ints, int_numpy
 from ..errors import RunTupleError, StretchflowError
+from .columnar_kernels import sum_by
 from .slicing import NEXT, SlicedAggregateInstance
 
 if TYPE_CHECKING:
@@ -113,26 +115,18 @@ class ColumnarSlicedInstance(SlicedAggregateInstance):
 
     def _accumulate(self, ts: Any, rows: Any, keys: Any, values: Any) -> None:
         import numpy as np
-        import pyarrow as pa
 
         width = self._width
         t = ts[np.asarray(rows, dtype=np.int64)]
-        s = t - t % width
         cols = self._key_columns(keys)
-        values = np.asarray(values, dtype=np.int64)
+        # one grouping by (slice, key) for the whole batch (rows need not come in time
+        # order: paircount's come per distance), then a partial per slice
+        sl, ks, sums = sum_by(list(cols.values()), values, t - t % width)
+        cut = np.flatnonzero(sl[1:] != sl[:-1]) + 1
         sg = self.groups[0]
-        # rows need not come in order (paircount's come per distance): compare the extremes
-        if s.min() == s.max():  # the common case: the batch lies in one slice, no split
-            self._add_part(sg, int(s[0]), _sum_by_key(pa.table({**cols, "v": values})))
-            return
-        agg = pa.table({"s": s, **cols, "v": values}).group_by(
-            ["s", *cols], use_threads=False).aggregate([("v", "sum")]).sort_by("s")
-        sl = agg.column("s").to_numpy()
-        cut = np.flatnonzero(np.diff(sl)) + 1
         for a, b in zip(np.r_[0, cut].tolist(), np.r_[cut, len(sl)].tolist(), strict=True):
-            part = agg.slice(a, b - a)
-            self._add_part(sg, int(sl[a]), pa.table({**{k: part.column(k) for k in cols},
-                                                     "v": part.column("v_sum")}))
+            self._add_part(sg, int(sl[a]), _table(list(cols), [k.slice(a, b - a) for k in ks],
+                                                  sums[a:b]))
 
     def _key_columns(self, keys: Any) -> dict[str, Any]:
         """f_MK's key column(s) as ``{"k0": ..., "k1": ...}``: one Arrow array, or a tuple
@@ -143,6 +137,7 @@ class ColumnarSlicedInstance(SlicedAggregateInstance):
         arrays = list(keys) if isinstance(keys, tuple) else [keys]
         arrays = [a if isinstance(a, pa.Array | pa.ChunkedArray) else pa.array(a)
                   for a in arrays]
+        arrays = [a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in arrays]
         if self._key_types is None:
             self._key_types = [a.type for a in arrays]
         elif len(arrays) != len(self._key_types):
@@ -269,10 +264,18 @@ class ColumnarSlicedInstance(SlicedAggregateInstance):
 _COMPACT = 16
 
 
+def _table(names: list[str], keys: list[Any], sums: Any) -> Any:
+    import pyarrow as pa
+
+    return pa.table({**dict(zip(names, keys, strict=True)), "v": arrow_ints(sums)})
+
+
 def _sum_by_key(table: Any) -> Any:
-    keys = [c for c in table.column_names if c != "v"]
-    agg = table.group_by(keys, use_threads=False).aggregate([("v", "sum")])
-    return agg.rename_columns([*keys, "v"])
+    """A partial (key columns and ``v``) summed per key (:func:`.columnar_kernels.sum_by`)."""
+    names = [c for c in table.column_names if c != "v"]
+    keys = [table.column(c).combine_chunks() for c in names]
+    _, ks, sums = sum_by(keys, int_numpy(table.column("v")))
+    return _table(names, ks, sums)
 
 
 def _keys_of(part: Any) -> list[Any]:

@@ -10,9 +10,9 @@ windows (:mod:`stretchflow.operators.slicing`).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
 from typing import Any
 
+from ..batch import arrow_ints, arrow_mask, arrow_strings, int_numpy
 from ..operators.aggregate import Aggregate
 
 
@@ -39,7 +39,7 @@ def _tokens(payloads: Any) -> tuple[Any, Any]:
         if not pa.types.is_string(arr.type) and not pa.types.is_large_string(arr.type):
             raise TypeError(f"text is {arr.type}, not a string")
         n = len(arr)
-        arr = pa.concat_arrays([arr.cast(pa.string()), pa.array(["x"], pa.string())])
+        arr = pa.concat_arrays([arr.cast(pa.string()), arrow_strings(["x"])])
     else:
         texts = [t["text"] for t in payloads]
         n = len(texts)
@@ -53,9 +53,13 @@ def _tokens(payloads: Any) -> tuple[Any, Any]:
     tokens = pc.list_flatten(lists)
     rows = pc.list_parent_indices(lists)
     # Arrow keeps an empty token before leading and after trailing whitespace (and for "");
-    # str.split() never yields one
-    keep = pc.and_(pc.greater(pc.binary_length(tokens), 0), pc.less(rows, n))
-    return rows.filter(keep).to_numpy(), tokens.filter(keep)
+    # str.split() never yields one. The mask is computed in numpy: a Python scalar handed to
+    # an Arrow kernel makes pyarrow import pandas (see stretchflow.batch.int_numpy)
+    rows = int_numpy(rows)
+    keep = (int_numpy(pc.binary_length(tokens)) > 0) & (rows < n)
+    if keep.all():
+        return rows, tokens
+    return rows[keep], tokens.filter(arrow_mask(keep))
 
 
 def token_columns(payloads: Any) -> tuple[Any, Any, Any]:
@@ -74,7 +78,6 @@ def pair_columns(distance: int | None) -> Any:
 
     def columns(payloads: Any) -> tuple[Any, Any, Any]:
         import numpy as np
-        import pyarrow as pa
 
         rows, tokens = _tokens(payloads)
         n = len(rows)
@@ -87,10 +90,10 @@ def pair_columns(distance: int | None) -> Any:
             firsts.append(i), seconds.append(i + d), rs.append(rows[i])
             d += 1
         if not rs:
-            empty = pa.array([], pa.string())
+            empty = arrow_strings([])
             return np.zeros(0, np.int64), (empty, empty), np.zeros(0, np.int64)
-        first = tokens.take(pa.array(np.concatenate(firsts)))
-        second = tokens.take(pa.array(np.concatenate(seconds)))
+        first = tokens.take(arrow_ints(np.concatenate(firsts)))
+        second = tokens.take(arrow_ints(np.concatenate(seconds)))
         r = np.concatenate(rs)
         return r, (first, second), np.ones(len(r), dtype=np.int64)
 
