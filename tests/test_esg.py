@@ -730,3 +730,87 @@ def test_abort_wakes_blocked_readers_and_sources():
     assert len(errors) == 2 and all(e.__cause__ is cause for e in errors)
     with pytest.raises(Aborted):
         esg.get_batch("r", 5)
+
+
+# ---------------------------------------------------------------- the spread bound
+
+
+def test_max_spread_holds_a_reader_back_until_the_slowest_moves():
+    esg = ElasticScaleGate(["a"], ["fast", "slow"], max_spread=3)
+    esg.add_batch([(i, i) for i in range(10)], "a")
+    assert esg.get_batch("fast", 10) == [(0, 0), (1, 1), (2, 2)]  # 3 ahead, no more
+    assert esg.get_batch("fast", 10, timeout=0.02) is None
+    assert esg.stats()["spread"] == 3 and esg.stats()["spread_waits"] == 1
+    esg.get_batch("slow", 2)
+    assert esg.get_batch("fast", 10) == [(3, 3), (4, 4)]
+    # the slowest reader is never held back: it may take max_spread at once
+    assert esg.get_batch("slow", 10) == [(2, 2), (3, 3), (4, 4)]
+    assert esg.get_batch("slow", 10) == [(5, 5), (6, 6), (7, 7)]
+
+
+def test_a_single_reader_is_bounded_only_by_batch_size():
+    esg = ElasticScaleGate(["a"], ["r"], max_spread=4)
+    esg.add_batch([(i, i) for i in range(10)], "a")
+    assert len(esg.get_batch("r", 10)) == 4  # a batch never exceeds the spread
+    assert len(esg.get_batch("r", 10)) == 4
+    assert len(esg.get_batch("r", 10)) == 2
+
+
+def test_held_back_reader_wakes_when_the_slowest_reads_or_leaves():
+    esg = ElasticScaleGate(["a"], ["fast", "slow", "slower"], max_spread=2)
+    esg.add_batch([(i, i) for i in range(10)], "a")
+    esg.get_batch("fast", 2)
+    esg.get_batch("slow", 1)
+    th, box = run_thread(lambda: esg.get_batch("fast", 5))
+    time.sleep(0.05)
+    assert th.is_alive(), "2 ahead of 'slower': must wait"
+    assert esg.remove_readers(["slower"])  # now 'slow' (1) is the slowest: 1 more for 'fast'
+    th.join(JOIN_S)
+    assert box["result"] == [(2, 2)]
+    th, box = run_thread(lambda: esg.get_batch("fast", 5))
+    time.sleep(0.05)
+    assert th.is_alive()
+    esg.get_batch("slow", 2)
+    th.join(JOIN_S)
+    assert box["result"] == [(3, 3), (4, 4)]
+
+
+def test_held_back_reader_is_woken_by_abort_removal_and_a_looser_bound():
+    from stretchflow.buffers.esg import Aborted
+
+    esg = ElasticScaleGate(["a"], ["fast", "slow"], max_spread=1)
+    esg.add_batch([(i, i) for i in range(5)], "a")
+    esg.get("fast")
+    th, box = run_thread(lambda: esg.get("fast"))
+    time.sleep(0.05)
+    esg.set_max_spread(None)  # unbounded: the waiting reader goes on
+    th.join(JOIN_S)
+    assert box["result"] == (1, 1)
+    esg.set_max_spread(1)
+    th, box = run_thread(lambda: esg.get("fast"))
+    time.sleep(0.05)
+    assert esg.remove_readers(["fast"])  # a removed reader gets END, not a hang
+    th.join(JOIN_S)
+    assert box["result"] is END
+    assert esg.add_readers(["f2"], "slow") and esg.get("slow") == (0, 0)
+    th, box = run_thread(lambda: esg.get_batch("slow", 3))  # 1 ahead of f2: waits
+    time.sleep(0.05)
+    esg.abort(ValueError("stop"))
+    th.join(JOIN_S)
+    assert isinstance(box.get("error"), Aborted)
+
+
+def test_add_next_with_a_spread_bound_goes_after_the_furthest_reader():
+    esg = ElasticScaleGate(["a"], ["r1", "r2"], max_spread=2)
+    esg.add_batch([(i, i) for i in range(6)], "a")
+    esg.get_batch("r1", 9)
+    assert esg.add_next("ctrl") == 1
+    assert esg.get_batch("r2", 9) == [(0, 0), (1, 1)]
+    assert esg.get_batch("r1", 9) == [(1, "ctrl"), (2, 2)]
+    assert esg.get_batch("r2", 9) == [(1, "ctrl"), (2, 2)]
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "3", True])
+def test_bad_max_spread(bad):
+    with pytest.raises(ValueError, match="max_spread"):
+        ElasticScaleGate(["a"], ["r"], max_spread=bad)

@@ -356,3 +356,78 @@ def test_membership_churn_readers_come_and_go():
     assert None not in full
     check_common_sequence(full, added)
     assert len(slices) > 5
+
+
+@pytest.mark.parametrize("spread", [1, 4, 32])
+def test_spread_bound_under_load_with_control_tuples_and_churn(spread):
+    """Readers of random speeds under a spread bound, control tuples from other threads, and
+    readers handing over to successors and leaving (as VSN instances do): the spread stays
+    within the bound at every moment a monitor looks, nothing deadlocks (every thread is
+    joined with a timeout), and every reader's sequence is a slice of one common one."""
+    srcs = ["s0", "s1", "s2"]
+    esg = ElasticScaleGate(srcs, ["g0", "g1", "g2"], capacity=64, max_spread=spread)
+    crew = Crew()
+    added: list[list] = []
+    slices: dict[str, tuple[int, list]] = {}
+    lock = threading.Lock()
+    counter = [2]
+    spreads: list[int] = []
+    done = threading.Event()
+
+    def reader(name, start, seed):
+        seq: list = []
+        slices[name] = (start, seq)
+        rng = random.Random(seed)
+        quota = rng.randint(300, 1500)
+        handed_over = False
+        while True:
+            got = esg.get_batch(name, rng.randint(1, 50))
+            if got is END:
+                return
+            seq.extend(got)
+            if rng.random() < 0.05:
+                time.sleep(rng.random() / 500)  # a slow instance, for a while
+            if not handed_over and len(seq) >= quota:
+                with lock:
+                    counter[0] += 1
+                    succ = f"g{counter[0]}"
+                assert esg.add_readers([succ], name)
+                crew.start(reader, succ, start + len(seq), seed + 7)
+                handed_over = True
+                if rng.random() < 0.6:
+                    assert esg.remove_readers([name])
+                    return
+
+    def controller():
+        for i in range(30):
+            esg.add_next(("ctrl", i))
+            time.sleep(0.002)
+
+    def monitor():
+        while not done.is_set():
+            spreads.append(esg.stats()["spread"])
+            time.sleep(0.0005)
+
+    mon = threading.Thread(target=monitor, daemon=True)
+    mon.start()
+    for i, s in enumerate(srcs):
+        crew.start(produce, esg, s, 0, 3000, 50 + i, added)
+    crew.start(controller)
+    for i in range(3):
+        crew.start(reader, f"g{i}", 0, 200 + i)
+    try:
+        crew.join()
+    finally:
+        done.set()
+        mon.join(JOIN_S)
+    assert spreads and max(spreads) <= spread
+    total = max(start + len(seq) for start, seq in slices.values())
+    full: list = [None] * total
+    for start, seq in slices.values():
+        for k, t in enumerate(seq):
+            if full[start + k] is None:
+                full[start + k] = t
+            assert full[start + k] == t, "readers disagree on the order"
+    assert None not in full
+    check_common_sequence([t for t in full if t[1] in srcs], added)
+    assert esg.stats()["spread_waits"] > 0

@@ -46,17 +46,24 @@ def _reference(ax: Any, m: dict[str, Any]) -> None:
 
 
 def _reconfiguration(ax: Any, m: dict[str, Any]) -> None:
-    steps = list(m["by_transition_ms"])
-    p50 = [m["by_transition_ms"][s]["p50"] for s in steps]
-    mx = [m["by_transition_ms"][s]["max"] for s in steps]
-    xs = range(len(steps))
-    ax.bar([x - 0.2 for x in xs], p50, width=0.4, label="p50")
-    ax.bar([x + 0.2 for x in xs], mx, width=0.4, label="max")
-    ax.set_xticks(list(xs), steps)
-    ax.set_xlabel("reconfiguration (instances)")
-    ax.set_ylabel("time (ms)")
-    ax.set_title("VSN reconfiguration time (call to completion)")
-    ax.legend()
+    """p50 bars with p99 and max marks per offered load, one bar per max_spread variant."""
+    loads = ["70%", "120%", "full"]
+    variants = list(m["variants"])
+    width = 0.8 / len(variants)
+    for k, name in enumerate(variants):
+        xs = [i - 0.4 + width * (k + 0.5) for i in range(len(loads))]
+        d = [m["variants"][name][ld]["duration_ms"] for ld in loads]
+        bars = ax.bar(xs, [v["p50"] for v in d], width=width, label=f"{name}: p50")
+        color = bars.patches[0].get_facecolor()
+        ax.plot(xs, [v["p99"] for v in d], "v", color=color, label=f"{name}: p99")
+        ax.plot(xs, [v["max"] for v in d], "_", color=color, markersize=12)
+    cap = m["capacity"]["tuples_per_s"]["median"]
+    ax.set_xticks(range(len(loads)), ["70 % of C", "120 % of C", "full speed"])
+    ax.set_yscale("log")
+    ax.set_ylabel("time (ms), max: dash")
+    ax.set_title(f"VSN reconfiguration 1..8, wordcount, C = {cap:,.0f} t/s", fontsize=10)
+    ax.axhline(5, color="gray", lw=0.8, ls="--")
+    ax.legend(fontsize=7)
 
 
 def _forward(ax: Any, m: dict[str, Any]) -> None:
@@ -103,7 +110,41 @@ _FIGURES = {
     "vsn-forward": _forward,
     "vsn-scalejoin": _scalejoin,
     "vsn-wordcount": _wordcount,
+    "peers": lambda ax, m: _peers(ax, m),  # defined below, looked up when drawn
 }
+
+
+def _peers(ax: Any, m: dict[str, Any]) -> None:
+    """Per variant, whole-process throughput of each query (median, min-max whiskers, log
+    scale); a variant whose output differed from the reference is hatched and marked "WRONG"."""
+    queries = [q for q in ("wordcount", "paircount") if isinstance(m.get(q), dict)]
+    names = list(dict.fromkeys(v for q in queries for v, s in m[q].items()
+                               if isinstance(s, dict) and "wall_s" in s))
+    width = 0.8 / max(len(queries), 1)
+    for i, q in enumerate(queries):
+        xs, med, lo, hi, wrong = [], [], [], [], []
+        for x, v in enumerate(names):
+            s = m[q].get(v)
+            if not isinstance(s, dict) or "wall_s" not in s:
+                continue
+            n = m[q]["rows_in"]
+            xs.append(x + (i - (len(queries) - 1) / 2) * width)
+            med.append(n / s["wall_s"]["median"])
+            lo.append(med[-1] - n / s["wall_s"]["max"])
+            hi.append(n / s["wall_s"]["min"] - med[-1])
+            wrong.append(not s["correctness"]["correct"])
+        bars = ax.bar(xs, med, width=width, yerr=[lo, hi], capsize=2,
+                      label=f"{q}, {m[q]['tweets']:,} tweets")
+        for bar, bad in zip(bars, wrong, strict=True):
+            if bad:
+                bar.set_hatch("//")
+                ax.annotate("WRONG", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                            ha="center", va="bottom", fontsize=6, color="tab:red")
+    ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=7)
+    ax.set_yscale("log")
+    ax.set_ylabel("tuples/s, whole process")
+    ax.set_title("peers: sliding wordcount / paircount (WS 120 s, WA 60 s)", fontsize=9)
+    ax.legend(fontsize=7)
 
 
 def _timeline(title: str) -> Any:

@@ -1,9 +1,10 @@
 """``stretchflow bench vsn``: the VSN executor's benchmarks (STRETCH journal §8, scaled to a
 2-core machine running CPython).
 
-* ``reconfiguration`` (Q4): wordcount replayed below capacity; the parallelism steps through
-  1→2→4→8→16 and back, several times; each reconfiguration's time from the reconfigure call
-  to the end of the barrier action.
+* ``reconfiguration`` (Q4): wordcount at 70 % stepping to 120 % of one instance's capacity
+  (calibrated in the run) and at full speed; the parallelism steps 1→2→4→8→4→2→1→8→1,
+  several times; each reconfiguration's time from the reconfigure call to the end of the
+  barrier action, with the spread bound and without it.
 * ``forward`` (Q2): Op. 15 over two inputs; throughput at full speed and latency at a paced
   rate, for Π = 1, 2, 4, 8.
 * ``wordcount``: VSN at Π = 1 against the reference executor on the same input, alternating.
@@ -13,7 +14,9 @@
 
 from __future__ import annotations
 
+import os
 import time
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -21,42 +24,157 @@ import stretchflow as sf
 
 from ..io.generators import bandjoin, tweets
 from ..queries import build_query
-from .common import summarize
+from .common import repeat_probe, summarize
 
-STEPS = (1, 2, 4, 8, 16, 8, 4, 2, 1)
+# Q4's schedule, scaled to this machine: one cycle doubles the parallelism up to 8 and halves
+# it back, then jumps 1 -> 8 -> 1 (provisioning and decommissioning seven instances at once).
+STEPS = (1, 2, 4, 8, 4, 2, 1, 8, 1)
+MAX_P = max(STEPS)
+# The offered loads of a run, as fractions of one instance's calibrated capacity: the
+# paper's Q4 step (70 % -> 120 %) and, in a separate run, the source at full speed.
+STEP_LOADS = (0.7, 1.2)
 
 
 def _pct(values: list[float]) -> dict[str, float]:
     v = sorted(values)
     n = len(v)
+    if not n:
+        return {"n": 0}
     return {"p50": v[n // 2], "p99": v[min(n - 1, int(n * 0.99))], "max": v[-1], "n": n}
 
 
-def reconfiguration(rate: float = 1000.0, cycles: int = 4, gap: int = 400,
-                    seed: int = 1) -> dict[str, Any]:
-    steps = list(STEPS[1:]) * cycles
+class _SteppedRate(sf.io.IterableSource):
+    """The records of a pre-built table, repeated with shifted timestamps as often as needed,
+    replayed at a piecewise-constant rate: ``phases`` is ``[(tuples, rate or None), ...]``
+    (None: full speed). Tuple n of a phase is due n / rate seconds after the phase's own
+    due start, so under overload the source pushes as fast as the engine admits it (the
+    offered load does not drop). Records the 1-minute load average as each phase starts
+    and once the input ends (``loadavg``)."""
+
+    live = True  # pushed at once by the pump, like any paced source
+
+    def __init__(self, table: Any, phases: list[tuple[int, float | None]]):
+        span = table["ts"][-1].as_py() - table["ts"][0].as_py() + 1
+
+        def rows() -> Any:
+            shift = 0
+            while True:
+                for batch in table.to_batches(max_chunksize=4096):
+                    for rec in batch.to_pylist():
+                        rec["ts"] += shift
+                        yield rec
+                shift += span
+
+        super().__init__(rows, name="tweets")
+        self.phases = phases
+        self.loadavg: list[float] = []
+
+    def items(self) -> Any:
+        clock, sleep = time.perf_counter, time.sleep
+        it = super().items()
+        t0 = clock()
+        for count, rate in self.phases:
+            self.loadavg.append(os.getloadavg()[0])
+            t0 = max(t0, clock()) if rate is None else t0
+            for n, item in enumerate(islice(it, count)):
+                if rate is not None:
+                    ahead = n / rate - (clock() - t0)
+                    if ahead > 0:
+                        sleep(ahead)
+                yield item
+            t0 = t0 + count / rate if rate is not None else clock()
+        self.loadavg.append(os.getloadavg()[0])
+
+
+def _run_vsn(flow: sf.Flow, **kw: Any) -> Any:
+    return flow.run(engine="vsn", **kw)
+
+
+def calibrate(table: Any, rows: int, repeats: int = 3) -> dict[str, Any]:
+    """One instance's capacity: wordcount tuples/s at Π = 1 (the key groups of an
+    8-instance run), input pre-built, from the threads' start to the end of the input
+    (no process start, no data generation); min/median/max of ``repeats`` runs."""
+    rates, probes = [], []
+    for _ in range(repeats):
+        flow = sf.Flow("calibrate")
+        build_query("wordcount", [flow.source(_SteppedRate(table, [(rows, None)]))]
+                    ).sink(sf.io.callback(_drop))
+        with repeat_probe() as probe:
+            res = _run_vsn(flow, parallelism=1, max_parallelism=MAX_P)
+        rates.append(rows / res.elapsed)
+        probes.append(probe)
+    return {"tuples": rows, "tuples_per_s": summarize(rates), "probes": probes}
+
+
+def _phase_run(table: Any, phases: list[tuple[int, float | None]], gap: int,
+               steps: list[int], **vsn_kw: Any) -> tuple[list[dict], Any, dict[str, Any]]:
     schedule = [(gap * (k + 1), p) for k, p in enumerate(steps)]
-    rows = gap * (len(steps) + 2)
     flow = sf.Flow("reconfiguration")
-    src = sf.io.generated("tweets", rows=rows, seed=seed).at_rate(rate)
-    # outputs are counted, not kept: 190 000 live output tuples would make every full
-    # collection of the run traverse them (~60 ms each here), a cost of the harness that
-    # lands in whichever reconfiguration it overlaps (docs/vsn.md)
-    sink = build_query("wordcount", [flow.source(src)]).sink(sf.io.callback(_drop))
-    res = flow.run(engine="vsn", parallelism=1, max_parallelism=16, reconfigure=schedule)
-    done = [r for r in res.extra["reconfigurations"] if r["applied"]]
+    src = _SteppedRate(table, phases)
+    # outputs are counted, not kept: live output tuples would make every full collection of
+    # the run traverse them, a cost of the harness that lands in whichever reconfiguration
+    # it overlaps (docs/vsn.md)
+    build_query("wordcount", [flow.source(src)]).sink(sf.io.callback(_drop))
+    with repeat_probe() as probe:
+        res = _run_vsn(flow, parallelism=1, max_parallelism=MAX_P, reconfigure=schedule,
+                       **vsn_kw)
+    probe["loadavg_at_phases"] = src.loadavg
+    return res.extra["reconfigurations"], res, probe
+
+
+def reconfiguration(cycles: int = 4, interval: float = 0.1, seed: int = 1,
+                    calib_rows: int = 30_000, calib_repeats: int = 3,
+                    spreads: tuple[int | None, ...] = (None, 0)) -> dict[str, Any]:
+    """STRETCH Q4 under load. One instance's capacity C is calibrated in the run; then, for
+    each ``max_spread`` of ``spreads`` (None: the engine's default; 0: unbounded, the
+    baseline), wordcount with a reconfiguration every ``interval`` × C input tuples
+    (``STEPS``, ``cycles`` times per load): one run whose source offers 70 % of C and
+    then steps to 120 % of C, and one at full speed. Each reconfiguration's time runs
+    from the reconfigure call to the end of the barrier action: p50/p99/max per load, with
+    each run's probe (the load average before and after, other processes' CPU time) and the
+    load average as each phase starts and ends (``loadavg_at_phases``)."""
+    from ..executors.vsn import MAX_SPREAD
+
+    table = tweets(calib_rows, seed=seed)
+    cal = calibrate(table, calib_rows, calib_repeats)
+    cap = cal["tuples_per_s"]["median"]
+    gap = max(1, round(interval * cap))
+    steps = list(STEPS[1:]) * cycles
+    per_load = gap * len(steps)
+    out: dict[str, Any] = {}
+    for spread in spreads:
+        vsn_kw = {} if spread is None else {"max_spread": spread}
+        name = f"max_spread={MAX_SPREAD if spread is None else spread}" + (
+            " (default)" if spread is None else " (unbounded)" if spread == 0 else "")
+        loads: dict[str, Any] = {}
+        # the step: the first len(steps) reconfigurations at 70 %, the next ones at 120 %
+        phases: list[tuple[int, float | None]] = [(per_load, f * cap) for f in STEP_LOADS]
+        phases[-1] = (per_load + gap, phases[-1][1])  # the last step falls before the end
+        recs, res, probe = _phase_run(table, phases, gap, steps * len(STEP_LOADS), **vsn_kw)
+        for k, f in enumerate(STEP_LOADS):
+            part = recs[k * len(steps):(k + 1) * len(steps)]
+            loads[f"{round(f * 100)}%"] = _load_summary(
+                part, f * cap, probe["loadavg_at_phases"][k:k + 2])
+        loads["step_run"] = {"latency_ms": res.extra["latency_ms"], "probe": probe}
+        recs, res, probe = _phase_run(table, [(per_load + gap, None)], gap, steps, **vsn_kw)
+        loads["full"] = _load_summary(recs, None, probe["loadavg_at_phases"])
+        loads["full"]["tuples_per_s"] = (per_load + gap) / res.elapsed
+        loads["full_run"] = {"latency_ms": res.extra["latency_ms"], "probe": probe}
+        out[name] = loads
+    return {"query": "wordcount", "steps": list(STEPS), "gap_tuples": gap,
+            "capacity": cal, "variants": out}
+
+
+def _load_summary(recs: list[dict], rate: float | None, lavg: list[float]) -> dict[str, Any]:
+    done = [r for r in recs if r["applied"]]
     by_step: dict[str, list[float]] = {}
     for r in done:
         by_step.setdefault(f"{r['parallelism_before']}->{r['parallelism_after']}",
                            []).append(r["duration_ms"])
-    return {
-        "query": "wordcount", "rate_tuples_per_s": rate, "requested": len(schedule),
-        "applied": len(done),
-        "duration_ms": _pct([r["duration_ms"] for r in done]),
-        "by_transition_ms": {k: _pct(v) for k, v in by_step.items()},
-        "latency_ms": res.extra["latency_ms"],
-        "outputs": sink.count,
-    }
+    return {"rate_tuples_per_s": rate, "requested": len(recs), "applied": len(done),
+            "duration_ms": _pct([r["duration_ms"] for r in done]),
+            "by_transition_ms": {k: _pct(v) for k, v in by_step.items()},
+            "loadavg_at_phase_start_end": lavg}
 
 
 def _drop(ts: int, payload: Any) -> None:

@@ -81,6 +81,16 @@ Flow control
     step (this hysteresis made batched throughput about ten times higher);
     the frontier exemption does not depend on room, so it cannot deadlock.
 
+Spread bound (``max_spread``; None: no bound)
+    A reader may not get more than ``max_spread`` positions ahead of the slowest current
+    reader: ``get_batch`` returns at most that many, and waits while the reader is that far
+    ahead, until the slowest reader moves or leaves (or the buffer is aborted). The
+    slowest reader is never held back, so some reader can always move: no deadlock, and
+    flow control is unchanged (it waits on the slowest reader anyway). The check costs
+    one comparison per ``get_batch``; waiters are woken only when the minimum moves. Why:
+    a control tuple of ``add_next`` goes after the furthest reader, so the slowest one's
+    wait for it is bounded by the spread (the VSN executor's reconfiguration time).
+
 Example:
     >>> esg = ElasticScaleGate(sources=["a", "b"], readers=["r"])
     >>> esg.add_batch([(1, "a1"), (5, "a5")], "a")
@@ -111,7 +121,7 @@ from operator import attrgetter, itemgetter, le
 from typing import Any, Final
 
 from .esg_membership import ElasticMembership
-from .esg_state import _pos, _Reader, _Source
+from .esg_state import _pos, _Reader, _Source, _ts_back, _unknown_reader, _unknown_source
 
 __all__ = ["END", "Aborted", "ElasticScaleGate"]
 
@@ -155,6 +165,8 @@ class ElasticScaleGate(ElasticMembership):
         sources: initial source names (hashable, distinct).
         readers: initial reader names (hashable, distinct); they start at the beginning.
         capacity: flow-control bound on buffered tuples (>= 1).
+        max_spread: how many positions a reader may be ahead of the slowest reader
+            (None: unbounded); see the module docstring and :meth:`set_max_spread`.
 
     Example:
         >>> import threading
@@ -184,6 +196,7 @@ class ElasticScaleGate(ElasticMembership):
         sources: Iterable[Hashable],
         readers: Iterable[Hashable],
         capacity: int = 65536,
+        max_spread: int | None = None,
     ) -> None:
         if not isinstance(capacity, int) or capacity < 1:
             raise ValueError(f"capacity must be a positive integer, got {capacity!r}")
@@ -212,6 +225,8 @@ class ElasticScaleGate(ElasticMembership):
         self._frontier: float = _NEG_INF if src else _POS_INF
         self._pending_total = 0
         self._aborted: BaseException | None = None
+        self._max_spread: int | None = None
+        self._spread_waiting = 0
         # metrics
         self._added = 0
         self._removed_delivered = 0
@@ -222,6 +237,9 @@ class ElasticScaleGate(ElasticMembership):
         self._reader_waits = 0
         self._source_wait_s = 0.0
         self._source_waits = 0
+        self._spread_wait_s = 0.0
+        self._spread_waits = 0
+        self.set_max_spread(max_spread)
 
     # ------------------------------------------------------------------ sources
 
@@ -236,16 +254,16 @@ class ElasticScaleGate(ElasticMembership):
         with self._lock:
             s = self._sources.get(source)
             if s is None:
-                raise self._unknown_source(source)
+                raise _unknown_source(source)
             last = s.last
             if ts < last:
-                raise self._ts_back(source, last, ts)
+                raise _ts_back(source, last, ts)
             buffered = self._pending_total + self._base + len(self._log) - self._min_pos
             if buffered >= self._capacity:
                 self._wait_room(s, 1)
                 last = s.last
                 if ts < last:  # another thread added for the same source while we waited
-                    raise self._ts_back(source, last, ts)
+                    raise _ts_back(source, last, ts)
                 buffered = self._pending_total + self._base + len(self._log) - self._min_pos
             if buffered >= self._max_buffered:
                 self._max_buffered = buffered + 1
@@ -293,11 +311,11 @@ class ElasticScaleGate(ElasticMembership):
         with self._lock:
             s = self._sources.get(source)
             if s is None:
-                raise self._unknown_source(source)
+                raise _unknown_source(source)
             if n == 0:
                 return
             if stamps[0] < s.last:
-                raise self._ts_back(source, s.last, stamps[0])
+                raise _ts_back(source, s.last, stamps[0])
             cap = self._capacity
             i = 0
             while i < n:
@@ -307,7 +325,7 @@ class ElasticScaleGate(ElasticMembership):
                 else:
                     k = self._wait_room(s, n - i)
                     if stamps[i] < s.last:
-                        raise self._ts_back(source, s.last, stamps[i])
+                        raise _ts_back(source, s.last, stamps[i])
                     room = cap - (self._pending_total + self._base + len(self._log) - self._min_pos)
                 buffered = cap - room + k
                 if buffered > self._max_buffered:
@@ -456,7 +474,7 @@ class ElasticScaleGate(ElasticMembership):
             if r is None:
                 if reader in self._retired:
                     return END
-                raise self._unknown_reader(reader)
+                raise _unknown_reader(reader)
             deadline = None
             while True:
                 if self._aborted is not None:
@@ -464,7 +482,22 @@ class ElasticScaleGate(ElasticMembership):
                 pos = r.pos
                 i = pos - self._base
                 if i < len(self._log):
-                    out = self._log[i : i + max_items]
+                    take = max_items
+                    if self._max_spread is not None:
+                        # The spread bound (module docstring): never more than max_spread
+                        # positions ahead of the slowest reader, which is never held back.
+                        take = self._min_pos + self._max_spread - pos
+                        if take <= 0:
+                            if timeout is not None and deadline is None:
+                                deadline = time.monotonic() + timeout
+                            if not self._wait_spread(deadline):
+                                return None
+                            if self._readers.get(reader) is not r:
+                                return END
+                            continue
+                        if take > max_items:
+                            take = max_items
+                    out = self._log[i : i + take]
                     r.pos = pos + len(out)
                     r.wm = out[-1][0]
                     if pos == self._min_pos:
@@ -518,6 +551,8 @@ class ElasticScaleGate(ElasticMembership):
             if m == self._min_pos:
                 return
         self._min_pos = m
+        if self._spread_waiting:  # readers held back by the spread bound may go on
+            self._readable.notify_all()
         n = m - self._base
         # Free in bulk: deleting at least half the log keeps the memmove amortized O(1).
         if 2 * n >= len(self._log):
@@ -533,7 +568,7 @@ class ElasticScaleGate(ElasticMembership):
         with self._lock:
             r = self._readers.get(reader)
             if r is None:
-                raise self._unknown_reader(reader)
+                raise _unknown_reader(reader)
             return r.wm
 
     # ------------------------------------------------------------------ membership
@@ -569,21 +604,9 @@ class ElasticScaleGate(ElasticMembership):
                 "reader_waits": self._reader_waits,
                 "source_wait_s": self._source_wait_s,
                 "source_waits": self._source_waits,
+                "max_spread": self._max_spread,
+                "spread": (max(map(_pos, self._readers.values())) - self._min_pos
+                           if self._readers else 0),
+                "spread_wait_s": self._spread_wait_s,
+                "spread_waits": self._spread_waits,
             }
-
-    # ------------------------------------------------------------------ errors
-
-    @staticmethod
-    def _unknown_source(source: Hashable) -> ValueError:
-        return ValueError(f"unknown source {source!r} (never added, removed or closed)")
-
-    @staticmethod
-    def _unknown_reader(reader: Hashable) -> ValueError:
-        return ValueError(f"unknown reader {reader!r} (never added or removed)")
-
-    @staticmethod
-    def _ts_back(source: Hashable, last: Any, ts: Any) -> ValueError:
-        return ValueError(
-            f"source {source!r}: timestamp {ts!r} is lower than its previous timestamp {last!r}"
-            " (sources must add timestamp-sorted tuples)"
-        )

@@ -1,6 +1,6 @@
 """Elastic membership of the Elastic ScaleGate (STRETCH journal §6 and Table II; conference
-§4.1/§7): sources and readers that join and leave while tuples flow, and the control tuples of
-a reconfiguration (``add_next``, journal §7).
+§4.1/§7): sources and readers that join and leave while tuples flow, the control tuples of
+a reconfiguration (``add_next``, journal §7), and the bound on the readers' spread.
 
 :class:`ElasticMembership` is a mixin of :class:`~stretchflow.buffers.esg.ElasticScaleGate`,
 which holds the state and the core (the sorted merge and readiness of journal Definition 3,
@@ -42,7 +42,8 @@ Membership (Table II; test-and-set of §6)
 from __future__ import annotations
 
 import threading
-from collections.abc import Hashable, Iterable
+import time
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 from .esg_state import _as_members, _pos, _Reader, _Source
@@ -87,6 +88,11 @@ class ElasticMembership:
     _removed_delivered: int
     _reader_waiting: int
     _room_waiting: int
+    _max_spread: int | None
+    _spread_waiting: int
+    _spread_wait_s: float
+    _spread_waits: int
+    _wait_readable: Callable[[float | None], bool]
 
     def add_next(self, payload: Any) -> Any:
         """Add a tuple of no source that every reader gets next after the furthest reader's
@@ -215,6 +221,37 @@ class ElasticMembership:
     def close_source(self, source: Hashable) -> bool:
         """End of input for ``source``: ``remove_sources([source])``."""
         return self.remove_sources((source,))
+
+    # -- the spread bound between readers (esg's module docstring); not membership, but like
+    # it a reader-set concern off the per-tuple path (only _wait_spread is called by get)
+
+    def _wait_spread(self, deadline: float | None) -> bool:
+        """Wait (lock held) for the slowest reader to move, while this one is ``max_spread``
+        positions ahead of it; False if the deadline passed first."""
+        if deadline is not None and deadline <= time.monotonic():
+            return False
+        t0 = time.perf_counter()
+        self._spread_waiting += 1
+        try:
+            return self._wait_readable(deadline)
+        finally:
+            self._spread_waiting -= 1
+            self._spread_wait_s += time.perf_counter() - t0
+            self._spread_waits += 1
+
+    def set_max_spread(self, max_spread: int | None) -> None:
+        """Bounds (or, with None, unbounds) how far a reader may get ahead of the slowest."""
+        if max_spread is not None and (type(max_spread) is not int or max_spread < 1):
+            raise ValueError(f"max_spread must be a positive integer or None, got "
+                             f"{max_spread!r}")
+        with self._lock:
+            self._max_spread = max_spread
+            if self._reader_waiting:  # a looser bound may let waiting readers go on
+                self._readable.notify_all()
+
+    @property
+    def max_spread(self) -> int | None:
+        return self._max_spread
 
     def sources(self) -> list[Hashable]:
         """Current sources, in rank order."""

@@ -36,6 +36,21 @@ class _Reader:
         self.wm = wm
 
 
+def _unknown_source(source: Hashable) -> ValueError:
+    return ValueError(f"unknown source {source!r} (never added, removed or closed)")
+
+
+def _unknown_reader(reader: Hashable) -> ValueError:
+    return ValueError(f"unknown reader {reader!r} (never added or removed)")
+
+
+def _ts_back(source: Hashable, last: Any, ts: Any) -> ValueError:
+    return ValueError(
+        f"source {source!r}: timestamp {ts!r} is lower than its previous timestamp {last!r}"
+        " (sources must add timestamp-sorted tuples)"
+    )
+
+
 def _as_members(items: Iterable[Hashable], what: str) -> list[Hashable]:
     if isinstance(items, str | bytes):
         raise TypeError(f"{what} must be an iterable of names, not the single name {items!r}")

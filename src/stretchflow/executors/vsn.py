@@ -21,6 +21,11 @@ schedule), latency is measured by the runtime's ingest clock and recorder, and a
 
 Threads: one per source (stateless operators run on it), ``n`` per O+, one per sink, and the
 metrics sampler. Everything blocks on conditions; nothing spins.
+
+The spread between instances is bounded (``max_spread``): an instance reads at most that many
+tuples of ESG_in ahead of the slowest instance of its operator, in batches of at most half of
+it, so a reconfiguration, whose control tuple goes right after the furthest instance, waits
+for at most about ``1.5 × max_spread`` tuples per instance (docs/vsn.md).
 """
 
 from __future__ import annotations
@@ -57,6 +62,10 @@ RUN_BATCH = 1024  # tuples an instance of an O+ whose kernels take runs takes at
 SINK_BATCH = 4096  # tuples a sink takes at once
 BATCH_DELAY = 0.001  # seconds a source holds a partial batch
 BARRIER_TIMEOUT = 120.0
+# default max_spread (docs/vsn.md, "The spread between instances"): tuples an instance may
+# read ahead of the slowest one; an O+ whose kernels take runs keeps its 1 024-tuple runs
+MAX_SPREAD = 64
+MAX_SPREAD_RUNS = 2 * RUN_BATCH
 
 
 
@@ -83,6 +92,12 @@ class VSNInstance:
         self._step = self._process_runs if runs else self._process
         # a kernel over runs pays a fixed cost per call: larger runs amortize it
         self._take = RUN_BATCH if runs else BATCH
+
+    def bound_take(self, spread: int | None) -> None:
+        """Takes at most half of ``max_spread`` tuples at a time: a batch in flight is work
+        the other instances wait for at a reconfiguration, so it is bounded with the spread."""
+        if spread is not None:
+            self._take = max(1, min(self._take, spread // 2))
 
     def run(self) -> None:
         """The thread's body (under the run's guard: an exception fails the run)."""
@@ -244,7 +259,7 @@ class VSNExecutor:
                  reconfigure: list[tuple[int, int]] | None = None, controller: Any = None,
                  metrics_interval: float = 1.0,
                  on_start: Callable[[VSNExecutor], None] | None = None,
-                 defer_gc: bool = True):
+                 defer_gc: bool = True, max_spread: int | None = None):
         self.flow = flow
         self.defer_gc = defer_gc  # no cyclic GC pause inside a reconfiguration (gc_hold.py)
         steps = sorted(reconfigure or [])
@@ -270,7 +285,10 @@ class VSNExecutor:
         for node, vop in self.ops.items():
             vop.inlet = self.plan.inlets[node]
             vop.instances = [VSNInstance(vop, j) for j in range(n)]
+            spread = _spread(max_spread, vop.instances[0].inst.takes_runs)
+            vop.inlet.esg.set_max_spread(spread)
             for vi in vop.instances:
+                vi.bound_take(spread)
                 vi.pusher = self.plan.pusher(node, (vop.name, vi.j))
         for inlet in self.plan.inlets.values():  # no thread stays blocked on an ESG
             self.control.on_abort(inlet.esg.abort)
@@ -434,7 +452,7 @@ def run(flow: Flow, parallelism: int = 1, max_parallelism: int | None = None,
         reconfigure: list[tuple[int, int]] | str | None = None, controller: Any = None,
         controller_options: dict[str, Any] | None = None, metrics_interval: float = 1.0,
         on_start: Callable[[VSNExecutor], None] | None = None,
-        defer_gc: bool = True) -> RunResult:
+        defer_gc: bool = True, max_spread: int | None = None) -> RunResult:
     """Runs ``flow`` on the VSN engine (the options are ``stretchflow.engines``' vsn spec).
 
     Args:
@@ -455,6 +473,10 @@ def run(flow: Flow, parallelism: int = 1, max_parallelism: int | None = None,
         on_start: called with the :class:`VSNExecutor` once its threads run (to call its
             ``reconfigure`` from Python).
         defer_gc: hold cyclic garbage collection during a reconfiguration (gc_hold).
+        max_spread: how many tuples of its ESG_in an instance may read ahead of the slowest
+            instance of its operator (default :data:`MAX_SPREAD`, :data:`MAX_SPREAD_RUNS` for
+            an O+ whose kernels take runs; 0: no bound). It bounds how long a
+            reconfiguration waits for the slowest instance (docs/vsn.md).
 
     ``RunResult.extra`` has the runtime's keys (``parallelism``, ``parallelism_series``,
     ``reconfigurations`` with vsn's ``trigger_ts`` and ``key_groups_per_instance``,
@@ -476,8 +498,19 @@ def run(flow: Flow, parallelism: int = 1, max_parallelism: int | None = None,
             raise FlowDefinitionError(f"controller {controller!r}: {e}") from None
     return VSNExecutor(flow, parallelism, max_parallelism, key_groups, capacity,
                        parse_schedule(reconfigure), controller, metrics_interval, on_start,
-                       defer_gc).run()
+                       defer_gc, max_spread).run()
 
 
-__all__ = ["BATCH", "Control", "Reconfiguration", "VSNExecutor", "VSNInstance",
-           "VSNOperator", "default_assignment", "run"]
+def _spread(max_spread: int | None, runs: bool) -> int | None:
+    """The ESG_in bound of ``max_spread`` (None: the default; 0: none) for an O+ whose
+    kernels take runs (``runs``) or not."""
+    if max_spread is None:
+        return MAX_SPREAD_RUNS if runs else MAX_SPREAD
+    if type(max_spread) is not int or max_spread < 0:
+        raise FlowDefinitionError(f"max_spread must be a non-negative integer (0: no bound), "
+                                  f"got {max_spread!r}")
+    return max_spread or None
+
+
+__all__ = ["BATCH", "MAX_SPREAD", "MAX_SPREAD_RUNS", "Control", "Reconfiguration",
+           "VSNExecutor", "VSNInstance", "VSNOperator", "default_assignment", "run"]
