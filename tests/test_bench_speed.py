@@ -111,7 +111,7 @@ def quick_doc(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
 
 
 #: every variant of a --quick run (Spark is skipped there)
-LOCAL = ("1T", "reference", "vsn1", "vsn2", "sn2-processes", "ordered2")
+LOCAL = ("1T", "reference", "reference-tuple", "vsn1", "vsn2", "sn2-processes", "ordered2")
 
 
 @pytest.mark.bench
@@ -129,9 +129,15 @@ def test_speed_quick_writes_json_and_plot(quick_doc):
             assert m[v]["wall_s"]["n"] == 2 and m[v]["wall_s"]["min"] > 0
             # the whole process includes the run
             assert m[v]["wall_s"]["median"] >= m[v]["own_s"]["median"]
+            # each process's own peak RSS (wait4), at least the interpreter's few MB
+            assert 5 < m[v]["peak_rss_mb"]["min"] <= m[v]["peak_rss_mb"]["max"] < 4096
         assert m["1T"]["speedup_vs_1T"]["wall_s"] == 1.0
         assert set(m["vsn2_over_vsn1"]) == {"wall_s", "own_s"}
         assert len(m["loadavg_1min"]) == 2 and m["rows_out"] > 0
+        assert len(m["probes"]) == 2 and all(p["wall_s"] > 0 for p in m["probes"])
+        # the columnar path's own speed-up, a ratio of two measured medians
+        assert m["reference_over_tuple_path"]["wall_s"] == pytest.approx(
+            m["reference-tuple"]["wall_s"]["median"] / m["reference"]["wall_s"]["median"])
 
 
 @pytest.mark.bench

@@ -210,7 +210,10 @@ ENGINES: dict[str, EngineSpec] = {e.name: e for e in (
     EngineSpec(
         "reference", "stretchflow.executors.reference",
         "sequential and exact (STRETCH Alg. 2 on one thread): the oracle",
-        (PARALLELISM, KEY_GROUPS)),
+        (PARALLELISM, KEY_GROUPS,
+         _opt("columnar", "batches through Arrow kernels for an O+ that has columnar forms "
+              "(on, at parallelism 1) or tuple at a time (off)", choices=("on", "off"),
+              default="on"))),
     EngineSpec(
         "vsn", "stretchflow.executors.vsn",
         "STRETCH's virtual shared-nothing threads: shared input, output and state; elastic",
@@ -219,7 +222,10 @@ ENGINES: dict[str, EngineSpec] = {e.name: e for e in (
          _opt("on_start", "API only: called with the executor once its threads run (to "
               "reconfigure it from Python while it runs)", None),
          _opt("defer_gc", "API only: hold cyclic garbage collection during a "
-              "reconfiguration (default True)", None))),
+              "reconfiguration (default True)", None),
+         _opt("max_spread", "tuples an instance may read ahead of the slowest instance of "
+              "its operator (0: no bound); bounds how long a reconfiguration waits", int,
+              default="64 (2048 for an O+ whose kernels take runs)", metavar="N"))),
     EngineSpec(
         "sn", "stretchflow.executors.sn",
         "shared-nothing channels (threads or processes), splitter/merger, state migration",

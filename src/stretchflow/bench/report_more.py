@@ -287,12 +287,24 @@ def _speed(d: Doc) -> str:
         for var, r in m.items():
             if not isinstance(r, dict) or not isinstance(r.get("wall_s"), dict):
                 continue
+            rss = r.get("peak_rss_mb")
             rows.append([var, spread(r["wall_s"], f2), spread(r["own_s"], f2),
                          f2(ratio_of_medians(m["1T"]["wall_s"], r["wall_s"])),
+                         n0(rss["median"]) if isinstance(rss, dict) else "not measured",
                          "yes" if r.get("outputs_identical") else "**no**"])
         out.append(f"**{wl}** ({n0(m['rows'])} tweets):\n\n"
                    + table(["variant", "whole process, s: median (min–max)",
                             "own time, s: median (min–max)",
                             "speed vs 1T (ratio of medians, whole process)",
-                            "output = 1T's"], rows))
+                            "peak RSS, MB (median)", "output = 1T's"], rows))
+    mem = d["metrics"].get("memory")
+    if isinstance(mem, dict):
+        rows = [[v, spread(mem[v]["peak_rss_mb"], n0), spread(mem[v]["wall_s"], f2)]
+                for v in ("reference", "reference-tuple")]
+        out.append(f"**memory**, wordcount on {n0(mem['tweets'])} tweets, columnar path "
+                   f"(`reference`) against the tuple path (`--columnar off`); outputs "
+                   f"identical: {'yes' if mem['outputs_identical'] else '**no**'}; peak RSS "
+                   f"ratio of medians {f2(mem['rss_columnar_over_tuple'])}:\n\n"
+                   + table(["variant", "peak RSS, MB: median (min–max)",
+                            "whole process, s: median (min–max)"], rows))
     return "\n\n".join(out)

@@ -28,13 +28,14 @@ from typing import Any
 
 import orjson
 
-from .common import summarize, write_result
+from .common import repeat_probe, summarize, write_result
 from .onethread import BASELINE
 
 #: variant -> the ``stretchflow run`` engine flags (None: the hand-written pane loop)
 VARIANTS: dict[str, list[str] | None] = {
     "1T": None,
     "reference": ["--engine", "reference"],
+    "reference-tuple": ["--engine", "reference", "--columnar", "off"],
     "vsn1": ["--engine", "vsn", "--parallelism", "1"],
     "vsn2": ["--engine", "vsn", "--parallelism", "2"],
     "sn2-processes": ["--engine", "sn", "--parallelism", "2", "--channels", "processes"],
@@ -66,22 +67,28 @@ def _command(variant: str, query: str, data: Path, out: Path, params: dict[str, 
 
 def _run_once(variant: str, query: str, data: Path, out: Path,
               params: dict[str, Any]) -> dict[str, float]:
-    """One whole process: the parent's wall time and the run's own time."""
+    """One whole process: the parent's wall time, the run's own time and the process's peak
+    RSS (``wait4``'s rusage of that child alone; Spark's JVM is a grandchild, not counted)."""
     cmd = _command(variant, query, data, out, params)
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
+    with tempfile.TemporaryFile() as fo, tempfile.TemporaryFile() as fe:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=fo, stderr=fe)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        fo.seek(0), fe.seek(0)
+        stdout, stderr = fo.read().decode(errors="replace"), fe.read().decode(errors="replace")
     if proc.returncode != 0:
         raise RuntimeError(f"{variant} ({' '.join(cmd)}) failed with exit code "
-                           f"{proc.returncode}: {proc.stderr.strip()[-2000:]}")
+                           f"{proc.returncode}: {stderr.strip()[-2000:]}")
     if VARIANTS[variant] is None:
-        own = float(orjson.loads(proc.stdout)["elapsed_s"])
+        own = float(orjson.loads(stdout)["elapsed_s"])
     else:
-        m = _SUMMARY.search(proc.stderr)
+        m = _SUMMARY.search(stderr)
         if m is None:
-            raise RuntimeError(f"{variant}: no run summary in its output: {proc.stderr[-500:]}")
+            raise RuntimeError(f"{variant}: no run summary in its output: {stderr[-500:]}")
         own = float(m.group(1))
-    return {"wall_s": wall, "own_s": own}
+    return {"wall_s": wall, "own_s": own, "peak_rss_mb": usage.ru_maxrss / 1024}
 
 
 def row_multiset(path: Path) -> Counter:
@@ -99,25 +106,28 @@ def _rounds(query: str, data: Path, tmp: Path, variants: list[str], params: dict
     load: list[dict[str, float]] = []
     failed: dict[str, str] = {}
     expected: Counter | None = None
+    probes: list[dict[str, Any]] = []
     for r in range(rounds):
         before = os.getloadavg()[0]
         order = variants[r % len(variants):] + variants[:r % len(variants)]
-        for v in order:
-            if progress:
-                progress(f"speed {query}: round {r + 1}/{rounds}, {v}")
-            if v in failed:
-                continue
-            out = tmp / f"{query}-{v}.jsonl"
-            try:
-                runs[v].append(_run_once(v, query, data, out, params))
-            except RuntimeError as e:
-                if not v.startswith("spark"):
-                    raise
-                # Spark depends on a JVM and its own start-up: its failure is recorded, and
-                # the local engines are still measured
-                failed[v] = f"skipped: failed: {str(e)[-600:]}"
-            if v == "1T" and expected is None:
-                expected = row_multiset(out)
+        with repeat_probe() as probe:  # load and other processes' CPU during the round
+            for v in order:
+                if progress:
+                    progress(f"speed {query}: round {r + 1}/{rounds}, {v}")
+                if v in failed:
+                    continue
+                out = tmp / f"{query}-{v}.jsonl"
+                try:
+                    runs[v].append(_run_once(v, query, data, out, params))
+                except RuntimeError as e:
+                    if not v.startswith("spark"):
+                        raise
+                    # Spark depends on a JVM and its own start-up: its failure is recorded,
+                    # and the local engines are still measured
+                    failed[v] = f"skipped: failed: {str(e)[-600:]}"
+                if v == "1T" and expected is None:
+                    expected = row_multiset(out)
+        probes.append(probe)
         if expected is None:
             raise RuntimeError("the pane loop must be one of the variants")
         for v in variants:  # each variant's output of this round against the pane loop's
@@ -130,6 +140,7 @@ def _rounds(query: str, data: Path, tmp: Path, variants: list[str], params: dict
     for v in variants:
         stats[v] = {"wall_s": summarize([x["wall_s"] for x in runs[v]]),
                     "own_s": summarize([x["own_s"] for x in runs[v]]),
+                    "peak_rss_mb": summarize([x["peak_rss_mb"] for x in runs[v]]),
                     "outputs_identical": identical[v]}
     for v in variants:
         # > 1 means faster than the pane loop (ratio of the loop's median time to this one's)
@@ -138,7 +149,12 @@ def _rounds(query: str, data: Path, tmp: Path, variants: list[str], params: dict
     if "vsn1" in stats and "vsn2" in stats:
         stats["vsn2_over_vsn1"] = {  # the speed-up of the second instance
             m: stats["vsn1"][m]["median"] / stats["vsn2"][m]["median"] for m in ("wall_s", "own_s")}
+    if "reference" in stats and "reference-tuple" in stats:
+        stats["reference_over_tuple_path"] = {  # the columnar path's speed-up on its own
+            m: stats["reference-tuple"][m]["median"] / stats["reference"][m]["median"]
+            for m in ("wall_s", "own_s")}
     stats["loadavg_1min"] = load
+    stats["probes"] = probes
     stats["rows_out"] = sum(expected.values()) if expected is not None else 0
     return stats
 
@@ -183,6 +199,8 @@ def run(quick: bool = False, out_dir: str | os.PathLike | None = None, seed: int
                                                         rounds, progress)}
             for v, why in skipped.items():
                 metrics[query][v] = why
+        if not quick:
+            metrics["memory"] = _memory(tmp, seed, progress)
     params_doc = {
         "quick": quick, "rounds": rounds, "seed": seed,
         "workloads": {q: {"tweets": n, **p} for q, (n, p) in workloads.items()},
@@ -200,13 +218,46 @@ def run(quick: bool = False, out_dir: str | os.PathLike | None = None, seed: int
                         plot="speed.png")
 
 
+#: tweets of the memory comparison (issue #16: "1 000 000 tweets of wordcount: peak RSS no
+#: higher than today's tuple path")
+MEMORY_TWEETS = 1_000_000
+
+
+def _memory(tmp: Path, seed: int, progress: Any, rounds: int = 3) -> dict[str, Any]:
+    """Peak RSS and time of wordcount on :data:`MEMORY_TWEETS` tweets, the reference engine's
+    columnar path against its tuple path (``--columnar off``), alternating; outputs compared."""
+    from ..io.generators import tweets, write_table
+
+    data = tmp / f"tweets-{MEMORY_TWEETS}.jsonl"
+    write_table(tweets(MEMORY_TWEETS, seed=seed), data)
+    params = {"size": 120_000, "slide": 60_000}
+    runs: dict[str, list[dict[str, float]]] = {"reference": [], "reference-tuple": []}
+    probes = []
+    for r in range(rounds):
+        with repeat_probe() as probe:
+            for v in (list(runs) if r % 2 == 0 else list(runs)[::-1]):
+                if progress:
+                    progress(f"speed memory: round {r + 1}/{rounds}, {v}")
+                runs[v].append(_run_once(v, "wordcount", data, tmp / f"mem-{v}.jsonl", params))
+        probes.append(probe)
+    same = row_multiset(tmp / "mem-reference.jsonl") == \
+        row_multiset(tmp / "mem-reference-tuple.jsonl")
+    out: dict[str, Any] = {"tweets": MEMORY_TWEETS, "outputs_identical": same,
+                           "probes": probes}
+    for v, rs in runs.items():
+        out[v] = {k: summarize([x[k] for x in rs]) for k in ("peak_rss_mb", "wall_s", "own_s")}
+    out["rss_columnar_over_tuple"] = (out["reference"]["peak_rss_mb"]["median"]
+                                      / out["reference-tuple"]["peak_rss_mb"]["median"])
+    return out
+
+
 def plot(metrics: dict[str, Any], path: Path, quick: bool) -> Path:
     """Per query, bars of the median whole-process time of each variant with min–max whiskers,
     the run's own time beside it (``bench/plots.py``'s conventions)."""
     from .plots import _pyplot
 
     plt = _pyplot()
-    queries = list(metrics)
+    queries = [q for q in metrics if q != "memory"]
     fig, axes = plt.subplots(1, len(queries), figsize=(6.4 * len(queries), 3.8), dpi=110)
     for ax, q in zip(axes if len(queries) > 1 else [axes], queries, strict=True):
         m = metrics[q]

@@ -47,18 +47,22 @@ Item = tuple[int, Any]
 RUN = 1024
 
 
-def run(flow: Flow, parallelism: int = 1, key_groups: int | None = None) -> RunResult:
+def run(flow: Flow, parallelism: int = 1, key_groups: int | None = None,
+        columnar: str = "on") -> RunResult:
     """Runs ``flow`` to the end of its inputs on one thread.
 
     ``parallelism`` P > 1 runs each O+ as P instances in turn on this one thread, each owning
     the key groups f_μ gives it (g mod P of ``key_groups`` G, default max(128, 16·P)) and every
     instance reading every tuple (journal Alg. 2, processSN, on P instances): the partitioned
-    algorithm without threads, so its output can be checked against P = 1's exactly."""
+    algorithm without threads, so its output can be checked against P = 1's exactly.
+
+    ``columnar="off"`` runs every O+ tuple at a time even where it has columnar forms (the
+    tuple path, e.g. to compare the two)."""
     flow.validate()
     G = key_groups or (max(128, 16 * parallelism) if parallelism > 1 else 1)
     counts: dict[str, list[int]] = {}
     instances: dict[str, list[OPlusInstance]] = {}
-    streams = _compile(flow, counts, parallelism, G, instances)
+    streams = _compile(flow, counts, parallelism, G, instances, columnar == "on")
     t0 = time.perf_counter()
     sinks = [s for _, s in flow.sinks]
     for s in sinks:
@@ -133,7 +137,8 @@ def _drain_many(streams: list[Iterator[Item]], sinks: list[Any]) -> None:
 
 
 def _compile(flow: Flow, counts: dict[str, list[int]], P: int = 1, G: int = 1,
-             instances: dict[str, list[OPlusInstance]] | None = None) -> list[Iterator[Item]]:
+             instances: dict[str, list[OPlusInstance]] | None = None,
+             batches_on: bool = True) -> list[Iterator[Item]]:
     """One iterator per sink, built bottom-up; shared streams are teed."""
     consumers = flow.consumers()
     readers: dict[Node, list[Node | None]] = {node: [] for node in flow.nodes}
@@ -143,7 +148,7 @@ def _compile(flow: Flow, counts: dict[str, list[int]], P: int = 1, G: int = 1,
     for node, _ in flow.sinks:
         readers[node].append(None)  # a sink
     columnar = {node for node in flow.nodes if node.kind == "oplus" and len(node.inputs) == 1
-                and P == 1 and G == 1 and getattr(node.spec, "columnar", False)}
+                and P == 1 and G == 1 and batches_on and getattr(node.spec, "columnar", False)}
     if columnar:
         prefer_system_allocator()
     one_sink = len(flow.sinks) == 1  # several sinks read through one tuple merge
@@ -151,7 +156,7 @@ def _compile(flow: Flow, counts: dict[str, list[int]], P: int = 1, G: int = 1,
     def takes_batches(reader: Node | None) -> bool:
         if reader is None:
             return one_sink
-        return reader in columnar or (reader.kind == "stateless" and
+        return reader in columnar or (batches_on and reader.kind == "stateless" and
                                       getattr(reader.spec, "batch_fn", None) is not None)
 
     batchy: set[Node] = set()  # nodes whose stream may hold Batch items
@@ -168,7 +173,7 @@ def _compile(flow: Flow, counts: dict[str, list[int]], P: int = 1, G: int = 1,
     def build(node: Node) -> Iterator[Item]:
         if node.kind == "source":
             counter = counts.setdefault(node.name, [0])
-            batches = getattr(node.spec, "batches", None)
+            batches = getattr(node.spec, "batches", None) if batches_on else None
             if batches is not None and all(takes_batches(r) for r in readers[node]):
                 bs = batches()
                 if bs is not None:

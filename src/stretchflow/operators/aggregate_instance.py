@@ -8,6 +8,8 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..batch import arrow_mask
+from .columnar_kernels import sum_by
 from .oplus import OPlusInstance
 
 if TYPE_CHECKING:
@@ -122,17 +124,15 @@ class AggregateInstance(OPlusInstance):
                 if m.all():
                     ls.append(lj), ks.append(keys), vs.append(values)
                 elif m.any():
-                    ls.append(lj[m]), ks.append(keys.filter(pa.array(m))), vs.append(values[m])
-            table = pa.table({"l": pa.array(np.concatenate(ls)),
-                              "k": pa.chunked_array([c for k in ks for c in
-                                                     (k.chunks if isinstance(k, pa.ChunkedArray)
-                                                      else [k])], keys.type),
-                              "v": pa.array(np.concatenate(vs))})
-            agg = table.group_by(["l", "k"], use_threads=False).aggregate([("v", "sum")])
-            agg = agg.sort_by("l")
-            l_col = agg.column("l").to_numpy()
+                    ls.append(lj[m]), ks.append(keys.filter(arrow_mask(m))), vs.append(values[m])
+            # the kernel the columnar sliced instance uses (operators/columnar_kernels.py):
+            # one implementation for Spark's keyed stage and the local engines
+            key_col = pa.chunked_array([c for k in ks for c in
+                                        (k.chunks if isinstance(k, pa.ChunkedArray) else [k])],
+                                       keys.type).combine_chunks()
+            l_col, (k_col,), sums = sum_by([key_col], np.concatenate(vs), np.concatenate(ls))
             cut = np.flatnonzero(np.diff(l_col)) + 1  # where the window changes
-            ks, sums = agg.column("k").to_pylist(), agg.column("v_sum").to_pylist()
+            ks, sums = k_col.to_pylist(), sums.tolist()
             for a, b in zip(np.r_[0, cut], np.r_[cut, len(l_col)], strict=True):
                 self._merge(int(l_col[a]), ks[a:b], sums[a:b])
         if last > self.W:
