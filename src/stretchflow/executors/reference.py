@@ -45,6 +45,10 @@ Item = tuple[int, Any]
 #: data tuples an O+ whose instance takes runs reads at once (OPlusInstance.process_run):
 #: long enough to amortize a kernel's fixed cost per call (numba's, Arrow's)
 RUN = 1024
+#: tuples a source batch holds (``Source.batches``): peak RSS of 200 000 tweets' wordcount was
+#: 153 MB at 16 384 against 230 MB at 65 536 (the chunk, its table, tokens and output text are
+#: alive at once), with no measurable loss of speed
+BATCH = 16_384
 
 
 def run(flow: Flow, parallelism: int = 1, key_groups: int | None = None,
@@ -175,7 +179,7 @@ def _compile(flow: Flow, counts: dict[str, list[int]], P: int = 1, G: int = 1,
             counter = counts.setdefault(node.name, [0])
             batches = getattr(node.spec, "batches", None) if batches_on else None
             if batches is not None and all(takes_batches(r) for r in readers[node]):
-                bs = batches()
+                bs = batches(BATCH)
                 if bs is not None:
                     batchy.add(node)
                     return _counted_batches(bs, counter)

@@ -70,28 +70,32 @@ def _present_specials(col: pa.ChunkedArray) -> list[int]:
     return [c for c in order if counts[c]]
 
 
-def _json_string(col: pa.ChunkedArray) -> pa.ChunkedArray:
-    """A string column as JSON string literals, escaped as orjson does; nulls stay null."""
+def _escaped(col: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A string column's values escaped as orjson escapes them inside a JSON string."""
     col = col.cast(_OUT)
     for c in _present_specials(col):
         # one pass per special byte actually present: none at all for ordinary text
         col = pc.replace_substring(col, chr(c), "\\" + chr(c) if c in (0x5C, 0x22)
                                    else _ESCAPES[c])
-    quote = _scalar("\"")
-    return pc.binary_join_element_wise(quote, col, quote, _scalar(""))
+    return col
 
 
-def _json_values(col: pa.ChunkedArray) -> pa.ChunkedArray:
-    """A column's values as JSON text (``null`` for nulls)."""
+def _json_values(col: pa.ChunkedArray) -> tuple[pa.ChunkedArray, bool]:
+    """A column's values as JSON text (``null`` for nulls), and whether the text still needs
+    its quotes: a string column without nulls leaves them to the caller, who folds them into
+    the constant parts around it (one join fewer over the whole batch)."""
     t = col.type
     if _is_str(t):
-        text = _json_string(col)
-    elif _is_int(t) or pa.types.is_boolean(t):
+        text = _escaped(col)
+        if not col.null_count:
+            return text, True
+        quote = _scalar("\"")
+        text = pc.binary_join_element_wise(quote, text, quote, _scalar(""))
+    else:
         # Arrow prints integers in plain decimal and booleans as true/false, as orjson does
+        # (and a null-type column is all nulls)
         text = col.cast(_OUT)
-    else:  # null type
-        text = col.cast(_OUT)
-    return pc.fill_null(text, _scalar("null"))
+    return pc.fill_null(text, _scalar("null")), False
 
 
 def jsonl_lines(ts: np.ndarray, table: pa.Table | pa.RecordBatch) -> pa.ChunkedArray | None:
@@ -110,9 +114,20 @@ def jsonl_lines(ts: np.ndarray, table: pa.Table | pa.RecordBatch) -> pa.ChunkedA
     parts: list[Any] = ["{\"ts\":", arrow_ints(ts).cast(_OUT)]
     for name, col in cols:
         # keys are constant: orjson itself escapes them, once per column
-        parts.append("," + orjson.dumps(name).decode() + ":")
-        parts.append(_json_values(col))
+        text, quotes = _json_values(col)
+        parts.append("," + orjson.dumps(name).decode() + ":" + ("\"" if quotes else ""))
+        parts.append(text)
+        if quotes:
+            parts.append("\"")
     parts.append("}\n")
+    # adjacent constant parts as one
+    merged: list[Any] = []
+    for p in parts:
+        if isinstance(p, str) and merged and isinstance(merged[-1], str):
+            merged[-1] += p
+        else:
+            merged.append(p)
+    parts = merged
     return pc.binary_join_element_wise(*[_scalar(p) if isinstance(p, str) else p
                                          for p in parts], _scalar(""))
 
