@@ -5,9 +5,9 @@ grouping, no Python step per row.
 Why not ``Table.group_by``: it runs through ``pyarrow.acero``, whose import pulls in
 ``pyarrow.dataset`` and pandas — 0.35–0.6 s and ~60 MB of RSS on this machine (pyarrow 26),
 most of a 200 000-tweet wordcount's whole run. ``dictionary_encode`` is a plain compute
-kernel; the grouping is a stable argsort of int64 codes and ``np.add.reduceat`` (exact int64
-sums, in the order the rows came: the same additions a tuple-at-a-time fold makes, which is
-all that matters for integers anyway).
+kernel; the grouping is an argsort of int64 codes and ``np.add.reduceat`` (exact int64 sums;
+integer addition does not depend on the order, so the sort need not be stable: numpy's
+default sort took 1.6 ms against the stable one's 8.9 ms on 160 000 codes here).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def sum_by(keys: list[Any], values: Any, slices: Any = None) -> tuple[Any, list[
         sid = slices - s0
         width = int(np.gcd.reduce(sid)) if sid.any() else 1
         code += (sid // width) * radix  # fits int64: slices per batch x distinct keys
-    order = np.argsort(code, kind="stable")
+    order = np.argsort(code)
     sc = code[order]
     starts = np.flatnonzero(np.r_[True, sc[1:] != sc[:-1]])
     sums = np.add.reduceat(np.asarray(values, np.int64)[order], starts)
