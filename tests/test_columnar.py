@@ -218,3 +218,18 @@ def test_a_map_batches_that_changes_the_row_count_is_an_error_naming_the_operato
     with pytest.raises(OperatorError) as e:
         flow.run(engine="reference")
     assert e.value.operator == "shrink" and "row r to row r" in str(e.value)
+
+
+def test_tokens_of_ascii_batches_split_like_str_split_on_every_ascii_code_point():
+    # a batch of ASCII text takes Arrow's ASCII whitespace kernel, unless it holds one of
+    # U+001C..U+001F (whitespace to str.split, not to that kernel): each code point alone
+    from stretchflow.queries.wordcount import _plain_ascii, token_columns
+
+    for c in range(128):
+        texts = [f"a{chr(c)}b", chr(c), f" {chr(c)}x ", "", "  q  r "]
+        arr = pa.array(texts)
+        assert _plain_ascii(arr) == (not 0x1C <= c <= 0x1F)
+        rows, keys, _ = token_columns(pa.table({"text": texts}))
+        want = [(r, k) for r, t in enumerate(texts) for k in t.split()]
+        assert list(zip(rows.tolist(), keys.to_pylist(), strict=True)) == want, c
+    assert not _plain_ascii(pa.array(["é"])) and _plain_ascii(pa.array(["x y"]).slice(0, 1))

@@ -49,7 +49,7 @@ def _tokens(payloads: Any) -> tuple[Any, Any]:
     # whitespace code point on the last token of the array's *last* string
     if arr.null_count:
         raise TypeError("text is None")
-    lists = pc.utf8_split_whitespace(arr)
+    lists = (pc.ascii_split_whitespace if _plain_ascii(arr) else pc.utf8_split_whitespace)(arr)
     tokens = pc.list_flatten(lists)
     rows = pc.list_parent_indices(lists)
     # Arrow keeps an empty token before leading and after trailing whitespace (and for "");
@@ -60,6 +60,19 @@ def _tokens(payloads: Any) -> tuple[Any, Any]:
     if keep.all():
         return rows, tokens
     return rows[keep], tokens.filter(arrow_mask(keep))
+
+
+def _plain_ascii(arr: Any) -> bool:
+    """Whether Arrow's ASCII whitespace split equals ``str.split()`` on every string of
+    ``arr`` (a string array without nulls): only ASCII bytes, none of U+001C..U+001F, which
+    ``str.split()`` treats as whitespace and Arrow's ASCII kernel does not (the tests check
+    every ASCII code point). The ASCII kernel took two thirds of the UTF-8 one's time on
+    200 000 generated tweets (40 against 60 ms, warm; about 3% of wordcount's whole run)."""
+    import numpy as np
+
+    offsets = np.frombuffer(arr.buffers()[1], np.int32, len(arr) + 1, arr.offset * 4)
+    data = np.frombuffer(arr.buffers()[2], np.uint8)[offsets[0]:offsets[-1]]
+    return not ((data >= 0x80).any() or ((data - np.uint8(0x1C)) < 4).any())
 
 
 def token_columns(payloads: Any) -> tuple[Any, Any, Any]:
