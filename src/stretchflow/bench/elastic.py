@@ -13,6 +13,9 @@ while the threshold controller follows the load.
   to about 110 % busy (a tuple costs ~10 µs plus its comparisons with the opposite window).
   The paper's controller also adds work predicted by a join cost model to the measured load;
   ours adds the backlog instead (input rate / throughput, ``use_input_rate``).
+
+Each is one run over time (a timeline, not repeats); its ``probe`` records the load average
+before and after it and the CPU time of other processes during it (bench.common.repeat_probe).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from ..elastic.threshold import ThresholdController
 from ..io.generators import trades
 from ..io.sinks import Sink
 from ..queries import build_query
+from .common import repeat_probe
 
 
 class _Count(Sink):
@@ -84,12 +88,14 @@ def hedge(seconds: float = 90.0, max_rate: float = 900.0, window: int = 30_000,
     sink = _Count()
     build_query("hedge", [flow.source(src)], window=window, keys=max(16, max_parallelism)) \
         .sink(sink)
-    t0 = time.perf_counter()
-    res = flow.run(engine="vsn", parallelism=1, max_parallelism=max_parallelism,
-                   controller="threshold", metrics_interval=metrics_interval)
-    out = _timeline(res, [r["ts"] for r in recs], time.perf_counter() - t0)
+    with repeat_probe() as probe:
+        t0 = time.perf_counter()
+        res = flow.run(engine="vsn", parallelism=1, max_parallelism=max_parallelism,
+                       controller="threshold", metrics_interval=metrics_interval)
+        wall = time.perf_counter() - t0
+    out = _timeline(res, [r["ts"] for r in recs], wall)
     return {**out, "window_ms": window, "max_rate": max_rate,
-            "max_parallelism": max_parallelism, "outputs": sink.count}
+            "max_parallelism": max_parallelism, "outputs": sink.count, "probe": probe}
 
 
 def phased_bandjoin(seconds: float, min_rate: float, max_rate: float, min_phase_s: float,
@@ -133,14 +139,15 @@ def scalejoin_phases(seconds: float = 240.0, min_rate: float = 500.0,
     # keys are for 36 cores)
     build_query("scalejoin", streams, window=window, band=10, keys=max_parallelism).sink(sink)
     controller = ThresholdController(upper=0.8, target=0.75, lower=0.7)  # §8.5's band
-    t0 = time.perf_counter()
-    res = flow.run(engine="vsn", parallelism=1, max_parallelism=max_parallelism,
-                   controller=controller, metrics_interval=metrics_interval)
-    out = _timeline(res, [r["ts"] for r in left] + [r["ts"] for r in right],
-                    time.perf_counter() - t0)
+    with repeat_probe() as probe:
+        t0 = time.perf_counter()
+        res = flow.run(engine="vsn", parallelism=1, max_parallelism=max_parallelism,
+                       controller=controller, metrics_interval=metrics_interval)
+        wall = time.perf_counter() - t0
+    out = _timeline(res, [r["ts"] for r in left] + [r["ts"] for r in right], wall)
     return {**out, "window_ms": window, "min_rate": min_rate, "max_rate": max_rate,
             "max_parallelism": max_parallelism, "outputs": sink.count,
-            "thresholds": {"lower": 0.7, "target": 0.75, "upper": 0.8}}
+            "thresholds": {"lower": 0.7, "target": 0.75, "upper": 0.8}, "probe": probe}
 
 
 __all__ = ["hedge", "phased_bandjoin", "scalejoin_phases"]

@@ -14,7 +14,10 @@ machine running CPython.
   machine this bounds what any executor can show).
 
 Every run pins numpy's BLAS to one thread (threadpoolctl): BLAS threads would otherwise use the
-second core themselves. Results: JSON + PNG under ``benchmarks/results/``.
+second core themselves. The variants alternate within each repeat (so they see the same
+machine load) and every run keeps its probe (``probes``, bench.common.repeat_probe: load
+average before and after, other processes' CPU time), from which the JSON's ``quiet`` is
+measured. Results: JSON + PNG under ``benchmarks/results/``.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .common import summarize, write_result
+from .common import repeat_probe, summarize, write_result
 
 HEURISTICS = ("qst", "lp", "et", "ct")
 
@@ -84,7 +87,9 @@ def _bars(ax: Any, groups: list[str], series: dict[str, list[float]], ylabel: st
 
 def heuristics(rows: int, repeats: int, workers: int = 2, markers: int = 50,
                seed: int = 1) -> dict[str, Any]:
-    """Per query and heuristic: throughput (input tuples/s) and marker latency."""
+    """Per query and heuristic: throughput (input tuples/s), marker latency and each run's
+    probe (:func:`~.common.repeat_probe`). The heuristics alternate within a repeat, so each
+    sees the same machine load."""
     from ..executors import ordered
     from ..workloads import tpcxbb
 
@@ -92,16 +97,20 @@ def heuristics(rows: int, repeats: int, workers: int = 2, markers: int = 50,
     for q in tpcxbb.NAMES:
         data = tpcxbb.generate(q, rows, seed=seed)
         every = max(1, rows // markers)
-        per: dict[str, Any] = {}
-        for h in HEURISTICS:
-            tput, lats = [], []
-            for _ in range(repeats):
+        tput: dict[str, list[float]] = {h: [] for h in HEURISTICS}
+        lats: dict[str, list[float]] = {h: [] for h in HEURISTICS}
+        probes: dict[str, list[dict[str, Any]]] = {h: [] for h in HEURISTICS}
+        for _ in range(repeats):
+            for h in HEURISTICS:
                 flow, _col = tpcxbb.flow(q, data)
-                res = ordered.run(flow, parallelism=workers, scheduler=h, marker_every=every)
-                tput.append(res.throughput)
-                lats.extend(res.extra["marker_latencies_ms"])
-            per[h] = {"tuples_per_s": summarize(tput), "latency": _latency(lats)}
-        out[q] = per
+                with repeat_probe() as probe:
+                    res = ordered.run(flow, parallelism=workers, scheduler=h,
+                                      marker_every=every)
+                tput[h].append(res.throughput)
+                lats[h].extend(res.extra["marker_latencies_ms"])
+                probes[h].append(probe)
+        out[q] = {h: {"tuples_per_s": summarize(tput[h]), "latency": _latency(lats[h]),
+                      "probes": probes[h]} for h in HEURISTICS}
     return out
 
 
@@ -161,10 +170,11 @@ def queues(n: int, sigmas: tuple[float, ...], cost_s: float, repeats: int = 1
             data = micro.keyed_tuples(n, sigma=sigma, seed=3)
             row: dict[str, Any] = {}
             for setup, workers in setups.items():
-                res: dict[str, Any] = {}
-                for queue in ("hybrid", "partitioned"):
-                    tput = []
-                    for _ in range(repeats):
+                queues_ = ("hybrid", "partitioned")
+                tput: dict[str, list[float]] = {q: [] for q in queues_}
+                probes: dict[str, list[dict[str, Any]]] = {q: [] for q in queues_}
+                for _ in range(repeats):
+                    for queue in queues_:  # alternate: both queues see the same load
                         pl = Pipeline(micro.source(data), name="queues")
                         pl.add(micro.stateless(0, name="L0"))
                         if setup.startswith("numpy"):
@@ -172,9 +182,13 @@ def queues(n: int, sigmas: tuple[float, ...], cost_s: float, repeats: int = 1
                                                      name="P1"))
                         else:
                             pl.add(_sleep_ps(cost_s, 100))
-                        r = pl.run(parallelism=workers, scheduler="ct", queue=queue).result
-                        tput.append(r.throughput)
-                    res[queue] = {"tuples_per_s": summarize(tput)}
+                        with repeat_probe() as probe:
+                            r = pl.run(parallelism=workers, scheduler="ct",
+                                       queue=queue).result
+                        tput[queue].append(r.throughput)
+                        probes[queue].append(probe)
+                res: dict[str, Any] = {q: {"tuples_per_s": summarize(tput[q]),
+                                           "probes": probes[q]} for q in queues_}
                 res["hybrid_over_partitioned"] = (res["hybrid"]["tuples_per_s"]["median"]
                                                   / res["partitioned"]["tuples_per_s"]["median"])
                 row[setup] = res
@@ -213,18 +227,23 @@ def reorder(n_cheap: int, n_heavy: int, workers: int = 2, repeats: int = 1) -> d
              "numpy_0.5ms": (micro.keyed_tuples(n_heavy, seed=4), size, reps)}
     with micro.single_threaded_blas():
         for case, (data, sz, rp) in cases.items():
-            row: dict[str, Any] = {}
-            for rb in ("lock", "nonblocking"):
-                tput = []
-                for _ in range(repeats):
+            buffers = ("lock", "nonblocking")
+            tput: dict[str, list[float]] = {rb: [] for rb in buffers}
+            probes: dict[str, list[dict[str, Any]]] = {rb: [] for rb in buffers}
+            for _ in range(repeats):
+                for rb in buffers:  # alternate: both buffers see the same machine load
                     # two stateless operators and a PS one: every stage has a reorder buffer
                     pl = Pipeline(micro.source(data), name="reorder")
                     pl.add(micro.stateless(sz, rp, name="L0"))
                     pl.add(micro.stateless(sz, rp, 0.5, name="L1"))
                     pl.add(micro.partitioned(0, buckets=100, name="P2"))
-                    r = pl.run(parallelism=workers, scheduler="ct", reorder=rb, max_batch=8).result
-                    tput.append(r.throughput)
-                row[rb] = {"tuples_per_s": summarize(tput)}
+                    with repeat_probe() as probe:
+                        r = pl.run(parallelism=workers, scheduler="ct", reorder=rb,
+                                   max_batch=8).result
+                    tput[rb].append(r.throughput)
+                    probes[rb].append(probe)
+            row: dict[str, Any] = {rb: {"tuples_per_s": summarize(tput[rb]),
+                                        "probes": probes[rb]} for rb in buffers}
             row["nonblocking_over_lock"] = (row["nonblocking"]["tuples_per_s"]["median"]
                                             / row["lock"]["tuples_per_s"]["median"])
             out[case] = row
@@ -276,24 +295,31 @@ def scaling(n: int, cost_s: float, repeats: int) -> dict[str, Any]:
     with micro.single_threaded_blas():
         w = micro.Work(size, reps)
         bare = {k: [] for k in (1, 2)}  # type: dict[int, list[float]]
+        bare_probes: dict[str, list[dict[str, Any]]] = {"threads_1": [], "threads_2": []}
         for name, kinds in pipelines.items():
             tp: dict[int, list[float]] = {1: [], 2: []}
             cpu: dict[int, list[float]] = {1: [], 2: []}
+            probes: dict[str, list[dict[str, Any]]] = {"workers_1": [], "workers_2": []}
             for _ in range(repeats):
                 for workers in (1, 2):  # alternate so both see the same machine load
                     # each operator does the full cost: an L-P tuple costs 2 units of work
                     pl = micro.pipeline(kinds, data, size, reps)
-                    c0 = time.process_time()
-                    res = pl.run(parallelism=workers, scheduler="ct").result
-                    # process CPU seconds per wall second: how many cores the run really
-                    # used at once (2 = the workers overlapped; a loaded machine caps it)
-                    cpu[workers].append((time.process_time() - c0) / res.elapsed)
+                    with repeat_probe() as probe:
+                        c0 = time.process_time()
+                        res = pl.run(parallelism=workers, scheduler="ct").result
+                        # process CPU seconds per wall second: how many cores the run really
+                        # used at once (2 = the workers overlapped; a loaded machine caps it)
+                        cpu[workers].append((time.process_time() - c0) / res.elapsed)
                     tp[workers].append(res.throughput)
-                    bare[workers].append(_bare_threads(w, max(20, n // 10), workers))
+                    probes[f"workers_{workers}"].append(probe)
+                    with repeat_probe() as probe:
+                        bare[workers].append(_bare_threads(w, max(20, n // 10), workers))
+                    bare_probes[f"threads_{workers}"].append(probe)
             out[name] = {
                 "workers_1": summarize(tp[1]), "workers_2": summarize(tp[2]),
                 "speedup": statistics.median(tp[2]) / statistics.median(tp[1]),
                 "cores_used_1": summarize(cpu[1]), "cores_used_2": summarize(cpu[2]),
+                "probes": probes,
             }
         # control: the same pipelines with time.sleep(cost) as the GIL-free part. Sleeping
         # needs no CPU, so this shows whether the executor overlaps GIL-free work even when
@@ -311,6 +337,7 @@ def scaling(n: int, cost_s: float, repeats: int) -> dict[str, Any]:
 
         for name, kinds in pipelines.items():
             tp = {1: [], 2: []}
+            probes = {"workers_1": [], "workers_2": []}
             for _ in range(repeats):
                 for workers in (1, 2):
                     pl = Pipeline(micro.source(data), name=f"sleep-{kinds}")
@@ -320,15 +347,19 @@ def scaling(n: int, cost_s: float, repeats: int) -> dict[str, Any]:
                         else:
                             pl.partitioned(nap_ps, key=lambda t: t["key"], init=lambda k: [],
                                            buckets=100)
-                    res = pl.run(parallelism=workers, scheduler="ct").result
+                    with repeat_probe() as probe:
+                        res = pl.run(parallelism=workers, scheduler="ct").result
                     tp[workers].append(res.throughput)
+                    probes[f"workers_{workers}"].append(probe)
             out[f"sleep_{name}"] = {
                 "workers_1": summarize(tp[1]), "workers_2": summarize(tp[2]),
                 "speedup": statistics.median(tp[2]) / statistics.median(tp[1]),
+                "probes": probes,
             }
         out["bare_threads"] = {
             "threads_1": summarize(bare[1]), "threads_2": summarize(bare[2]),
             "speedup": statistics.median(bare[2]) / statistics.median(bare[1]),
+            "probes": bare_probes,
         }
     return out
 

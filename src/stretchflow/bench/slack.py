@@ -10,6 +10,9 @@ buffer and the SLTuner of determinism-latency §6, scaled to a 2-core machine ru
   TCP-like: latency, SLT, slack-ready tuples and detected events over time.
 
 The ``ssg`` / ``ssg-cap1024`` entries of ``slack-overhead`` name the buffer, not the engine.
+Every run (each overhead repeat, training run and policy run) keeps its probe
+(bench.common.repeat_probe: load average before and after, other processes' CPU time), from
+which the JSON's ``quiet`` is measured.
 
 Scaling (documented in docs/slack.md): both sources are replayed at a speed-up of 10 (bus
 455 reports/s, SCATS 584/s, close to the paper's 500/s each); the Zipf phases are 10 s / 20 s
@@ -22,12 +25,13 @@ tuples only crosses the deadline after about 18 s, as Fig. 13's crossing at abou
 from __future__ import annotations
 
 import math
+import statistics
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from .common import write_result
+from .common import repeat_probe, summarize, write_result
 
 SPEEDUP = 10.0
 
@@ -162,13 +166,43 @@ def _overhead_one(kind: str, n_readers: int, per_writer: int) -> dict[str, float
     return res
 
 
-def overhead(quick: bool = False) -> dict[str, Any]:
+OVERHEAD_KINDS = ("esg", "ssg", "ssg-cap1024", "kslack")
+
+
+def overhead(quick: bool = False, repeats: int | None = None) -> dict[str, Any]:
+    """Per reader count and buffer: ``read_ms_per_tuple`` and ``wall_s`` are the medians of
+    ``repeats`` runs (1 in --quick, else 3; the buffers alternate within a repeat so each
+    sees the same machine load), with their min/median/max (``*_summary``) and every run's
+    numbers and probe (``repeats``). For the SSGs ``writer_waits`` is the median run's and
+    ``max_held`` the largest of any run."""
     per_writer = 5000 if quick else 20_000
+    repeats = (1 if quick else 3) if repeats is None else repeats
+    if repeats < 1:
+        raise ValueError(f"slack-overhead: repeats must be >= 1, got {repeats}")
     out: dict[str, Any] = {}
     for n in (1, 2, 4, 8):
-        out[str(n)] = {kind: _overhead_one(kind, n, per_writer)
-                       for kind in ("esg", "ssg", "ssg-cap1024", "kslack")}
-    return {"per_writer": per_writer, "writers": 2, "readers": out}
+        runs: dict[str, list[dict[str, Any]]] = {kind: [] for kind in OVERHEAD_KINDS}
+        for _ in range(repeats):
+            for kind in OVERHEAD_KINDS:
+                with repeat_probe() as probe:
+                    one = _overhead_one(kind, n, per_writer)
+                runs[kind].append({**one, "probe": probe})
+        out[str(n)] = {kind: _overhead_summary(runs[kind]) for kind in OVERHEAD_KINDS}
+    return {"per_writer": per_writer, "writers": 2, "repeats": repeats, "readers": out}
+
+
+def _overhead_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    read = [r["read_ms_per_tuple"] for r in runs]
+    wall = [r["wall_s"] for r in runs]
+    res: dict[str, Any] = {
+        "read_ms_per_tuple": statistics.median(read), "wall_s": statistics.median(wall),
+        "read_ms_per_tuple_summary": summarize(read), "wall_s_summary": summarize(wall),
+        "repeats": runs,
+    }
+    if "writer_waits" in runs[0]:
+        res["writer_waits"] = statistics.median_low([r["writer_waits"] for r in runs])
+        res["max_held"] = max(r["max_held"] for r in runs)
+    return res
 
 
 # -- the traffic scenarios ------------------------------------------------------------------------
@@ -211,13 +245,21 @@ def training_slts(sc: dict[str, Any], quick: bool) -> list[float]:
     return [cap * f for f in fractions] + [math.inf]
 
 
-def _train_runs(sc: dict[str, Any], data: tuple[list, list], quick: bool) -> list[Any]:
+def _train_runs(sc: dict[str, Any], data: tuple[list, list], quick: bool,
+                probes: list[dict[str, Any]] | None = None) -> list[Any]:
     """§6: "we run the application for different slack threshold parameters and kept the
     latency and the amount of slack-ready tuples as historical data": one run per SLT, the SLT
     fixed for the whole run. (Changing the SLT within a run, as :class:`Explorer` does, gives
     samples whose latency still reflects the previous SLT for seconds — a reader that read
-    ahead under a low SLT needs time to fall back — and the models then learn no SLT effect.)"""
-    return [run_scenario(sc, data, None, slt) for slt in training_slts(sc, quick)]
+    ahead under a low SLT needs time to fall back — and the models then learn no SLT effect.)
+    Each run's probe (:func:`~.common.repeat_probe`) is appended to ``probes``."""
+    runs = []
+    for slt in training_slts(sc, quick):
+        with repeat_probe() as probe:
+            runs.append(run_scenario(sc, data, None, slt))
+        if probes is not None:
+            probes.append({**_finite({"slt": slt}), **probe})
+    return runs
 
 
 def _finite(x: Any) -> Any:
@@ -256,14 +298,17 @@ def estimators(quick: bool = False) -> dict[str, Any]:
     from ..elastic.sltuner import samples_from_series
 
     table: dict[str, Any] = {}
+    probes: dict[str, list[dict[str, Any]]] = {}
     for name in ("zipf", "constant"):
         sc = (QUICK if quick else SCENARIOS)[name]
         data = scenario_data(sc)
         samples: dict[str, Any] = {}
-        for res in _train_runs(sc, data, quick):
+        for res in _train_runs(sc, data, quick, probes.setdefault(name, [])):
             samples_from_series(res.extra["series"], sc["slt_cap"], samples)
         table[name] = nrmse_table(samples["congestion"])
-    return {"table": table}
+    # the training runs' probes sit beside the table, not in it: the plot draws every dict
+    # of a scenario's table as an estimator
+    return {"table": table, "train_probes": probes}
 
 
 def _policies(sc: dict[str, Any], model: Any) -> dict[str, tuple[Any, float]]:
@@ -285,7 +330,8 @@ def tuning(name: str, quick: bool = False, out_dir: str | None = None) -> dict[s
     sc = (QUICK if quick else SCENARIOS)[name]
     data = scenario_data(sc)
     t0 = time.perf_counter()
-    model, samples = train(_train_runs(sc, data, quick), "gp", sc["slt_cap"])
+    train_probes: list[dict[str, Any]] = []
+    model, samples = train(_train_runs(sc, data, quick, train_probes), "gp", sc["slt_cap"])
     train_s = time.perf_counter() - t0
     if out_dir is not None:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
@@ -296,7 +342,8 @@ def tuning(name: str, quick: bool = False, out_dir: str | None = None) -> dict[s
                     if k in ("sltuner", "static-low", "static-high")}
     results: dict[str, Any] = {}
     for pname, (ctrl, slt0) in policies.items():
-        res = run_scenario(sc, data, ctrl, slt0)
+        with repeat_probe() as probe:
+            res = run_scenario(sc, data, ctrl, slt0)
         x = res.extra
         series = [{"t": p["t"], "latency_ms": p["latency_ms"],
                    "slt": p["operators"]["congestion"]["slt"],
@@ -310,7 +357,7 @@ def tuning(name: str, quick: bool = False, out_dir: str | None = None) -> dict[s
             "slack_ready": x["slack_ready"], "events": x["events"],
             "lost_tuples": x["lost_tuples"], "late_tuples":
                 x["operators"]["congestion"]["late_tuples"],
-            "decisions": len(x["decisions"]), "series": series,
+            "decisions": len(x["decisions"]), "series": series, "probe": probe,
         })
     s, lo, hi = results["sltuner"], results["static-low"], results["static-high"]
     checks = {
@@ -322,6 +369,9 @@ def tuning(name: str, quick: bool = False, out_dir: str | None = None) -> dict[s
     return {"scenario": name, "deadline_ms": sc["deadline_ms"], "train_samples":
             len(samples["congestion"].X), "train_s": train_s,
             "training_slts": _finite(training_slts(sc, quick)),
+            # before "policies": the training runs come first, and quiet() judges the load
+            # before the first probe it finds
+            "train_probes": train_probes,
             # Table 1 on these samples (skipped in --quick: too few samples to mean anything)
             "estimators_nrmse": None if quick else nrmse_table(samples["congestion"]),
             "policies": results,

@@ -6,15 +6,19 @@
   several times; each reconfiguration's time from the reconfigure call to the end of the
   barrier action, with the spread bound and without it.
 * ``forward`` (Q2): Op. 15 over two inputs; throughput at full speed and latency at a paced
-  rate, for Π = 1, 2, 4, 8.
+  rate, for Π = 1, 2, 4, 8, in rounds with every Π once per round.
 * ``wordcount``: VSN at Π = 1 against the reference executor on the same input, alternating.
 * ``scalejoin`` (Q3): comparisons per second against Π, with a hand-written single-thread
   band join (1T) on the same input in the same invocation.
+
+Every timed run keeps its probe (bench.common.repeat_probe: load average before and after,
+other processes' CPU time), from which the JSON's ``quiet`` is measured.
 """
 
 from __future__ import annotations
 
 import os
+import statistics
 import time
 from itertools import islice
 from pathlib import Path
@@ -182,28 +186,55 @@ def _drop(ts: int, payload: Any) -> None:
 
 
 def forward(rows: int = 40_000, paced_rate: float = 2000.0,
-            parallelisms: tuple[int, ...] = (1, 2, 4, 8), seed: int = 1) -> dict[str, Any]:
+            parallelisms: tuple[int, ...] = (1, 2, 4, 8), repeats: int = 3,
+            seed: int = 1) -> dict[str, Any]:
+    """Per Π: throughput at full speed and latency with live sources, ``repeats`` rounds with
+    every Π once per round. ``throughput_tuples_per_s`` is the median over rounds (its
+    min/median/max in ``throughput_summary``); ``latency_ms_at_full_speed`` and
+    ``latency_ms_paced`` are those of the round with the median p99 of its kind; every round's
+    numbers and probes are in ``repeats``."""
+    if repeats < 1:
+        raise ValueError(f"vsn-forward: repeats must be >= 1, got {repeats}")
     left, right = (t.to_pylist() for t in bandjoin(rows, seed=seed, rate=5000))
+    # live sources: each replayed in event time at half the paced rate, 5 s long
+    pl, pr = (t.to_pylist() for t in bandjoin(int(paced_rate * 2.5), seed=seed,
+                                               rate=paced_rate / 2))
+    rounds: dict[int, list[dict[str, Any]]] = {p: [] for p in parallelisms}
+    for _ in range(repeats):
+        for p in parallelisms:
+            flow = sf.Flow("forward")
+            streams = [flow.source(sf.io.iterable(left, name="left")),
+                       flow.source(sf.io.iterable(right, name="right"))]
+            build_query("forward", streams).collect()
+            with repeat_probe() as full_probe:
+                res = flow.run(engine="vsn", parallelism=p)
+            flow = sf.Flow("forward-paced")
+            streams = [flow.source(sf.io.iterable(pl, name="left").replay()),
+                       flow.source(sf.io.iterable(pr, name="right").replay())]
+            build_query("forward", streams).collect()
+            with repeat_probe() as paced_probe:
+                paced = flow.run(engine="vsn", parallelism=p)
+            rounds[p].append({"throughput_tuples_per_s": res.throughput,
+                              "latency_ms_at_full_speed": res.extra["latency_ms"],
+                              "latency_ms_paced": paced.extra["latency_ms"],
+                              "probe_full_speed": full_probe, "probe_paced": paced_probe})
     out: dict[str, Any] = {}
-    for p in parallelisms:
-        flow = sf.Flow("forward")
-        streams = [flow.source(sf.io.iterable(left, name="left")),
-                   flow.source(sf.io.iterable(right, name="right"))]
-        build_query("forward", streams).collect()
-        res = flow.run(engine="vsn", parallelism=p)
-        # live sources: each replayed in event time at half the paced rate, 5 s long
-        pl, pr = (t.to_pylist() for t in bandjoin(int(paced_rate * 2.5), seed=seed,
-                                                   rate=paced_rate / 2))
-        flow = sf.Flow("forward-paced")
-        streams = [flow.source(sf.io.iterable(pl, name="left").replay()),
-                   flow.source(sf.io.iterable(pr, name="right").replay())]
-        build_query("forward", streams).collect()
-        paced = flow.run(engine="vsn", parallelism=p)
-        out[str(p)] = {"throughput_tuples_per_s": res.throughput,
-                       "latency_ms_at_full_speed": res.extra["latency_ms"],
+    for p, runs in rounds.items():
+        tput = [r["throughput_tuples_per_s"] for r in runs]
+        out[str(p)] = {"throughput_tuples_per_s": statistics.median(tput),
+                       "throughput_summary": summarize(tput),
+                       "latency_ms_at_full_speed": _median_by_p99(
+                           [r["latency_ms_at_full_speed"] for r in runs]),
                        "paced_rate": paced_rate,
-                       "latency_ms_paced": paced.extra["latency_ms"]}
+                       "latency_ms_paced": _median_by_p99([r["latency_ms_paced"] for r in runs]),
+                       "repeats": runs}
     return out
+
+
+def _median_by_p99(lats: list[dict[str, Any]]) -> dict[str, Any]:
+    """The latency summary whose p99 is the median of the rounds' (the lower middle one for
+    an even count): one round's own p50/p99/max, not a mix of rounds."""
+    return sorted(lats, key=lambda d: d["p99"])[(len(lats) - 1) // 2]
 
 
 def wordcount_vs_reference(rows: int = 100_000, repeats: int = 3,
@@ -214,18 +245,21 @@ def wordcount_vs_reference(rows: int = 100_000, repeats: int = 3,
     path.parent.mkdir(parents=True, exist_ok=True)
     write_table(tweets(rows, seed=seed), path)
     runs: dict[str, list[float]] = {"reference": [], "vsn1": []}
+    probes: dict[str, list[dict[str, Any]]] = {"reference": [], "vsn1": []}
     try:
         for _ in range(repeats):
             for engine, opts in (("reference", {}), ("vsn1", {"parallelism": 1})):
                 flow = sf.Flow("wordcount")
                 build_query("wordcount", [flow.source(sf.io.jsonl(path))]).collect()
-                res = flow.run(engine="vsn" if engine == "vsn1" else engine, **opts)
+                with repeat_probe() as probe:
+                    res = flow.run(engine="vsn" if engine == "vsn1" else engine, **opts)
                 runs[engine].append(res.throughput)
+                probes[engine].append(probe)
     finally:
         path.unlink(missing_ok=True)
     ratios = [v / r for v, r in zip(runs["vsn1"], runs["reference"], strict=True)]
     return {"rows": rows, "tuples_per_s": {k: summarize(v) for k, v in runs.items()},
-            "ratio_vsn1_over_reference": summarize(ratios)}
+            "ratio_vsn1_over_reference": summarize(ratios), "probes": probes}
 
 
 def scalejoin_1t(left: list[dict], right: list[dict], window: int, band: int) -> int:
@@ -333,16 +367,22 @@ def scalejoin(rows: int = 60_000, window: int = 600_000, rate: float = 100.0, ba
     left, right = (t.to_pylist() for t in bandjoin(rows, seed=seed, rate=rate))
     comps = _comparisons(left, right, window)
     rates: dict[str, list[float]] = {}
+    probes: dict[str, list[dict[str, Any]]] = {}
     speedups: dict[str, list[float]] = {}
     matches = None
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        found = scalejoin_1t(left, right, window, band)
-        rates.setdefault("1T", []).append(comps / (time.perf_counter() - t0))
-        t0 = time.perf_counter()
-        if scalejoin_1t_runs(left, right, window, band) != found:
+        with repeat_probe() as probe:
+            t0 = time.perf_counter()
+            found = scalejoin_1t(left, right, window, band)
+            rates.setdefault("1T", []).append(comps / (time.perf_counter() - t0))
+        probes.setdefault("1T", []).append(probe)
+        with repeat_probe() as probe:
+            t0 = time.perf_counter()
+            found_runs = scalejoin_1t_runs(left, right, window, band)
+            rates.setdefault("1T-runs", []).append(comps / (time.perf_counter() - t0))
+        probes.setdefault("1T-runs", []).append(probe)
+        if found_runs != found:
             raise RuntimeError("the run-at-a-time 1T join disagrees with the tuple-at-a-time one")
-        rates.setdefault("1T-runs", []).append(comps / (time.perf_counter() - t0))
         matches = found
         for p in parallelisms:
             flow = sf.Flow("scalejoin")
@@ -350,7 +390,9 @@ def scalejoin(rows: int = 60_000, window: int = 600_000, rate: float = 100.0, ba
                        flow.source(sf.io.iterable(right, name="right"))]
             col = build_query("scalejoin", streams, window=window, band=band,
                               keys=keys).collect()
-            res = flow.run(engine="vsn", parallelism=p, max_parallelism=max(parallelisms))
+            with repeat_probe() as probe:
+                res = flow.run(engine="vsn", parallelism=p, max_parallelism=max(parallelisms))
+            probes.setdefault(f"vsn{p}", []).append(probe)
             if len(col.items) != matches:
                 raise RuntimeError(f"scalejoin at Π={p} found {len(col.items)} matches, "
                                    f"1T {matches}")
@@ -360,11 +402,13 @@ def scalejoin(rows: int = 60_000, window: int = 600_000, rate: float = 100.0, ba
     out: dict[str, Any] = {"rows_per_stream": rows, "window_ms": window, "keys": keys,
                            "comparisons": comps, "matches": matches, "repeats": repeats}
     for name, vals in rates.items():
-        out[name] = {"comparisons_per_s": summarize(vals)}
+        out[name] = {"comparisons_per_s": summarize(vals), "probes": probes[name]}
     out["speedup_vs_vsn1"] = {k: summarize(v) for k, v in speedups.items()}
     out["vsn1_over_1T_runs"] = (out["vsn1"]["comparisons_per_s"]["median"]
                                 / out["1T-runs"]["comparisons_per_s"]["median"])
-    out["kernel_alone"] = kernel_threads()
+    with repeat_probe() as probe:
+        kernel = kernel_threads()
+    out["kernel_alone"] = {**kernel, "probe": probe}
     return out
 
 
