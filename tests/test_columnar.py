@@ -233,3 +233,12 @@ def test_tokens_of_ascii_batches_split_like_str_split_on_every_ascii_code_point(
         want = [(r, k) for r, t in enumerate(texts) for k in t.split()]
         assert list(zip(rows.tolist(), keys.to_pylist(), strict=True)) == want, c
     assert not _plain_ascii(pa.array(["é"])) and _plain_ascii(pa.array(["x y"]).slice(0, 1))
+
+
+def test_vsn_reports_each_operators_path():
+    data = [{"ts": t * 7_000, "text": f"w{t % 5} w{t % 3}"} for t in range(300)]
+    flow = sf.Flow("wc")
+    sf.queries.build_query("wordcount", [flow.source(sf.io.iterable(data))]).collect()
+    res = flow.run(engine="vsn", parallelism=2)
+    assert res.extra["paths"] == {"wordcount": "sliced"}
+    assert "paths: wordcount sliced" in res.summary()

@@ -439,12 +439,21 @@ class VSNExecutor:
                 "metrics": self.metrics_log.rows,
                 "controller": (None if ctl is None
                                else getattr(ctl, "name", None) or type(ctl).__name__),
+                # how each O+ took its tuples (RunResult's schema): an instance's path
+                "paths": {v.name: _path(v.instances) for v in ops},
                 # vsn's own: what each instance did (tuples read, seconds busy)
                 "instances": {v.name: [{"j": vi.j, "tuples": vi.processed,
                                         "busy_s": round(vi.busy, 4)} for vi in v.instances]
                               for v in ops},
             },
         )
+
+
+def _path(instances: list[VSNInstance]) -> str:
+    """The most specific path any instance took (``runs`` once a run went through the
+    kernels; ``sliced`` for a sliced aggregate's instances)."""
+    paths = {vi.inst.path for vi in instances}
+    return next((p for p in ("columnar", "runs", "sliced") if p in paths), "tuple")
 
 
 def run(flow: Flow, parallelism: int = 1, max_parallelism: int | None = None,
