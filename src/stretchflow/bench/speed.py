@@ -3,7 +3,8 @@
 
 Each variant is a fresh ``python -m stretchflow run ...`` (or ``python -m
 stretchflow.bench.onethread ...``) process, so start-up, reading JSON Lines and writing the
-output are all counted. Two times are kept per run: the parent's wall clock around the whole
+output are all counted (each child runs under :mod:`.peak`, which records its own peak RSS and
+adds the same few imports to every variant). Two times are kept per run: the parent's wall clock around the whole
 process, and the run's own time that the child reports (the CLI summary's elapsed, from first
 read to last write; the loop's own timer). Rounds alternate the variants, starting each round
 one variant later, so that drift in the shared machine's load spreads over all of them; the
@@ -55,29 +56,30 @@ def _spark_missing() -> str | None:
     return None
 
 
-def _command(variant: str, query: str, data: Path, out: Path, params: dict[str, Any]) -> list[str]:
+def _command(variant: str, query: str, data: Path, out: Path, params: dict[str, Any],
+             peak: Path) -> list[str]:
+    """The child's command line, run through :mod:`.peak`, which writes its own peak RSS to
+    ``peak`` (a child's rusage would carry this process's peak over)."""
     flags = VARIANTS[variant]
+    wrap = [sys.executable, "-m", "stretchflow.bench.peak", str(peak)]
     if flags is None:
-        return [sys.executable, "-m", "stretchflow.bench.onethread", query, str(data), str(out),
+        return [*wrap, "stretchflow.bench.onethread", query, str(data), str(out),
                 *(f"{k}={v}" for k, v in params.items())]
-    return [sys.executable, "-m", "stretchflow", "run", query, "--input", str(data),
+    return [*wrap, "stretchflow", "run", query, "--input", str(data),
             "--output", str(out), *flags,
             *(a for k, v in params.items() for a in ("--param", f"{k}={v}"))]
 
 
 def _run_once(variant: str, query: str, data: Path, out: Path,
               params: dict[str, Any]) -> dict[str, float]:
-    """One whole process: the parent's wall time, the run's own time and the process's peak
-    RSS (``wait4``'s rusage of that child alone; Spark's JVM is a grandchild, not counted)."""
-    cmd = _command(variant, query, data, out, params)
-    with tempfile.TemporaryFile() as fo, tempfile.TemporaryFile() as fe:
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=fo, stderr=fe)
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - t0
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        fo.seek(0), fe.seek(0)
-        stdout, stderr = fo.read().decode(errors="replace"), fe.read().decode(errors="replace")
+    """One whole process: the parent's wall time, the run's own time and the process's own
+    peak RSS (:mod:`.peak`; Spark's JVM is another process, not counted)."""
+    peak = out.with_suffix(".peak")
+    cmd = _command(variant, query, data, out, params, peak)
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    stdout, stderr = proc.stdout, proc.stderr
     if proc.returncode != 0:
         raise RuntimeError(f"{variant} ({' '.join(cmd)}) failed with exit code "
                            f"{proc.returncode}: {stderr.strip()[-2000:]}")
@@ -88,7 +90,7 @@ def _run_once(variant: str, query: str, data: Path, out: Path,
         if m is None:
             raise RuntimeError(f"{variant}: no run summary in its output: {stderr[-500:]}")
         own = float(m.group(1))
-    return {"wall_s": wall, "own_s": own, "peak_rss_mb": usage.ru_maxrss / 1024}
+    return {"wall_s": wall, "own_s": own, "peak_rss_mb": float(peak.read_text())}
 
 
 def row_multiset(path: Path) -> Counter:
