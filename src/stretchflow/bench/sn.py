@@ -8,8 +8,9 @@
   with process channels at 1, 2, 3, 4 channels and with thread channels for contrast:
   throughput and speed-up over one channel. On 2 cores the ideal is 2x at 2 channels; threads
   stay near 1x (the GIL).
-* ``sn-settle`` (App. B.1, the "elastic" bars): the channel count the level controller settles
-  on for each cost, input at full speed, process channels.
+* ``sn-settle`` (App. B.1, Figs. 10/12): the channel count the level controller settles on
+  for each per-tuple cost, input at full speed, process channels, repeated with the costs'
+  order alternating; beside it each cost's steady throughput at fixed channel counts.
 * ``sn-adapt`` (App. B.2, Figs. 13–16): sine and step loads (a paced source whose rate follows
   the profile), channels, offered and handled rate over time with the level controller.
 * ``sn-thresholds`` (App. B.3, Fig. 17): the step load with congestion thresholds 0, 0.2, 0.9.
@@ -18,15 +19,18 @@
   store.
 
 Scaling (the paper: 8-core hosts, 5 s periods, 5000 t/s mean load, 250 s phases): here the
-adaptation period is 1 s (0.5 s quick), the loads are set relative to the measured capacity
-of one channel at the chosen cost, and phases last tens of periods — the controller's
-behaviour is a function of periods, not of seconds. Every run is repeated (``repeats``) and
-reported as min/median/max.
+adaptation period is 1 s (0.4 s quick), the loads are set relative to the measured capacity
+of one channel at the chosen cost (:func:`_capacity`: steady per-interval throughput of one
+process channel at full speed, after start-up, median of 3 runs), and phases last 8 periods —
+the controller's behaviour is a function of periods, not of seconds. Every run is repeated
+(``repeats``, variants alternating) and reported as min/median/max, each repeat probed
+(:func:`~stretchflow.bench.common.repeat_probe`).
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -34,6 +38,7 @@ from typing import Any
 
 import stretchflow as sf
 
+from ..elastic.controller import Controller, Decision, Metrics
 from .common import repeat_probe, summarize, write_result
 
 KEYS = 1000
@@ -213,45 +218,132 @@ def _plot_speedup(path: Path, m: dict[str, Any]) -> None:
     _save(fig, path)
 
 
+# -- one channel's capacity, fixed-parallelism runs -------------------------------------------
+class _Passive(Controller):
+    """Decides nothing: lets a fixed-parallelism run log the executor's per-interval metrics
+    (throughput, congestion), which are measured only when a controller is attached."""
+
+    name = "passive"
+
+    def observe(self, metrics: Metrics) -> Decision | None:
+        return None
+
+    def reset(self) -> None:
+        pass
+
+
+def _fixed_run(cost: int, parallelism: int, seconds: float, interval: float = 0.5,
+               batch: int = 32) -> dict[str, Any]:
+    """Input at full speed for ``seconds`` through ``parallelism`` process channels (the
+    adaptive runs' batch and queue sizes); ``tuples_per_s`` is the median of the per-interval
+    throughputs after the first interval. The executor starts measuring only once every
+    channel process has started (``startup_s``), and the first interval still holds the
+    pipeline filling, so neither start-up nor filling is counted (nor the drain at the end,
+    which comes after the last interval)."""
+    flow, _ = _costly_flow(sf.io.iterable(_timed(seconds)), cost, size=10_000)
+    with repeat_probe() as probe:
+        res = flow.run(engine="sn", parallelism=parallelism, channels="processes",
+                       controller=_Passive(), batch=batch, capacity=4 * batch,
+                       metrics_interval=interval)
+    ms = res.extra["metrics"]
+    return {"tuples_per_s": _steady([m["throughput"] for m in ms]),
+            "congestion": statistics.median(m["congestion"] for m in ms) if ms else None,
+            "intervals": len(ms), "startup_s": res.extra["startup_s"],
+            "elapsed_s": res.elapsed, "probe": probe}
+
+
+def _steady(throughputs: list[float]) -> float:
+    """Median per-interval throughput without the first interval (the pipeline filling)."""
+    if not throughputs:
+        raise ValueError("sn bench: a fixed-parallelism run logged no metrics interval "
+                         "(input shorter than one interval)")
+    return statistics.median(throughputs[1:] or throughputs)
+
+
+def _capacity(cost: int, seconds: float = 4.0, repeats: int = 3) -> dict[str, Any]:
+    """Tuples/s one process channel sustains at ``cost`` after start-up: the median over
+    ``repeats`` of :func:`_fixed_run`'s steady throughput. ``old_style_tuples_per_s`` is the
+    former measure, 2 000 tuples over the whole run's elapsed time (process start-up, pipeline
+    fill and drain included), kept for comparison (issue #20: it underestimated one
+    channel's capacity, so the "overloads" of sn-adapt and sn-thresholds were not)."""
+    flow, _ = _costly_flow(sf.io.iterable(_records(2_000)), cost)
+    res = flow.run(engine="sn", parallelism=1, channels="processes", batch=64)
+    old = 2_000 / res.elapsed
+    runs = [_fixed_run(cost, 1, seconds) for _ in range(repeats)]
+    tps = [r["tuples_per_s"] for r in runs]
+    return {"tuples_per_s": statistics.median(tps), "repeats": summarize(tps),
+            "old_style_tuples_per_s": old, "old_style_startup_s": res.extra["startup_s"],
+            "seconds": seconds, "probes": [r["probe"] for r in runs]}
+
+
 # -- sn-settle -------------------------------------------------------------------------------
-def settle(costs: tuple[int, ...] = (0, 200, 2_000, 8_000), seconds: float = 12.0,
-           period: float = 1.0, max_parallelism: int = 4, batch: int = 32) -> dict[str, Any]:
-    out: dict[str, Any] = {"period_s": period, "seconds": seconds}
-    for cost in costs:
-        flow, _ = _costly_flow(sf.io.iterable(_timed(seconds)), cost, size=10_000)
+def _settle_run(cost: int, seconds: float, period: float, max_parallelism: int,
+                batch: int) -> dict[str, Any]:
+    flow, _ = _costly_flow(sf.io.iterable(_timed(seconds)), cost, size=10_000)
+    with repeat_probe() as probe:
         res = flow.run(engine="sn", parallelism=1, max_parallelism=max_parallelism,
-                       channels="processes", controller="level", batch=batch, capacity=4 * batch,
-                       controller_options={"period": period}, metrics_interval=period / 2)
-        path = [m["parallelism"] for m in res.extra["metrics"]]
-        final = res.extra["parallelism"]["costly"]
-        tail = path[len(path) // 2:] or [final]
-        # settled: where it spent most of the second half (a P5 probe up and back is a visit)
-        out[str(cost)] = {"settled": max(set(tail), key=tail.count),
-                          "final": final, "channels_over_time": path,
-                          "migrations": len(res.extra["reconfigurations"]),
-                          "tuples_per_s": res.extra["tuples_routed"] / res.elapsed}
+                       channels="processes", controller="level", batch=batch,
+                       capacity=4 * batch, controller_options={"period": period},
+                       metrics_interval=period / 2)
+    ms = res.extra["metrics"]
+    path = [m["parallelism"] for m in ms]
+    final = res.extra["parallelism"]["costly"]
+    half = len(path) // 2
+    tail = path[half:] or [final]
+    # settled: where it spent most of the second half (a P5 probe up and back is a visit)
+    return {"settled": max(set(tail), key=tail.count), "final": final,
+            # the second half's per-interval throughput, comparable with _fixed_run's
+            "steady_tuples_per_s": statistics.median(m["throughput"] for m in ms[half:])
+            if ms[half:] else None,
+            "channels_over_time": path,
+            "congestion": [round(m["congestion"], 3) for m in ms],
+            "throughput": [round(m["throughput"], 1) for m in ms],
+            "reasons": [m.get("reason") for m in ms if m.get("reason")],
+            "migrations": len(res.extra["reconfigurations"]),
+            "tuples_per_s": res.extra["tuples_routed"] / res.elapsed, "probe": probe}
+
+
+def settle(costs: tuple[int, ...] = (0, 200, 2_000, 8_000), seconds: float = 12.0,
+           period: float = 1.0, max_parallelism: int = 4, batch: int = 32, repeats: int = 3,
+           fixed: tuple[int, ...] = (1, 2, 4), fixed_seconds: float = 4.0) -> dict[str, Any]:
+    """Fig. 10/12: the channels the level controller settles on, per cost, input at full
+    speed; ``repeats`` runs per cost, the costs' order alternating between repeats. With
+    ``fixed``, one run at each fixed channel count per cost gives the steady throughput the
+    controller's choice can be judged against (does a higher level really do better?)."""
+    out: dict[str, Any] = {"period_s": period, "seconds": seconds}
+    runs: dict[int, list[dict[str, Any]]] = {c: [] for c in costs}
+    for r in range(repeats):
+        for cost in (costs if r % 2 == 0 else tuple(reversed(costs))):
+            runs[cost].append(_settle_run(cost, seconds, period, max_parallelism, batch))
+    for cost in costs:
+        rs = runs[cost]
+        out[str(cost)] = {
+            "settled": summarize([x["settled"] for x in rs]),
+            "migrations": summarize([x["migrations"] for x in rs]),
+            "tuples_per_s": summarize([x["tuples_per_s"] for x in rs]),
+            "steady_tuples_per_s": summarize([x["steady_tuples_per_s"] for x in rs
+                                              if x["steady_tuples_per_s"] is not None]),
+            "fixed_tuples_per_s": {str(p): _fixed_run(cost, p, fixed_seconds, batch=batch)
+                                   ["tuples_per_s"] for p in fixed},
+            "runs": rs}
     return out
 
 
 def _plot_settle(path: Path, m: dict[str, Any]) -> None:
     plt = _pyplot()
-    costs = [c for c in m if c not in ("period_s", "seconds")]
+    costs = [c for c in m if isinstance(m[c], dict)]
+    med = [m[c]["settled"]["median"] for c in costs]
+    lo = [a - m[c]["settled"]["min"] for a, c in zip(med, costs, strict=True)]
+    hi = [m[c]["settled"]["max"] - a for a, c in zip(med, costs, strict=True)]
     fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=110)
-    ax.bar(costs, [m[c]["settled"] for c in costs])
+    ax.bar(costs, med, yerr=[lo, hi], capsize=4)
     ax.set_xlabel("per-tuple cost (multiplications)")
-    ax.set_ylabel("settled channels")
+    ax.set_ylabel("settled channels (median, min-max)")
     ax.set_title("level controller, input at full speed, process channels")
     _save(fig, path)
 
 
 # -- sn-adapt / sn-thresholds ----------------------------------------------------------------
-def _capacity(cost: int, rows: int = 2_000) -> float:
-    """Tuples/s one process channel sustains at ``cost`` (measured, so loads scale with it)."""
-    flow, _ = _costly_flow(sf.io.iterable(_records(rows)), cost)
-    res = flow.run(engine="sn", parallelism=1, channels="processes", batch=64)
-    return rows / res.elapsed
-
-
 def _profiles(cap: float, phase: float) -> dict[str, Callable[[float], float]]:
     # App. B.2's shapes relative to one channel's capacity: mean 0.9 cap (5000 t/s in the
     # paper), amplitude 0.45 cap; step 0.9 → 1.8 → 0.36 → 0.9 cap (5000/10000/2000/5000)
@@ -268,10 +360,11 @@ def _profiles(cap: float, phase: float) -> dict[str, Callable[[float], float]]:
 def _adaptive_run(profile: Callable[[float], float], seconds: float, cost: int,
                   period: float, threshold: float = 0.2) -> dict[str, Any]:
     flow, _ = _costly_flow(sf.io.iterable(_paced(profile, seconds)), cost, size=10_000)
-    res = flow.run(engine="sn", parallelism=1, max_parallelism=4, channels="processes",
-                   controller="level", batch=32, capacity=128,
-                   controller_options={"period": period, "threshold": threshold},
-                   metrics_interval=period / 2)
+    with repeat_probe() as probe:
+        res = flow.run(engine="sn", parallelism=1, max_parallelism=4, channels="processes",
+                       controller="level", batch=32, capacity=128,
+                       controller_options={"period": period, "threshold": threshold},
+                       metrics_interval=period / 2)
     ms = res.extra["metrics"]
     offered = [profile(m["time"]) for m in ms]
     # App. B.2's "handles the load": per period, the part of the offered rate processed
@@ -285,44 +378,76 @@ def _adaptive_run(profile: Callable[[float], float], seconds: float, cost: int,
             "congestion": [round(m["congestion"], 3) for m in ms],
             "handled_fraction": sum(handled) / len(handled) if handled else None,
             "migrations": len(res.extra["reconfigurations"]),
-            "migration_time_ms": res.extra["migration_time_ms"]}
+            "migration_time_ms": res.extra["migration_time_ms"], "probe": probe}
+
+
+def _summarize_runs(rs: list[dict[str, Any]]) -> dict[str, Any]:
+    """min/median/max over repeats; ``median_run`` indexes the run of median handled fraction
+    (the one plotted)."""
+    hf = [r["handled_fraction"] for r in rs]
+    order = sorted(range(len(rs)), key=lambda i: hf[i])
+    return {"handled_fraction": summarize(hf),
+            "migrations": summarize([r["migrations"] for r in rs]),
+            "max_channels": summarize([max(r["channels"]) for r in rs]),
+            "min_channels": summarize([min(r["channels"]) for r in rs]),
+            "median_run": order[len(order) // 2], "runs": rs}
+
+
+def _alternating(names: list[str], repeats: int) -> Iterator[str]:
+    for r in range(repeats):
+        yield from (names if r % 2 == 0 else list(reversed(names)))
 
 
 def adapt(cost: int = 2_000, phase: float = 8.0, cycles: int = 1,
-          period: float = 1.0) -> dict[str, Any]:
-    cap = _capacity(cost)
-    out: dict[str, Any] = {"cost": cost, "capacity_1_channel": cap, "phase_s": phase,
+          period: float = 1.0, repeats: int = 3,
+          capacity_seconds: float = 4.0) -> dict[str, Any]:
+    cap = _capacity(cost, capacity_seconds)
+    out: dict[str, Any] = {"cost": cost, "capacity": cap,
+                           "capacity_1_channel": cap["tuples_per_s"], "phase_s": phase,
                            "period_s": period}
-    for name, prof in _profiles(cap, phase).items():
-        out[name] = _adaptive_run(prof, 4 * phase * cycles, cost, period)
+    profs = _profiles(cap["tuples_per_s"], phase)
+    runs: dict[str, list[dict[str, Any]]] = {n: [] for n in profs}
+    for name in _alternating(list(profs), repeats):
+        runs[name].append(_adaptive_run(profs[name], 4 * phase * cycles, cost, period))
+    for name, rs in runs.items():
+        out[name] = _summarize_runs(rs)
     return out
 
 
 def thresholds(cost: int = 2_000, phase: float = 8.0, period: float = 1.0,
-               values: tuple[float, ...] = (0.0, 0.2, 0.9)) -> dict[str, Any]:
-    cap = _capacity(cost)
-    prof = _profiles(cap, phase)["step"]
-    out: dict[str, Any] = {"cost": cost, "capacity_1_channel": cap, "phase_s": phase,
+               values: tuple[float, ...] = (0.0, 0.2, 0.9), repeats: int = 3,
+               capacity_seconds: float = 4.0) -> dict[str, Any]:
+    cap = _capacity(cost, capacity_seconds)
+    prof = _profiles(cap["tuples_per_s"], phase)["step"]
+    out: dict[str, Any] = {"cost": cost, "capacity": cap,
+                           "capacity_1_channel": cap["tuples_per_s"], "phase_s": phase,
                            "period_s": period}
-    for th in values:
-        out[str(th)] = _adaptive_run(prof, 4 * phase, cost, period, threshold=th)
+    runs: dict[str, list[dict[str, Any]]] = {str(th): [] for th in values}
+    for th in _alternating(list(runs), repeats):
+        runs[th].append(_adaptive_run(prof, 4 * phase, cost, period, threshold=float(th)))
+    for th, rs in runs.items():
+        out[th] = _summarize_runs(rs)
     return out
 
 
 def _plot_runs(path: Path, m: dict[str, Any], title: str) -> None:
+    """Each variant's run of median handled fraction (``median_run``), over time."""
     plt = _pyplot()
-    runs = [k for k, v in m.items() if isinstance(v, dict) and "channels" in v]
-    fig, axes = plt.subplots(len(runs), 1, figsize=(6.4, 2.4 * len(runs)), dpi=110,
+    names = [k for k, v in m.items() if isinstance(v, dict) and "runs" in v]
+    fig, axes = plt.subplots(len(names), 1, figsize=(6.4, 2.4 * len(names)), dpi=110,
                              squeeze=False)
-    for ax, name in zip(axes[:, 0], runs, strict=True):
-        r = m[name]
+    for ax, name in zip(axes[:, 0], names, strict=True):
+        v = m[name]
+        r = v["runs"][v["median_run"]]
         ax.step(r["time"], r["channels"], where="post", color="tab:red", label="channels")
         ax.set_ylabel("channels")
         ax2 = ax.twinx()
         ax2.plot(r["time"], r["offered"], color="tab:gray", label="offered t/s")
         ax2.plot(r["time"], r["throughput"], color="tab:blue", label="throughput t/s")
         ax2.set_ylabel("tuples/s")
-        ax.set_title(f"{title} {name}: handled {r['handled_fraction'] or 0:.2f}", fontsize=9)
+        hf = v["handled_fraction"]
+        ax.set_title(f"{title} {name}: median run of {hf['n']}, handled {r['handled_fraction']:.2f}"
+                     f" (all runs {hf['min']:.2f}-{hf['max']:.2f})", fontsize=9)
     axes[-1, 0].set_xlabel("time (s)")
     _save(fig, path)
 
@@ -412,21 +537,25 @@ def run_speedup(quick: bool, out_dir: str | None = None) -> Path:
 
 
 def run_settle(quick: bool, out_dir: str | None = None) -> Path:
-    params = (dict(costs=(200, 4_000), seconds=4.0, period=0.4) if quick
-              else dict(costs=(0, 200, 2_000, 8_000), seconds=15.0, period=1.0))
+    params = (dict(costs=(200, 4_000), seconds=4.0, period=0.4, repeats=2, fixed=(1, 2),
+                   fixed_seconds=2.0) if quick
+              else dict(costs=(0, 300, 1_000, 3_000, 10_000), seconds=10.0, period=1.0,
+                        repeats=3, fixed=(1, 2, 4), fixed_seconds=3.0))
     return _write("sn-settle", params, settle(**params), _plot_settle, out_dir)
 
 
 def run_adapt(quick: bool, out_dir: str | None = None) -> Path:
-    params = (dict(cost=2_000, phase=2.0, period=0.4) if quick
-              else dict(cost=2_000, phase=10.0, period=1.0))
+    params = (dict(cost=2_000, phase=2.0, period=0.4, repeats=2, capacity_seconds=2.0)
+              if quick else dict(cost=2_000, phase=8.0, period=1.0, repeats=3,
+                                 capacity_seconds=4.0))
     return _write("sn-adapt", params, adapt(**params),
                   lambda p, m: _plot_runs(p, m, "load"), out_dir)
 
 
 def run_thresholds(quick: bool, out_dir: str | None = None) -> Path:
-    params = (dict(cost=2_000, phase=1.6, period=0.4) if quick
-              else dict(cost=2_000, phase=10.0, period=1.0))
+    params = (dict(cost=2_000, phase=1.6, period=0.4, repeats=2, capacity_seconds=2.0)
+              if quick else dict(cost=2_000, phase=8.0, period=1.0, repeats=3,
+                                 capacity_seconds=4.0))
     return _write("sn-thresholds", params, thresholds(**params),
                   lambda p, m: _plot_runs(p, m, "threshold"), out_dir)
 
