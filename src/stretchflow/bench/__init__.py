@@ -23,7 +23,7 @@ def _vsn(kind: str) -> Callable[[bool, str | None], Path]:
 
         fn, full, small = {
             "reconfiguration": (vsn.reconfiguration, {"cycles": 13}, {"cycles": 1}),
-            "forward": (vsn.forward, {}, {"rows": 5000, "parallelisms": (1, 2)}),
+            "forward": (vsn.forward, {}, {"rows": 5000, "parallelisms": (1, 2), "repeats": 1}),
             "wordcount": (vsn.wordcount_vs_reference, {}, {"rows": 20_000, "repeats": 1}),
             "scalejoin": (vsn.scalejoin, {}, {"rows": 2000, "window": 30_000, "repeats": 1}),
         }[kind]
@@ -55,6 +55,12 @@ def _speed(quick: bool, out_dir: str | None) -> Path:
     return speed.run(quick=quick, out_dir=out_dir)
 
 
+def _peers(quick: bool, out_dir: str | None) -> Path:
+    from . import peers
+
+    return peers.run(quick=quick, out_dir=out_dir)
+
+
 def _jsonable(kw: dict[str, Any]) -> dict[str, Any]:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in kw.items()}
 
@@ -77,6 +83,8 @@ BENCHMARKS: dict[str, tuple[str, str, Callable[[bool, str | None], Path]]] = {
                   "STRETCH Q6", _elastic("hedge")),
     "speed": ("the pane loop (1T), reference, vsn, sn, ordered and spark, whole processes",
               "issue #16", _speed),
+    "peers": ("streamz, Bytewax, PyFlink, Spark DataFrames vs stretchflow, own venvs",
+              "issue #20", _peers),
 }
 
 
@@ -95,4 +103,4 @@ _register_suites()
 
 #: experiments that compare every engine (named after what they measure, not an engine);
 #: ``stretchflow bench NAME`` runs one
-CROSS_ENGINE: tuple[str, ...] = ("speed",)
+CROSS_ENGINE: tuple[str, ...] = ("speed", "peers")
