@@ -302,7 +302,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return 0
     else:
         raise ValueError(f"unknown bench command {target!r}: use list, run NAME, all, "
-                         f"reference, speed, report, or a suite: {', '.join(BENCH_SUITES)}")
+                         f"reference, {', '.join(CROSS_ENGINE)}, report, or a suite: "
+                         f"{', '.join(BENCH_SUITES)}")
     import time
 
     took = []
@@ -427,7 +428,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="run a benchmark; writes JSON to benchmarks/results/ "
                                      "(bench report: docs/RESULTS.md's numbers from it)")
-    b.add_argument("target", help="list | run NAME | all | reference | speed | report | "
+    b.add_argument("target", help="list | run NAME | all | reference | speed | peers | report | "
                                   f"{' | '.join(BENCH_SUITES)} (a suite)")
     b.add_argument("name", nargs="?", help="with run: the benchmark (see bench list)")
     b.add_argument("--quick", action="store_true", help="small inputs (a smoke test)")

@@ -59,26 +59,71 @@ def _sn_speedup(d: Doc) -> str:
             f"{verdict(two, 1.7)}.\n\n" + table(["channels", *chans], rows))
 
 
+def _pct(x: float) -> str:
+    return f1(x * 100)
+
+
+def _capacity_line(name: str, d: Doc) -> str:
+    c = d["metrics"]["capacity"]
+    return (f"`{name}`: one process channel at cost {n0(d['metrics']['cost'])} sustains "
+            f"{spread(c['repeats'])} tuples/s after start-up (median (min–max) of "
+            f"{c['repeats']['n']} runs of {f1(c['seconds'])} s at full speed, per-interval "
+            f"throughput after the first interval); measured the old way (2 000 tuples over "
+            f"the whole run, start-up included) {n0(c['old_style_tuples_per_s'])} tuples/s, "
+            f"{f1(c['tuples_per_s'] / c['old_style_tuples_per_s'])}× less. Loads are "
+            f"fractions of the first number.")
+
+
+def _expansions(run: Doc) -> int:
+    return sum(1 for x in run["reasons"] if x.startswith("P1"))
+
+
+def _less_expansions(run: Doc) -> int:
+    # a P1 step up in the same period as Alg. 3 read a throughput drop as less load: that
+    # erases the lower level's congestion memory P5 needs to come back down (see RESULTS.md)
+    return sum(1 for x in run["reasons"] if x.startswith("P1") and "less" in x)
+
+
 @renderer("sn-level", "sn-settle", "sn-adapt", "sn-thresholds")
 def _sn_level(settle: Doc | None, adapt: Doc | None, thresholds: Doc | None) -> str:
-    rows = []
+    out = []
     if settle:
-        for cost, r in settle["metrics"].items():
-            if isinstance(r, dict):
-                rows.append([f"`sn-settle`, cost {cost}", f"settled on {r['settled']}",
-                             str(r["migrations"]), "—"])
-    if adapt:
-        for load in ("sine", "step"):
-            r = adapt["metrics"][load]
-            rows.append([f"`sn-adapt`, {load} load", f"{min(r['channels'])}–{max(r['channels'])}",
-                         str(r["migrations"]), f"{n0(r['handled_fraction'] * 100)} %"])
-    if thresholds:
-        for th, r in thresholds["metrics"].items():
-            if isinstance(r, dict):
-                rows.append([f"`sn-thresholds`, threshold {th}",
-                             f"{min(r['channels'])}–{max(r['channels'])}",
-                             str(r["migrations"]), f"{n0(r['handled_fraction'] * 100)} %"])
-    return table(["experiment", "channels", "migrations", "offered load handled"], rows)
+        m = settle["metrics"]
+        fixed = sorted({p for r in m.values() if isinstance(r, dict)
+                        for p in r["fixed_tuples_per_s"]}, key=int)
+        rows = [[n0(int(cost)), spread(r["settled"]), spread(r["migrations"]),
+                 f"{sum(map(_less_expansions, r['runs']))} of "
+                 f"{sum(map(_expansions, r['runs']))}",
+                 spread(r["steady_tuples_per_s"]),
+                 " / ".join(n0(r["fixed_tuples_per_s"][p]) for p in fixed)]
+                for cost, r in m.items() if isinstance(r, dict)]
+        n = next(r["settled"]["n"] for r in m.values() if isinstance(r, dict))
+        out.append(f"`sn-settle` (Fig. 10/12): input at full speed for {f1(m['seconds'])} s, "
+                   f"period {f1(m['period_s'])} s, {n} runs per cost; median (min–max). "
+                   f"Tuples/s: median per-interval throughput, for the elastic runs over "
+                   f"their second half, for fixed channels (one run at each count) after "
+                   f"the first interval.\n\n"
+                   + table(["cost", "settled channels", "migrations",
+                            "expansions (P1) read as less load, all runs", "tuples/s, elastic",
+                            f"tuples/s at {' / '.join(fixed)} fixed channels"], rows))
+    rows = []
+    for name, d, variants in (("sn-adapt", adapt, ("sine", "step")),
+                              ("sn-thresholds", thresholds, None)):
+        if not d:
+            continue
+        out.append(_capacity_line(name, d))
+        m = d["metrics"]
+        for v in variants or [k for k, r in m.items() if isinstance(r, dict) and "runs" in r]:
+            r = m[v]
+            label = f"{v} load" if variants else f"threshold {v}"
+            rows.append([f"`{name}`, {label}",
+                         f"{n0(r['min_channels']['min'])}–{n0(r['max_channels']['max'])}",
+                         spread(r["migrations"]), spread(r["handled_fraction"], _pct) + " %"])
+    if rows:
+        out.append("Median (min–max) over the runs; channels: the lowest and highest count in "
+                   "any run.\n\n" + table(["experiment", "channels", "migrations",
+                                             "offered load handled"], rows))
+    return "\n\n".join(out)
 
 
 @renderer("sn-migration", "sn-migration")
@@ -307,4 +352,33 @@ def _speed(d: Doc) -> str:
                    f"ratio of medians {f2(mem['rss_columnar_over_tuple'])}:\n\n"
                    + table(["variant", "peak RSS, MB: median (min–max)",
                             "whole process, s: median (min–max)"], rows))
+    return "\n\n".join(out)
+
+
+@renderer("peers", "peers")
+def _peers(d: Doc) -> str:
+    out = []
+    for wl in ("wordcount", "paircount"):
+        m = d["metrics"].get(wl)
+        if not isinstance(m, dict):
+            continue
+        rows = []
+        for var, r in m.items():
+            if not isinstance(r, dict) or not isinstance(r.get("wall_s"), dict):
+                continue
+            c = r.get("correctness") or {}
+            ok = ("yes" if c.get("correct") else
+                  f"**no**: {n0(c.get('missing_rows', 0))} rows missing, "
+                  f"{n0(c.get('extra_rows', 0))} extra "
+                  f"({c.get('rounds_correct', 0)} of {c.get('rounds', 0)} rounds right)")
+            if r.get("settings"):
+                ok += f"; settings {r['settings']}"
+            rows.append([var, spread(r["wall_s"], f2),
+                         f2(r["throughput_vs_reference"]["wall_s"]),
+                         n0(r["peak_rss_mb"]["median"]), ok])
+        out.append(f"**{wl}** ({n0(m['tweets'])} tweets):\n\n"
+                   + table(["variant", "whole process, s: median (min–max)",
+                            "throughput / reference's (ratio of medians)",
+                            "peak RSS of its largest process, MB (median)",
+                            "output = reference's"], rows))
     return "\n\n".join(out)

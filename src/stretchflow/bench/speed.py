@@ -4,13 +4,13 @@
 Each variant is a fresh ``python -m stretchflow run ...`` (or ``python -m
 stretchflow.bench.onethread ...``) process, so start-up, reading JSON Lines and writing the
 output are all counted (each child runs under :mod:`.peak`, which records its own peak RSS and
-adds the same few imports to every variant). Two times are kept per run: the parent's wall clock around the whole
-process, and the run's own time that the child reports (the CLI summary's elapsed, from first
-read to last write; the loop's own timer). Rounds alternate the variants, starting each round
-one variant later, so that drift in the shared machine's load spreads over all of them; the
-1-minute load average is recorded before and after each round. Every output is compared with
-the pane loop's as a multiset of rows (a row carries its ``ts``, so this is the determinism
-contract's per-timestamp multiset).
+adds the same few imports to every variant). Two times are kept per run: the parent's wall clock
+around the whole process, and the run's own time that the child reports (the CLI summary's
+elapsed, from first read to last write; the loop's own timer). Rounds alternate the variants,
+starting each round one variant later, so that drift in the shared machine's load spreads over
+all of them; the 1-minute load average is recorded before and after each round. Every output is
+compared with the pane loop's as a multiset of rows (a row carries its ``ts``, so this is the
+determinism contract's per-timestamp multiset).
 """
 
 from __future__ import annotations
