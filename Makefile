@@ -20,7 +20,7 @@ demo: venv
 test: venv
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not bench" --doctest-modules src/stretchflow tests
 
-# every benchmark of `stretchflow bench all --quick` writes its JSON and plot (about 6 min; CI)
+# every benchmark of `stretchflow bench all --quick` writes its JSON and plot (about 7 min; CI)
 bench-smoke: venv
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m bench tests
 
