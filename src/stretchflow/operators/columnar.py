@@ -7,11 +7,11 @@ output row:
 
 1. f_MK's columnar form explodes the batch into (row, key, value) columns;
 2. every row falls in one slice of width gcd(WS, WA) (general stream slicing: Scotty, Traub et
-   al., EDBT 2019, §4; :mod:`.slicing`), so the batch is summed per (slice, key) by one Arrow
-   hash aggregation and the result kept as a *partial* of each slice — Hazelcast Jet's
-   accumulate step, on columns;
+   al., EDBT 2019, §4; :mod:`.slicing`), so the batch is summed per (slice, key) by one
+   grouping (:func:`.columnar_kernels.sum_by`: Arrow dictionary codes, numpy) and the result
+   kept as a *partial* of each slice — Hazelcast Jet's accumulate step, on columns;
 3. when the watermark reaches a window's right boundary (Alg. 2's updateW: ρ + WS <= W) the
-   partials of the window's slices are combined per key by one more hash aggregation (Jet's
+   partials of the window's slices are combined per key by one more grouping (Jet's
    combine) and f_O's columnar form turns the result into the window's output table.
 
 Arrow's kernels run with the GIL released. The tuple-at-a-time path of the sliced instance
@@ -19,16 +19,18 @@ stays: a batch f_MK's columnar form refuses (e.g. a payload without text) goes t
 :meth:`process` tuple by tuple, which names the offending tuple, and its slices are Python
 dicts in σ as before; a window combines both kinds of slice, so mixing the paths gives the
 same accumulators. The bookkeeping of which slices and windows are open is the sliced
-instance's (σ_g's slice entries and NEXT, the expiry heap): a columnar partial also creates its
-slice's (possibly empty) entry in σ_g, so expiry visits exactly the windows that hold a tuple.
+instance's (σ_g's slice entries and NEXT, the expiry heap, its expiry loop): a columnar
+partial also creates its slice's (possibly empty) entry in σ_g, so expiry visits exactly the
+windows that hold a tuple, and this instance only says how a window is emitted and what
+dropping a slice frees.
 
 Same outputs as tuple at a time: a window's sum per key is the sum of its tuples' values (f_U
 adds, so the order of additions does not matter for integers), and a window closes only at a
 timestamp after all of its rows (slices never straddle a window boundary). Sums are int64:
 a window's count beyond 2**63 would overflow where Python's int would not.
 
-Only for one instance owning every key group (the reference executor, vsn at one key group):
-the partials are this instance's, not σ's, so they cannot be handed to another instance.
+Only for one instance owning every key group (the reference executor at parallelism 1): the
+partials are this instance's, not σ's, so they cannot be handed to another instance.
 """
 
 from __future__ import annotations
@@ -156,36 +158,19 @@ class ColumnarSlicedInstance(SlicedAggregateInstance):
             ps[:] = [_sum_by_key(pa.concat_tables(ps))]
 
     # -- combine: a window's slices into its output table --------------------------------------
-    def _expire(self, wm: float) -> None:
-        heap, groups = self._lheap, self.groups
-        op = self.op
-        ws_, wa = op.WS, op.WA
-        import heapq
+    def _emit_window(self, sg: dict, l: int) -> list[int]:
+        """forwardAndShift of window ``l`` (the sliced instance's expiry loop calls it): its
+        slices combined into one output table (:meth:`_window`), kept for :meth:`take_batch`."""
+        right = l + self.op.WS
+        ss = sorted(s for s in sg if s != NEXT and s < right)
+        table = self._window(sg, ss)
+        if table is not None and len(table):
+            self._tables.append((right, table))
+        return ss
 
-        while heap and heap[0][0] + ws_ <= wm:
-            l, g = heapq.heappop(heap)  # ρ
-            sg = groups[g]
-            right = l + ws_
-            ss = sorted(s for s in sg if s != NEXT and s < right)
-            table = self._window(sg, ss)
-            if table is not None and len(table):
-                self._tables.append((right, table))
-            keep = l + wa  # windows after l start here: earlier slices are done
-            rest = None
-            for s in ss:
-                if s < keep:
-                    del sg[s]
-                    self._parts.pop(s, None)
-                elif rest is None:
-                    rest = s
-            if rest is None:
-                rest = min((s for s in sg if s != NEXT), default=None)
-            if rest is None:
-                del sg[NEXT]
-                continue
-            nxt = max(keep, ((rest - ws_) // wa + 1) * wa)
-            sg[NEXT] = nxt
-            heapq.heappush(heap, (nxt, g))
+    def _drop_slice(self, sg: dict, s: int) -> None:
+        super()._drop_slice(sg, s)
+        self._parts.pop(s, None)
 
     def _window(self, sg: dict, ss: Sequence[int]) -> Any:
         """Window output combined from slices ``ss``: their Arrow partials and any tuple-path

@@ -120,21 +120,15 @@ class SlicedAggregateInstance(AggregateInstance):
         heap, groups = self._lheap, self.groups
         op = self.op
         ws_, wa = op.WS, op.WA
-        output, out = op.user_output, self.out
         while heap and heap[0][0] + ws_ <= wm:
             l, g = heapq.heappop(heap)  # ρ
             sg = groups[g]
-            right = l + ws_
-            accs, ss = self._combined(sg, l)
-            for k, acc in accs.items():  # f_O on the combined accumulator
-                res = output(k, acc)
-                if res is not None:
-                    out.append((right, res))
+            ss = self._emit_window(sg, l)
             keep = l + wa  # windows after l start here: earlier slices are done
             rest = None
             for s in ss:
                 if s < keep:
-                    del sg[s]
+                    self._drop_slice(sg, s)
                 elif rest is None:
                     rest = s
             if rest is None:  # no slice in this window remains: any later one?
@@ -146,6 +140,23 @@ class SlicedAggregateInstance(AggregateInstance):
             nxt = max(keep, ((rest - ws_) // wa + 1) * wa)
             sg[NEXT] = nxt
             heapq.heappush(heap, (nxt, g))
+
+    def _emit_window(self, sg: dict, l: int) -> list[int]:
+        """forwardAndShift of window ``l``: f_O on each key's accumulator combined from the
+        window's slices, into ``out``; returns those slices' starts (sorted). The columnar
+        instance emits a table instead (:mod:`.columnar`)."""
+        output, out = self.op.user_output, self.out
+        right = l + self.op.WS
+        accs, ss = self._combined(sg, l)
+        for k, acc in accs.items():  # f_O on the combined accumulator
+            res = output(k, acc)
+            if res is not None:
+                out.append((right, res))
+        return ss
+
+    def _drop_slice(self, sg: dict, s: int) -> None:
+        """A slice no later window needs (it starts before the next window's left end)."""
+        del sg[s]
 
     def _combined(self, sg: dict, l: int) -> tuple[dict[Hashable, Any], list[int]]:
         """Window ``l``'s accumulator per key, combined from its slices in time order, and
