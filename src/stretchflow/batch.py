@@ -6,7 +6,7 @@ would deliver. It holds them in up to two forms, each built on demand from the o
 the reader that made the batch):
 
 * ``table``: the payloads as a pyarrow Table, one row per tuple (what columnar kernels read:
-  Arrow compute, f_MK's columnar form, a batch sink);
+  Arrow compute, f_MK's columnar form, a batch sink), built from the payloads on demand;
 * ``payloads``: the payloads as Python objects, exactly what the tuple-at-a-time path delivers
   for these tuples (a JSON Lines source's batch parses its lines with the same ``orjson`` call
   as the tuple source, so a tuple-at-a-time operator downstream sees identical dicts).
@@ -19,7 +19,7 @@ implicit watermarks stay what they were tuple by tuple. Consumers that cannot ta
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 Item = tuple[int, Any]
@@ -28,19 +28,17 @@ Item = tuple[int, Any]
 class Batch:
     """``n`` tuples in timestamp order as columns; see the module doc."""
 
-    __slots__ = ("ts", "_table", "_payloads", "_make_table", "_make_payloads")
+    __slots__ = ("ts", "_table", "_payloads", "_make_payloads")
 
     def __init__(self, ts: Any, *, table: Any = None, payloads: Sequence[Any] | None = None,
-                 make_table: Callable[[], Any] | None = None,
                  make_payloads: Callable[[], Sequence[Any]] | None = None):
         import numpy as np
 
         self.ts = np.asarray(ts, dtype=np.int64)
-        if table is None and payloads is None and make_table is None and make_payloads is None:
+        if table is None and payloads is None and make_payloads is None:
             raise ValueError("a batch needs its payloads as a table or as Python objects")
         self._table = table
         self._payloads = payloads
-        self._make_table = make_table
         self._make_payloads = make_payloads
 
     # -- the two forms ---------------------------------------------------------------------------
@@ -49,11 +47,7 @@ class Batch:
         """The payloads as a pyarrow Table, or None when they do not fit one schema (then
         columnar consumers fall back to :meth:`items`)."""
         if self._table is None:
-            if self._make_table is not None:
-                self._table = self._make_table()
-            else:
-                self._table = _table_of(self.payloads)
-            self._make_table = None
+            self._table = _table_of(self.payloads)
         return self._table if self._table is not False else None
 
     @property
@@ -76,9 +70,6 @@ class Batch:
         """The tuples, ``(ts, payload)`` each, in order."""
         return list(zip(self.ts.tolist(), self.payloads, strict=True))
 
-    def __iter__(self) -> Iterator[Item]:
-        return iter(self.items())
-
     def __len__(self) -> int:
         return len(self.ts)
 
@@ -89,15 +80,6 @@ class Batch:
     @property
     def last(self) -> int:
         return int(self.ts[-1])
-
-    def slice(self, start: int, stop: int | None = None) -> Batch:
-        """Tuples ``start:stop`` as a batch (zero-copy for the forms already built)."""
-        stop = len(self.ts) if stop is None else stop
-        table = self._table.slice(start, stop - start) if self.has_table else None
-        payloads = self._payloads[start:stop] if self._payloads is not None else None
-        if table is None and payloads is None:
-            return Batch(self.ts[start:stop], payloads=list(self.payloads[start:stop]))
-        return Batch(self.ts[start:stop], table=table, payloads=payloads)
 
     @classmethod
     def of_items(cls, items: Sequence[Item]) -> Batch:

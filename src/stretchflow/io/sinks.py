@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from ..batch import Batch
+from ..batch import Batch, arrow_ints
 from ..errors import StretchflowError
 
 
@@ -243,7 +243,7 @@ def _records_table(batch: Batch) -> Any:
     if table.num_rows != len(batch):
         raise StretchflowError(f"batch of {len(batch)} tuples has a table of {table.num_rows} "
                                "rows")
-    out_names, cols = ["ts"], [pa.chunked_array([pa.array(batch.ts, type=pa.int64())])]
+    out_names, cols = ["ts"], [pa.chunked_array([arrow_ints(batch.ts)])]
     for name, col in zip(names, table.columns, strict=True):
         if name == "ts":
             continue  # to_record replaces a payload's ts by the tuple's

@@ -160,12 +160,11 @@ class _ExprBatch:
 
     def __call__(self, table: Any) -> tuple[Any, Any]:
         import numpy as np
-        import pyarrow as pa
+
+        from ..batch import arrow_ints, int_numpy
 
         row = "__stretchflow_row"  # the rows' positions ride along through the filter
-        kept = table.append_column(row, pa.array(np.arange(table.num_rows))).filter(self.expr)
-        from ..batch import int_numpy
-
+        kept = table.append_column(row, arrow_ints(np.arange(table.num_rows))).filter(self.expr)
         return int_numpy(kept.column(row)), kept.drop_columns([row])
 
 
