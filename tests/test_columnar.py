@@ -17,17 +17,11 @@ from stretchflow.batch import Batch
 from stretchflow.errors import OperatorError
 from stretchflow.operators.columnar import ColumnarSlicedInstance
 from stretchflow.queries.wordcount import wordcount
+from test_slicing import windows  # (WS, WA): multiples, gcd slices, tumbling
 
 SETTINGS = settings(max_examples=120, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
 WORDS = ["a", "b", "c", "é", "x\ty", "", "  a  ", "b\u3000c", "d\u2028e"]
-
-
-@st.composite
-def windows(draw):
-    wa = draw(st.integers(1, 7))
-    ws = draw(st.one_of(st.integers(1, 5).map(lambda m: m * wa), st.integers(wa, 25)))
-    return ws, wa
 
 
 @st.composite
