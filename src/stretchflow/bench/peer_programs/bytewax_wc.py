@@ -25,6 +25,7 @@ from bytewax.inputs import FixedPartitionedSource
 from bytewax.operators.windowing import EventClock, SlidingWindower, count_window
 from bytewax.outputs import DynamicSink, StatelessSinkPartition
 from bytewax.testing import run_main
+from peer_common import count_lines, pairs, parse_args
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -51,12 +52,6 @@ class _Sink(DynamicSink):
         return _Lines(self._f)
 
 
-def _pairs(text: str, distance: int | None):
-    w = text.split()
-    n = len(w)
-    span = n if distance is None else distance
-    return [(w[i], w[j]) for i in range(n) for j in range(i + 1, min(n, i + span + 1))]
-
 
 def build(query: str, source: FixedPartitionedSource, sink: DynamicSink, size: int,
           slide: int, distance: int | None, wait_ms: int, late: list[int]) -> Dataflow:
@@ -70,7 +65,7 @@ def build(query: str, source: FixedPartitionedSource, sink: DynamicSink, size: i
         # Bytewax keys are strings: a pair's key is its JSON array, injective whatever the
         # tokens hold (a separator character could occur inside a token)
         items = op.flat_map("pairs", tweets,
-                            lambda t: [(p, t["ts"]) for p in _pairs(t["text"], distance)])
+                            lambda t: [(p, t["ts"]) for p in pairs(t["text"], distance)])
         key = lambda x: json.dumps(x[0])  # noqa: E731
     else:
         raise SystemExit(f"bytewax_wc: unknown query {query!r}")
@@ -103,23 +98,16 @@ def build(query: str, source: FixedPartitionedSource, sink: DynamicSink, size: i
 def main(argv: list[str]) -> None:
     from bytewax.connectors.files import FileSource
 
-    query, inp, outp, *rest = argv
-    kw = dict(a.split("=", 1) for a in rest)
-    size, slide = int(kw.pop("size")), int(kw.pop("slide"))
-    raw = kw.pop("distance", "3")
-    distance = None if raw == "inf" else int(raw)
-    wait_ms = int(kw.pop("wait_ms", "0"))
-    if kw:
-        raise SystemExit(f"bytewax_wc: unknown parameters {sorted(kw)}")
+    query, inp, outp, size, slide, distance, extra = parse_args(argv, "bytewax_wc",
+                                                                 wait_ms="0")
+    wait_ms = int(extra["wait_ms"])
     late = [0]
     t0 = time.perf_counter()
     with open(outp, "wb") as f:
         run_main(build(query, FileSource(inp, batch_size=1000), _Sink(f), size, slide,
                        distance, wait_ms, late))
     elapsed = time.perf_counter() - t0
-    with open(outp, "rb") as f:
-        rows = sum(1 for _ in f)
-    print(json.dumps({"elapsed_s": elapsed, "rows_out": rows, "late_items": late[0],
+    print(json.dumps({"elapsed_s": elapsed, "rows_out": count_lines(outp), "late_items": late[0],
                       "settings": {"workers": 1, "wait_for_system_duration_ms": wait_ms}}))
 
 

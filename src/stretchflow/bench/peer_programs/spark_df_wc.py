@@ -17,16 +17,13 @@ import json
 import sys
 import time
 
+from peer_common import parse_args
+
 
 def main(argv: list[str]) -> None:
-    query, inp, outp, *rest = argv
-    kw = dict(a.split("=", 1) for a in rest)
-    size, slide = int(kw.pop("size")), int(kw.pop("slide"))
-    raw = kw.pop("distance", "3")
-    distance = None if raw == "inf" else int(raw)
-    master = kw.pop("master", "local[2]")
-    if kw:
-        raise SystemExit(f"spark_df_wc: unknown parameters {sorted(kw)}")
+    query, inp, outp, size, slide, distance, extra = parse_args(argv, "spark_df_wc",
+                                                                 master="local[2]")
+    master = extra["master"]
     if query not in ("wordcount", "paircount"):
         raise SystemExit(f"spark_df_wc: unknown query {query!r}")
     t0 = time.perf_counter()

@@ -21,16 +21,11 @@ import time
 from collections import Counter
 
 import orjson
+from peer_common import count_lines, pairs, parse_args
 from streamz import Stream
 
 _END = object()  # emitted after the last tuple: a watermark past every window
 
-
-def _pairs(text: str, distance: int | None) -> list[tuple[str, str]]:
-    w = text.split()
-    n = len(w)
-    span = n if distance is None else distance
-    return [(w[i], w[j]) for i in range(n) for j in range(i + 1, min(n, i + span + 1))]
 
 
 def window_step(size: int, slide: int):
@@ -68,7 +63,7 @@ def build(query: str, size: int, slide: int, distance: int | None, write) -> Str
         def row(r):
             return orjson.dumps({"ts": r[0], "word": r[1], "count": r[2]}) + b"\n"
     elif query == "paircount":
-        keyed = tweets.map(lambda t: t if t is _END else (t["ts"], _pairs(t["text"], distance)))
+        keyed = tweets.map(lambda t: t if t is _END else (t["ts"], pairs(t["text"], distance)))
 
         def row(r):
             return orjson.dumps({"ts": r[0], "first": r[1][0], "second": r[1][1],
@@ -81,15 +76,8 @@ def build(query: str, size: int, slide: int, distance: int | None, write) -> Str
 
 
 def main(argv: list[str]) -> None:
-    query, inp, outp, *rest = argv
-    kw = dict(a.split("=", 1) for a in rest)
-    size, slide = int(kw.pop("size")), int(kw.pop("slide"))
-    raw = kw.pop("distance", "3")
-    distance = None if raw == "inf" else int(raw)
-    if kw:
-        raise SystemExit(f"streamz_wc: unknown parameters {sorted(kw)}")
+    query, inp, outp, size, slide, distance, _ = parse_args(argv, "streamz_wc")
     t0 = time.perf_counter()
-    rows = 0
     with open(inp, "rb") as f, open(outp, "wb") as out:
         write = out.write
         source = build(query, size, slide, distance, write)
@@ -99,9 +87,7 @@ def main(argv: list[str]) -> None:
                 emit(line)
         emit(_END)
     elapsed = time.perf_counter() - t0
-    with open(outp, "rb") as f:
-        rows = sum(1 for _ in f)
-    print(json.dumps({"elapsed_s": elapsed, "rows_out": rows, "settings": {}}))
+    print(json.dumps({"elapsed_s": elapsed, "rows_out": count_lines(outp), "settings": {}}))
 
 
 if __name__ == "__main__":
