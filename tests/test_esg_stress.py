@@ -308,6 +308,19 @@ def test_lagging_source_is_never_blocked_by_a_source_running_ahead():
     assert esg.stats()["max_buffered"] <= 4 + 2
 
 
+def _stitched(slices: dict[str, tuple[int, list]], total: int) -> list:
+    """The one sequence the readers' slices (``name -> (start, tuples read)``) are parts of:
+    asserts that overlapping slices agree and that together they cover all ``total``."""
+    full: list = [None] * total
+    for start, seq in slices.values():
+        for k, t in enumerate(seq):
+            if full[start + k] is None:
+                full[start + k] = t
+            assert full[start + k] == t, "readers disagree on the order"
+    assert None not in full
+    return full
+
+
 @pytest.mark.slow
 def test_membership_churn_readers_come_and_go():
     """Readers keep adding successors and retiring, as VSN instances do at epoch switches;
@@ -346,14 +359,7 @@ def test_membership_churn_readers_come_and_go():
     crew.start(reader, "g0", 0, 1)
     crew.join()
 
-    total = sum(len(run) for run in added)
-    full: list = [None] * total
-    for start, seq in slices.values():
-        for k, t in enumerate(seq):
-            if full[start + k] is None:
-                full[start + k] = t
-            assert full[start + k] == t, "readers disagree on the order"
-    assert None not in full
+    full = _stitched(slices, sum(len(run) for run in added))
     check_common_sequence(full, added)
     assert len(slices) > 5
 
@@ -421,13 +427,6 @@ def test_spread_bound_under_load_with_control_tuples_and_churn(spread):
         done.set()
         mon.join(JOIN_S)
     assert spreads and max(spreads) <= spread
-    total = max(start + len(seq) for start, seq in slices.values())
-    full: list = [None] * total
-    for start, seq in slices.values():
-        for k, t in enumerate(seq):
-            if full[start + k] is None:
-                full[start + k] = t
-            assert full[start + k] == t, "readers disagree on the order"
-    assert None not in full
+    full = _stitched(slices, max(start + len(seq) for start, seq in slices.values()))
     check_common_sequence([t for t in full if t[1] in srcs], added)
     assert esg.stats()["spread_waits"] > 0
