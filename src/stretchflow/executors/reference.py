@@ -355,38 +355,32 @@ def _oplus_runs(op: OPlus, insts: list[OPlusInstance],
     on an earlier tuple still wins."""
     ts = v = None
     run: list[tuple[int, Any, int]] = []
-    it = iter(tagged)
+
+    def flush() -> Iterator[Item]:
+        nonlocal run
+        if run:
+            for inst in insts:
+                inst.process_run(run)
+            run = []  # a new list: an instance may keep the one it was handed
+            yield from _merged(insts)
+
     try:
-        while True:
-            wm = upstream = None
-            done = False
-            try:
-                for ts, i, v in it:
-                    if v is WATERMARK:
-                        wm = ts
-                        break
-                    run.append((ts, v, i))
-                    if len(run) >= RUN:
-                        break
-                else:
-                    done = True
-            except Exception as e:  # noqa: BLE001 - re-raised below, after the run
-                upstream = e
-            if run:
+        for item in _then_failure(tagged):
+            if type(item) is _Failure:
+                yield from flush()  # the tuples before the upstream error go first
+                raise item.error
+            ts, i, v = item
+            if v is WATERMARK:
+                yield from flush()
                 for inst in insts:
-                    inst.process_run(run)
-                run = []
+                    inst.advance(ts)
                 yield from _merged(insts)
-            if upstream is not None:
-                raise upstream
-            if wm is not None:
-                ts, v = wm, WATERMARK
-                for inst in insts:
-                    inst.advance(wm)
-                yield from _merged(insts)
-                yield wm, WATERMARK
-            if done:
-                break
+                yield ts, WATERMARK
+                continue
+            run.append((ts, v, i))
+            if len(run) >= RUN:
+                yield from flush()
+        yield from flush()
         ts = v = None
         for inst in insts:
             inst.finish()
@@ -416,12 +410,13 @@ def _oplus_columnar(op: Any, up: Iterator[Item],
             yield out.last, out
 
     try:
-        for ts, v in _then_failure(up):
-            if type(v) is _Failure:
+        for item in _then_failure(up):
+            if type(item) is _Failure:
                 # an upstream error met while gathering: the tuples before it go first, so
                 # an error of this operator on an earlier tuple still wins (tuple at a time)
                 yield from flush()
-                raise v.error
+                raise item.error
+            ts, v = item
             if type(v) is Batch:
                 yield from flush()
                 inst.process_batch(v)
@@ -450,12 +445,13 @@ class _Failure:
         self.error = error
 
 
-def _then_failure(items: Iterator[Item]) -> Iterator[tuple[Any, Any]]:
-    """``items``, then ``(None, _Failure(e))`` instead of raising an upstream error ``e``."""
+def _then_failure(items: Iterator[Any]) -> Iterator[Any]:
+    """``items``, then ``_Failure(e)`` instead of raising an upstream error ``e``: a reader
+    that gathers runs processes what it gathered before raising it (tuple-at-a-time order)."""
     try:
         yield from items
     except Exception as e:  # noqa: BLE001 - handed to the reader, which raises it in order
-        yield None, _Failure(e)
+        yield _Failure(e)
 
 
 def _merged(insts: list[OPlusInstance]) -> Iterator[Item]:
