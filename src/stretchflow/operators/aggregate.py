@@ -80,12 +80,15 @@ class Aggregate(OPlus):
         self.combine = combine
         #: vectorized f_MK, ``columns(payloads) -> (rows, keys, values)``: for every payload
         #: ``payloads[r]``, the (key, value) pairs with ``rows == r``, summed per key, equal
-        #: ``keys(payloads[r])`` as a dict (a key may repeat: its values add up). ``rows`` a
-        #: numpy integer array, ``keys`` an Arrow string array, ``values`` a numpy int64
-        #: array. Only for an f_U that adds (``update(acc, v) == acc + v``, ``init()`` its
-        #: zero) and WT multi: the instance then sums a key's values of many tuples before
-        #: calling f_U once. It may raise on payloads it cannot handle; callers then take the
-        #: tuple-at-a-time path, which reports the offending tuple.
+        #: ``keys(payloads[r])`` as a dict (a key may repeat: its values add up).
+        #: ``payloads`` is a list of payloads or a batch's Arrow table. ``rows`` a numpy
+        #: integer array, ``keys`` an Arrow string array (or, for keys that are tuples, a
+        #: tuple of Arrow arrays, one per component; Spark's columnar stage takes only the
+        #: former), ``values`` a numpy int64 array. Only for an f_U that adds
+        #: (``update(acc, v) == acc + v``, ``init()`` its zero) and WT multi: the instance
+        #: then sums a key's values of many tuples before calling f_U once. It may raise on
+        #: payloads it cannot handle; callers then take the tuple-at-a-time path, which
+        #: reports the offending tuple.
         self.columns = columns
         #: f_O's columnar form: ``(key_field, value_field)`` when ``output(key, acc)`` is
         #: always ``{key_field: key, value_field: acc}`` (wordcount's ``("word", "count")``),
