@@ -209,10 +209,12 @@ def test_p6_rapid_scaling_and_max_parallelism() -> None:
 
 def test_printed_algorithm_ratchets_under_noise_margin_does_not() -> None:
     # Why gain_margin exists: under remote congestion with 2 % throughput noise
-    # the bare comparisons of Alg. 2/3 let every coin flip go up.
+    # the bare comparisons of Alg. 2/3 let every coin flip go up. The printed
+    # algorithm also reads steps between congested levels as load changes.
     def climb(gain_margin: float, seed: int) -> int:
         rng = random.Random(seed)
-        replay = Replay(LevelController(gain_margin=gain_margin), max_parallelism=32)
+        ctl = LevelController(gain_margin=gain_margin, congested_steps_as_load=gain_margin == 0)
+        replay = Replay(ctl, max_parallelism=32)
         replay.model(
             lambda n: (min(1000.0 * n, 4000.0) * (1 + rng.gauss(0, 0.02)), CONGESTED), 40
         )

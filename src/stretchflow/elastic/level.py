@@ -59,7 +59,26 @@ Resolved ambiguities and deliberate deviations (see also NOTES-elastic-scaling):
   0.2; it must stay below ``threshold / (1 - threshold)`` (0.25 for 0.2): a
   congested level handles at most ``(1 - threshold)`` of the offered load, so
   an uncongested level above improves on it by at least that ratio, which the
-  margin must not hide. ``gain_margin=0`` gives the printed algorithm.
+  margin must not hide. ``gain_margin=0`` (with ``congested_steps_as_load``)
+  gives the printed algorithm.
+* Steps between congested levels are not load signals (issue #20). Alg. 3's
+  last two throughput tests read a step up followed by lower throughput as
+  LessLoad, and a step down followed by higher throughput as MoreLoad; Alg. 2
+  applies their resets *before* P5's test ``r``. §4.2 ("if the current level
+  is higher than the last one, yet the throughput has decreased, this is taken
+  as load decrease") assumes throughput never falls when channels are added
+  (at worst it stays flat, under remote congestion). On a machine with fewer cores than
+  channels it does fall: with input at full speed every level is congested, a
+  useless step up lowers throughput, the LessLoad reset sets ``C_{L-1}`` to
+  false, ``r`` fails, and P1 climbs to the top level (``bench run sn-settle``
+  on 2 cores); coming back down, the rise would read as MoreLoad and forget
+  that the level above did worse. Here, when the period is congested and so
+  was the level just left, the cross-level throughput tests report no load
+  change: with the splitter blocked at both levels the throughput measures
+  each level's capacity, which P1 and P5 judge, not the offered load. Load
+  changes are still seen through congestion (Alg. 3's first routine,
+  unchanged) and through the same-level throughput test (P4) in the next
+  period. ``congested_steps_as_load=True`` restores the printed tests.
 """
 
 from __future__ import annotations
@@ -144,6 +163,9 @@ class LevelController(Controller):
         rapid_scaling: use the super-linear level table (P6); default on.
         gain_margin: noise margin for throughput comparisons, as a fraction
             of the ideal linear gain between two levels (module docstring).
+        congested_steps_as_load: read a throughput change across a step
+            between two congested levels as a load change, as Alg. 3 prints;
+            off by default (module docstring, issue #20).
         levels: explicit channel counts per level (strictly increasing,
             starting at 1), overriding ``rapid_scaling``.
         max_levels: L*, the number of levels (Alg. 1); the level table is cut
@@ -162,6 +184,7 @@ class LevelController(Controller):
         period: float = 5.0,
         rapid_scaling: bool = True,
         gain_margin: float = 0.2,
+        congested_steps_as_load: bool = False,
         levels: Sequence[int] | None = None,
         max_levels: int | None = None,
     ) -> None:
@@ -184,6 +207,7 @@ class LevelController(Controller):
         self.alpha = alpha
         self.rapid_scaling = rapid_scaling
         self.gain_margin = gain_margin
+        self.congested_steps_as_load = congested_steps_as_load
         self.max_parallelism = max_parallelism
         self.max_levels = max_levels
         self.period = period
@@ -309,7 +333,19 @@ class LevelController(Controller):
             return LoadChange.MORE
         return LoadChange.UNKNOWN
 
-    def _load_change_via_throughput(self, t: float) -> LoadChange:
+    def _step_reads_load(self, congested: bool, previous: int) -> bool:
+        """Whether a throughput change since ``previous`` (the level of the last
+        period) may count as a load change in Alg. 3's cross-level tests.
+
+        Deviation (module docstring, issue #20): Alg. 3 always lets it; when this
+        period and the previous level are both congested the difference is the
+        two levels' capacity, not load, and the printed order (Alg. 2: reset,
+        then P5) would erase the memory P5 needs on a machine where more
+        channels than cores lower throughput.
+        """
+        return self.congested_steps_as_load or not (congested and self._C_i[previous])
+
+    def _load_change_via_throughput(self, t: float, congested: bool) -> LoadChange:
         L, P, s = self._L, self._P, self.sensitivity
         Tp = self._Tp[L]
         if self._P_i[L] == P - 1 and not math.isnan(Tp):
@@ -321,11 +357,21 @@ class LevelController(Controller):
             elif t - Tp > s * (self._n(L + 1) - self._n(L)) * Tp / self._n(L):
                 return LoadChange.MORE
         # Came down yet throughput rose: more load (margin: see module doc).
+        # Alg. 3, checkLoadChangeViaThroughput, "P_{L+1} = P - 1 and T > T_{L+1}^-";
+        # skipped between congested levels, where a rise after a P5 step down is
+        # the upper level doing worse and would erase that memory (issue #20).
         above = self._Tm[L + 1]
-        if self._P_i[L + 1] == P - 1 and t > above + self._margin(L, L + 1, above, L + 1):
+        if (
+            self._P_i[L + 1] == P - 1
+            and self._step_reads_load(congested, L + 1)
+            and t > above + self._margin(L, L + 1, above, L + 1)
+        ):
             return LoadChange.MORE
-        # Came up yet throughput fell: less load.
-        if L > 0 and self._P_i[L - 1] == P - 1:
+        # Came up yet throughput fell: less load. Alg. 3, "P_{L-1} = P - 1 and
+        # T < T_{L-1}^-"; skipped between congested levels: with more channels
+        # than cores the fall is the step's own cost, and Alg. 2's reset would
+        # clear C_{L-1} before P5 tests it, so P1 climbed to the top (issue #20).
+        if L > 0 and self._P_i[L - 1] == P - 1 and self._step_reads_load(congested, L - 1):
             below = self._Tm[L - 1]
             if t < below - self._margin(L - 1, L, below, L - 1):
                 return LoadChange.LESS
@@ -337,7 +383,7 @@ class LevelController(Controller):
         L = self._L
         # P3 and P4: congestion and throughput adapt.
         by_congestion = self._load_change_via_congestion(congested)
-        by_throughput = self._load_change_via_throughput(t)
+        by_throughput = self._load_change_via_throughput(t, congested)
         changes = {by_congestion, by_throughput}
         if LoadChange.LESS in changes:
             for i in range(0, L + 1):  # forget the levels below (and this one)
