@@ -28,7 +28,7 @@ Item = tuple[int, Any]
 class Batch:
     """``n`` tuples in timestamp order as columns; see the module doc."""
 
-    __slots__ = ("ts", "_table", "_payloads", "_make_payloads")
+    __slots__ = ("ts", "_table", "_payloads", "_make_payloads", "memo")
 
     def __init__(self, ts: Any, *, table: Any = None, payloads: Sequence[Any] | None = None,
                  make_payloads: Callable[[], Sequence[Any]] | None = None):
@@ -40,6 +40,10 @@ class Batch:
         self._table = table
         self._payloads = payloads
         self._make_payloads = make_payloads
+        #: what a consumer derived from this batch, computed once for every reader of it
+        #: (the VSN instances sharing an ESG read the same Batch object:
+        #: :mod:`stretchflow.operators.columnar_shared`)
+        self.memo: Any = None
 
     # -- the two forms ---------------------------------------------------------------------------
     @property
@@ -80,6 +84,18 @@ class Batch:
     @property
     def last(self) -> int:
         return int(self.ts[-1])
+
+    def split(self, i: int) -> tuple[Batch, Batch]:
+        """The first ``i`` tuples and the rest, as two batches (e.g. to cut a batch at the
+        tuple a reconfiguration is due at)."""
+        # the payloads as the tuple path has them (a reader's own parse), kept beside the table
+        p = self.payloads if self._payloads is not None or self._make_payloads is not None \
+            else None
+        t = self._table if self.has_table else None
+        return (Batch(self.ts[:i], table=None if t is None else t.slice(0, i),
+                      payloads=None if p is None else p[:i]),
+                Batch(self.ts[i:], table=None if t is None else t.slice(i),
+                      payloads=None if p is None else p[i:]))
 
     @classmethod
     def of_items(cls, items: Sequence[Item]) -> Batch:

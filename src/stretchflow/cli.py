@@ -16,8 +16,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-
 from . import __version__
 from .engines import (
     ENGINES,
@@ -29,8 +27,24 @@ from .engines import (
     unknown_option_message,
 )
 from .errors import FlowDefinitionError, StretchflowError
+from .runtime.signals import Interrupted, interrupt_on_signals
 
-err = Console(stderr=True)
+
+class _LazyConsole:
+    """rich's stderr Console, made on first use: importing rich.console costs ~50 ms of the
+    start-up of every command, and a ``run -q`` that succeeds never prints."""
+
+    _console: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        if _LazyConsole._console is None:
+            from rich.console import Console
+
+            _LazyConsole._console = Console(stderr=True)
+        return getattr(_LazyConsole._console, name)
+
+
+err: Any = _LazyConsole()
 
 
 def parse_params(pairs: list[str] | None) -> dict[str, str]:
@@ -114,12 +128,24 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def load_app(path: Path, params: dict[str, str]) -> Any:
-    """A user's flow file defines ``flow`` (a Flow) or ``build_flow(params) -> Flow``."""
+    """A user's flow file defines ``flow`` (a Flow) or ``build_flow(params) -> Flow``.
+
+    A file that does not compile, or raises while it runs or while ``build_flow`` builds the
+    flow, is one :class:`FlowDefinitionError` naming the file, the line and the exception
+    (the interpreter's traceback through runpy says nothing more a user needs)."""
     from .flow import Flow
 
-    ns = runpy.run_path(str(path), run_name="__stretchflow_app__")
+    try:
+        ns = runpy.run_path(str(path), run_name="__stretchflow_app__")
+    except (Exception, SystemExit) as e:  # SystemExit: a script-style file calling exit()
+        raise FlowDefinitionError(app_error(path, e, "fails to load")) from e
     if "build_flow" in ns:
-        flow = ns["build_flow"](params)
+        try:
+            flow = ns["build_flow"](params)
+        except (StretchflowError, ValueError) as e:  # already says what is wrong
+            raise FlowDefinitionError(f"{path.name}: build_flow: {e}") from e
+        except Exception as e:
+            raise FlowDefinitionError(app_error(path, e, "build_flow failed")) from e
     elif isinstance(ns.get("flow"), Flow):
         if params:
             raise ValueError(f"{path} defines `flow`; --param needs a build_flow(params)")
@@ -132,22 +158,116 @@ def load_app(path: Path, params: dict[str, str]) -> Any:
     return flow
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    opts = engine_options(args)  # before anything is opened: a bad flag costs nothing
-    params = parse_params(args.param)
-    target = args.query
-    if target.endswith(".py") or Path(target).is_file():
-        if args.input or args.output:
-            raise ValueError("a flow file defines its own sources and sinks; "
-                             "drop --input/--output")
-        flow = load_app(Path(target), params)
+def app_error(path: Path, e: BaseException, what: str) -> str:
+    """``app.py: line 3: fails to load: ZeroDivisionError: division by zero``: the line is the
+    innermost frame in the flow file itself (a syntax error's own line), else none."""
+    line = None
+    if isinstance(e, SyntaxError) and e.filename and Path(e.filename) == path:
+        line = e.lineno
     else:
-        flow = query_flow(target, args.input or [], args.output, params, args.engine)
-    result = _run_with_progress(flow, args.engine, opts, quiet=args.quiet)
-    if not args.quiet:
-        err.print(f"{flow.name} on {result.summary()}", markup=False, highlight=False)
-        print_reconfigurations(result)
-    return 0
+        tb = e.__traceback__
+        target = str(path.resolve())
+        while tb is not None:  # innermost frame of the file: where its code raised
+            if str(Path(tb.tb_frame.f_code.co_filename).resolve()) == target:
+                line = tb.tb_lineno
+            tb = tb.tb_next
+    if isinstance(e, SyntaxError):
+        detail = f"{type(e).__name__}: {e.msg}"
+    else:
+        detail = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+    detail = " ".join(detail.split())  # one line, whatever the message holds
+    where = f"{path.name}: line {line}" if line is not None else path.name
+    return f"{where}: {what}: {detail}"
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Runs a query or a flow file; SIGINT and SIGTERM stop it (:class:`Interrupted`, whose
+    ``detail`` says what the run read and what became of its outputs)."""
+    outputs: dict[str, tuple | None] = {}
+    flow: Any = None
+    finished = False
+    with interrupt_on_signals() as watch:
+        try:
+            opts = engine_options(args)  # before anything is opened: a bad flag costs nothing
+            params = parse_params(args.param)
+            target = args.query
+            if target.endswith(".py") or Path(target).is_file():
+                if args.input or args.output:
+                    raise ValueError("a flow file defines its own sources and sinks; "
+                                     "drop --input/--output")
+                flow = load_app(Path(target), params)
+            else:
+                flow = query_flow(target, args.input or [], args.output, params, args.engine)
+            outputs = {name: _file_state(name) for name in _output_files(flow)}
+            result = _run_with_progress(flow, args.engine, opts, quiet=args.quiet)
+            finished = True
+            if not args.quiet:
+                err.print(f"{flow.name} on {result.summary()}", markup=False, highlight=False)
+                print_reconfigurations(result)
+            return 0
+        except BaseException as e:
+            if watch.received is None:
+                raise
+            # the signal, whatever a thread of the run reported after it (its queue aborted)
+            stop = e if isinstance(e, Interrupted) else Interrupted(watch.received)
+            stop.detail = _stop_detail(flow, outputs, finished)
+            if stop is e:
+                raise
+            raise stop from e
+
+
+def _output_files(flow: Any) -> list[str]:
+    """The outputs of ``flow``'s sinks: file paths, and ``-`` for stdout."""
+    from .io.sinks import Stdout
+
+    names = []
+    for _, sink in flow.sinks:
+        if isinstance(sink, Stdout):
+            names.append("-")
+        elif isinstance(getattr(sink, "path", None), Path):
+            names.append(str(sink.path))
+    return names
+
+
+def _file_state(name: str) -> tuple | None:
+    """What tells whether a file was replaced or written: inode, size, mtime (None: none)."""
+    if name == "-":
+        return None
+    try:
+        st = Path(name).stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _stop_detail(flow: Any, outputs: dict[str, tuple | None], finished: bool) -> str:
+    """``after 123,456 tuples in: nothing committed, out.jsonl unchanged``: the tuples the
+    sources had read (their progress counters, updated every few thousand records) and, for
+    each output, whether it is as before the run (a sink commits only when the run succeeds,
+    so a stopped run leaves the previous file) or changed."""
+    parts = []
+    if flow is None:
+        return "before the run started"
+    counts = [getattr(n.spec, "read", None) for n in flow.nodes if n.kind == "source"]
+    if counts and all(isinstance(c, int) for c in counts):
+        parts.append(f"after {sum(counts):,} tuples in")
+    if finished:
+        parts.append("after the run completed")
+    told = []
+    for name, before in outputs.items():
+        label = "stdout" if name == "-" else Path(name).name
+        if name == "-":
+            told.append("what reached stdout stays")
+            continue
+        now = _file_state(name)
+        if now == before:
+            told.append(f"{label} unchanged" if before is not None else f"no {label} written")
+        else:
+            told.append(f"{label} {'committed' if finished else 'changed'}")
+    if not finished and all(_file_state(n) == b for n, b in outputs.items() if n != "-"):
+        told.insert(0, "nothing committed")
+    head = " ".join(parts)
+    return f"{head}: {', '.join(told)}" if told else head
 
 
 def query_flow(name: str, inputs: list[str], output: str | None, params: dict[str, str],
@@ -460,9 +580,21 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--spark-conf", action="append", metavar="KEY=VALUE")
     k.set_defaults(fn=cmd_spark)
 
+    from .io.parts import register as register_cat
+
+    register_cat(sub)  # stretchflow cat DIR: a part directory's records, in order
     q = sub.add_parser("queries", help="list the built-in queries")
     q.set_defaults(fn=cmd_queries)
     return p
+
+
+def _error_line(msg: str, plain: bool = False) -> None:
+    """One line on stderr: ``error: msg`` (or ``msg`` as is); the message is escaped, as a
+    ``[...]`` in it (a list, a key) is text, not console markup."""
+    from rich.markup import escape
+
+    err.print(msg if plain else f"[bold red]error:[/] {escape(msg)}", markup=not plain,
+              highlight=False, soft_wrap=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -470,10 +602,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.fn(args)
     except (StretchflowError, ValueError, OSError) as e:
-        err.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+        _error_line(str(e))
         return 2
-    except KeyboardInterrupt:
-        err.print("interrupted")
+    except Interrupted as e:
+        _error_line(f"{e} {e.detail}".rstrip() if e.detail else str(e), plain=True)
+        return e.exit_code
+    except KeyboardInterrupt:  # a SIGINT outside a run (or a run not in the main thread)
+        _error_line("stopped by SIGINT", plain=True)
         return 130
 
 

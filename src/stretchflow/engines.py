@@ -212,8 +212,8 @@ ENGINES: dict[str, EngineSpec] = {e.name: e for e in (
         "sequential and exact (STRETCH Alg. 2 on one thread): the oracle",
         (PARALLELISM, KEY_GROUPS,
          _opt("columnar", "batches through Arrow kernels for an O+ that has columnar forms "
-              "(on, at parallelism 1) or tuple at a time (off)", choices=("on", "off"),
-              default="on"))),
+              "(on: at parallelism 1 on the reference engine, at any on vsn) or tuple at a "
+              "time (off)", choices=("on", "off"), default="on"))),
     EngineSpec(
         "vsn", "stretchflow.executors.vsn",
         "STRETCH's virtual shared-nothing threads: shared input, output and state; elastic",
@@ -225,7 +225,10 @@ ENGINES: dict[str, EngineSpec] = {e.name: e for e in (
               "reconfiguration (default True)", None),
          _opt("max_spread", "tuples an instance may read ahead of the slowest instance of "
               "its operator (0: no bound); bounds how long a reconfiguration waits", int,
-              default="64 (2048 for an O+ whose kernels take runs)", metavar="N"))),
+              default="64 (2048 for an O+ whose kernels take runs)", metavar="N"),
+         _opt("columnar", "batches through Arrow kernels for an O+ that has columnar forms "
+              "(on: at parallelism 1 on the reference engine, at any on vsn) or tuple at a "
+              "time (off)", choices=("on", "off"), default="on"))),
     EngineSpec(
         "sn", "stretchflow.executors.sn",
         "shared-nothing channels (threads or processes), splitter/merger, state migration",

@@ -77,6 +77,7 @@ from ..operators.stateless import apply_batch
 from ..runtime.control import RunControl
 from ..runtime.latency import LatencyRecorder
 from ..runtime.result import RunResult
+from ..runtime.sinks import sink_session
 from .ordered_stages import (
     END,
     END_TAG,
@@ -520,22 +521,20 @@ class _Executor:
     def run(self) -> RunResult:
         t0 = time.perf_counter()
         self.latency.t0 = t0
-        for s in self.sinks:
-            s.open()
-        threads = [self.ctl.thread(self._worker, k, name=f"stretchflow-ordered-{k}")
-                   for k in range(self.n_workers)]
-        try:
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-        finally:
-            if not self.finished and self.ctl.error is None:
-                self.ctl.fail(RuntimeError("interrupted"))
-            for t in threads:
-                t.join(timeout=5)
-            for s in self.sinks:
-                s.close()
+        # the workers' errors are raised after the sinks end: the session asks the control
+        with sink_session(self.sinks, failed=lambda: self.ctl.error is not None):
+            threads = [self.ctl.thread(self._worker, k, name=f"stretchflow-ordered-{k}")
+                       for k in range(self.n_workers)]
+            try:
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+            finally:
+                if not self.finished and self.ctl.error is None:
+                    self.ctl.fail(RuntimeError("interrupted"))
+                for t in threads:
+                    t.join(timeout=5)
         self.ctl.raise_error()
         elapsed = time.perf_counter() - t0
         src = self.stages[0]

@@ -40,6 +40,7 @@ from ..operators.oplus import OPlus, OPlusInstance, SharedState
 from ..operators.stateless import Filter, FlatMap, Map
 from ..runtime.control import raise_user_error, user_error
 from ..runtime.result import RunResult
+from ..runtime.sinks import sink_session
 
 Item = tuple[int, Any]
 #: data tuples an O+ whose instance takes runs reads at once (OPlusInstance.process_run):
@@ -69,16 +70,11 @@ def run(flow: Flow, parallelism: int = 1, key_groups: int | None = None,
     streams = _compile(flow, counts, parallelism, G, instances, columnar == "on")
     t0 = time.perf_counter()
     sinks = [s for _, s in flow.sinks]
-    for s in sinks:
-        s.open()
-    try:
+    with sink_session(sinks):
         if len(sinks) == 1:
             _drain(streams[0], sinks[0])
         else:
             _drain_many(streams, sinks)
-    finally:
-        for s in sinks:
-            s.close()
     elapsed = time.perf_counter() - t0
     return RunResult(
         engine="reference",

@@ -81,6 +81,7 @@ from ..runtime import (
     RunResult,
     SourcePump,
     Stopped,
+    sink_session,
     user_error,
 )
 from .plan import Item, PhysicalPlan
@@ -446,25 +447,23 @@ def run(flow: Flow, parallelism: int | Mapping[str, int] = 1, key_groups: int = 
     threads += [control.thread(R.source_thread, n, name=f"source-{n.name}")
                 for n in flow.nodes if n.kind == "source"]
     sinks = [s for _, s in flow.sinks]
-    for s in sinks:
-        s.open()
-    series: list[dict[str, Any]] = []
-    decisions: list[dict[str, Any]] = []
-    t0 = time.perf_counter()
-    R.latency.t0 = t0
-    for t in threads:
-        t.start()
-    try:
-        _monitor(R, threads, t0, metrics_interval, controller, deadline, paths, series,
-                 decisions)
-    except BaseException as e:  # noqa: BLE001  # a tuner's error stops the run like any other
-        control.fail(e)
-    finally:
-        if control.stopped:
-            for t in threads:  # the aborted SSGs wake every blocked thread
-                t.join(5)
-        for s in sinks:
-            s.close()
+    # the threads' errors are raised after the sinks end: the session asks the control
+    with sink_session(sinks, failed=lambda: control.error is not None):
+        series: list[dict[str, Any]] = []
+        decisions: list[dict[str, Any]] = []
+        t0 = time.perf_counter()
+        R.latency.t0 = t0
+        for t in threads:
+            t.start()
+        try:
+            _monitor(R, threads, t0, metrics_interval, controller, deadline, paths, series,
+                     decisions)
+        except BaseException as e:  # noqa: BLE001  # a tuner's error stops the run like any other
+            control.fail(e)
+        finally:
+            if control.stopped:
+                for t in threads:  # the aborted SSGs wake every blocked thread
+                    t.join(5)
     control.raise_error()
     elapsed = time.perf_counter() - t0
     return RunResult(

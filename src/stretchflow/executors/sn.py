@@ -23,15 +23,18 @@ tuple it takes after that); a controller given by name runs once per region.
 from __future__ import annotations
 
 import copy
+import shutil
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from ..elastic.controller import Controller
 from ..elastic.migration import SQLiteStateStore, StateStore, open_store
 from ..errors import FlowDefinitionError
 from ..flow import Flow, Node
-from ..runtime import MetricsLog, RunControl, RunResult
+from ..runtime import MetricsLog, RunControl, RunResult, sink_session
+from ..runtime.tempdirs import make_tempdir
 from .sn_channel import ChannelCore, group_assignment
 from .sn_links import ChainLink, QueueLink, SinkLink, Tap, inline_input, queued_input
 from .sn_region import Region
@@ -103,22 +106,21 @@ def run(flow: Flow, parallelism: int = 1, max_parallelism: int | None = None,
             raise ValueError("process channels migrate state through a file every process can "
                              "open: use store='sqlite' (or an SQLiteStateStore)")
     flow.validate()
-    state_store, own_store = open_store(store)
+    state_store, own_store, state_dir = _open_store(store)
     sinks = [s for _, s in flow.sinks]
-    for s in sinks:
-        s.open()
     t0 = time.perf_counter()
     try:
-        ex = _Executor(flow, state_store, parallelism=parallelism, n_groups=key_groups,
-                       batch=batch, queue_size=queue_size, schedule=schedule, pulse=pulse,
-                       make_controller=make_controller, max_parallelism=max_parallelism,
-                       interval=interval, channels=channels, start_method=start_method)
-        ex.execute()
+        with sink_session(sinks):
+            ex = _Executor(flow, state_store, parallelism=parallelism, n_groups=key_groups,
+                           batch=batch, queue_size=queue_size, schedule=schedule, pulse=pulse,
+                           make_controller=make_controller, max_parallelism=max_parallelism,
+                           interval=interval, channels=channels, start_method=start_method)
+            ex.execute()
     finally:
-        for s in sinks:
-            s.close()
         if own_store:
             state_store.close()
+        if state_dir is not None:
+            shutil.rmtree(state_dir, ignore_errors=True)
     elapsed = time.perf_counter() - t0
     regions = ex.regions
     log = [r for reg in regions for r in reg.log]
@@ -151,6 +153,21 @@ def run(flow: Flow, parallelism: int = 1, max_parallelism: int | None = None,
             "regions": {reg.name: reg.stats() for reg in regions},
         },
     )
+
+
+def _open_store(store: str | StateStore | None) -> tuple[StateStore, bool, Path | None]:
+    """:func:`open_store`, with the file of ``store="sqlite"`` in a ``stretchflow-sn-<pid>-*``
+    directory the caller removes (a killed run's is swept by the next one:
+    :mod:`stretchflow.runtime.tempdirs`). Returns the store, whether the caller owns it, and
+    the directory."""
+    if store != "sqlite":
+        return (*open_store(store), None)
+    d = make_tempdir("sn")
+    try:
+        return SQLiteStateStore(d / "state.sqlite"), True, d
+    except BaseException:
+        shutil.rmtree(d, ignore_errors=True)
+        raise
 
 
 def _controllers(controller: str | Controller | None,

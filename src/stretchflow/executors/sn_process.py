@@ -30,15 +30,28 @@ shared code. What this module adds is the transport:
   exception there (an :class:`OperatorError` keeps its operator, timestamp and payload; the
   child's traceback is attached as a note). A channel that dies without a word (killed,
   crashed) is noticed by its relay thread. Either way the run stops, every channel process is
-  terminated and nothing waits forever; channels also exit when the parent process is gone.
+  terminated and nothing waits forever.
+* **Parent death.** A channel dies with the parent process, even a SIGKILLed one that cleans
+  nothing up: a watch thread blocks on the parent's sentinel (a pipe only the parent holds)
+  and exits the process the moment it closes, and on Linux the kernel also sends SIGKILL
+  when the process that forked the channel dies (``PR_SET_PDEATHSIG``; under ``forkserver``
+  that is the fork server, which itself exits once the parent and every channel are gone).
+  The resource tracker then sees its last client go and unlinks the queues' semaphores; the
+  fork server's socket lives in a ``stretchflow-mp-<pid>-*`` directory that the next run
+  sweeps when process ``<pid>`` is dead (:mod:`stretchflow.runtime.tempdirs`). Channels
+  ignore SIGINT: a Ctrl-C reaches the whole process group, and it is the parent that stops
+  the run and ends them.
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import multiprocessing as mp
+import os
 import pickle
 import queue
+import signal
 import sys
 import threading
 import traceback
@@ -50,6 +63,7 @@ from ..elastic.migration import SQLiteStateStore
 from ..errors import FlowDefinitionError, OperatorError
 from ..operators.oplus import OPlus, OPlusInstance, SharedState, key_pairs
 from ..runtime import Stopped
+from ..runtime.tempdirs import use_own_mp_tempdir
 from .sn_channel import ChannelCore
 
 __all__ = ["ProcessTransport", "StableGroupRoute", "ship", "stable_group_function",
@@ -57,6 +71,7 @@ __all__ = ["ProcessTransport", "StableGroupRoute", "ship", "stable_group_functio
 
 _PARENT_CHECK = 1.0  # seconds a channel process waits before checking that its parent lives
 _WAIT = 0.1  # seconds the parent waits on a reply before checking whether the run stopped
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def _cloudpickle() -> Any:
@@ -228,9 +243,47 @@ class _PickledQueue:
 
 
 # -- the channel process -----------------------------------------------------------------------
+def set_parent_death_signal(sig: int = signal.SIGKILL) -> bool:
+    """Asks Linux to send ``sig`` to this process when the thread that forked it ends
+    (``prctl(PR_SET_PDEATHSIG)``); False where that is not available."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def watch_parent(poll: float = _PARENT_CHECK) -> threading.Thread:
+    """A daemon thread that ends this process (``os._exit``: no exit handlers, which could
+    block on a queue nobody reads) as soon as the multiprocessing parent is gone: it blocks on
+    the parent's sentinel, or polls ``os.getppid()`` where there is none."""
+    parent = mp.parent_process()
+    sentinel = getattr(parent, "sentinel", None)
+    ppid = os.getppid()
+
+    def watch() -> None:
+        if sentinel is not None:
+            from multiprocessing.connection import wait
+            wait([sentinel])
+        else:
+            while os.getppid() == ppid:
+                threading.Event().wait(poll)
+        os._exit(1)
+
+    t = threading.Thread(target=watch, name="sn-parent-watch", daemon=True)
+    t.start()
+    return t
+
+
 def _channel_main(blob: bytes, j: int, n_groups: int, assign: list[int], store_path: str,
-                  inq: Any, outq: Any) -> None:
+                  inq: Any, outq: Any, pdeathsig: bool = True) -> None:
     """A channel process: processSN on its key groups until ``end`` or ``leave``."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops the run (module doc)
+    if pdeathsig:
+        set_parent_death_signal()
+    watch_parent()
     parent = mp.parent_process()
     store: SQLiteStateStore | None = None
 
@@ -312,7 +365,10 @@ class ProcessTransport:
         self.G = n_groups
         self.group_of = stable_group_function(n_groups)
         self.ctx = mp.get_context(start_method)
+        self.start_method = start_method
+        self.owner = threading.get_ident()  # the thread that runs (and outlives) the channels
         if start_method == "forkserver":
+            use_own_mp_tempdir()  # the server's socket: in a directory a later run can sweep
             # the server imports the engine and the modules the O+'s functions come from once
             # (only when it starts: the first run of this process); each channel is then a
             # cheap fork of it instead of a fresh interpreter importing them again; with several
@@ -372,16 +428,29 @@ class ProcessChannel:
         self.inq = ctx.Queue(maxsize=ex.queue_size)
         self.q = _PickledQueue(self.inq)  # what the splitter puts to
         self.resq = ctx.Queue(maxsize=ex.queue_size * 4)
+        # PR_SET_PDEATHSIG fires when the forking *thread* ends: the fork server's main
+        # thread, or under spawn this thread, which is safe only if it outlives the channel
+        # (the run's own thread does; a splitter starting a channel in a migration does not)
+        pdeathsig = (transport.start_method == "forkserver"
+                     or threading.get_ident() == transport.owner)
         self.proc = ctx.Process(
             target=_channel_main, name=f"sn-channel-{j}", daemon=True,
             args=(transport.blob, j, transport.G, list(ex.assign), transport.store_path,
-                  self.inq, self.resq))
+                  self.inq, self.resq, pdeathsig))
         self.relay = ex.run.thread(self._relay, name=f"sn-relay-{ex.name}-{j}")
         self.threads = [self.relay]
         self.ready = threading.Event()
 
     def start(self) -> None:
         self.proc.start()
+        # The channel holds its own copy of the reply pipe's write end now. Dropping the
+        # parent's makes the channel the only writer, so its death reads as end of file: a
+        # channel killed in the middle of a reply (terminated after a failure, or a SIGTERM
+        # to the process group) would otherwise leave the relay blocked forever in a read of
+        # the rest of that message, and the run waiting for the relay.
+        writer = getattr(self.resq, "_writer", None)  # multiprocessing.Queue's, since 3.0
+        if writer is not None:
+            writer.close()
         self.relay.start()
         # a failed run must not wait for a channel busy with a long batch: stop it at once
         self.run.on_abort(lambda _e: self._terminate())
@@ -408,6 +477,11 @@ class ProcessChannel:
                 self.proc.kill()
                 self.proc.join()
 
+    def _died(self) -> RuntimeError:
+        self.proc.join(timeout=1.0)  # for its exit code
+        return RuntimeError(f"sn channel process {self.j} exited (code {self.proc.exitcode}) "
+                            "without finishing its work")
+
     def _relay(self) -> None:
         run, resq, j = self.run, self.resq, self.j
         while True:
@@ -420,10 +494,12 @@ class ProcessChannel:
                     continue
                 try:  # it exited: what it sent last may still be in the pipe
                     msg = pickle.loads(resq.get(timeout=1.0))
-                except queue.Empty:
-                    raise RuntimeError(
-                        f"sn channel process {j} exited (code {self.proc.exitcode}) without "
-                        "finishing its work") from None
+                except (queue.Empty, EOFError, OSError):
+                    raise self._died() from None
+            except (EOFError, OSError):  # end of file (mid-message: OSError): it is gone
+                if run.stop.is_set():
+                    return
+                raise self._died() from None
             kind = msg[0]
             if kind == "error":
                 run.fail(_import(j, msg[2]))

@@ -75,19 +75,12 @@ def run(flow: Flow, parallelism: int | None = None, key_groups: int | None = Non
     extra: dict[str, Any] = {"session_start_s": t_session, "partitions": P, "key_groups": G,
                              "master": spark.sparkContext.master}
     if streaming:
-        import tempfile
-
         from ..spark.streaming import run_stream
 
-        ckpt = checkpoint or tempfile.mkdtemp(prefix="stretchflow-ckpt-")
-        info = run_stream(flow, spark, ckpt, G, max_files_per_trigger)
-        from ..io.sources import RateSource
-
-        tuples_in = {n.name: n.spec.rows if isinstance(n.spec, RateSource) else -1
-                     for n in flow.nodes if n.kind == "source"}
-        if len(tuples_in) == 1 and -1 in tuples_in.values():  # lines read, end marker out
-            tuples_in = dict.fromkeys(tuples_in, info["rows_in"] - 1)
-        extra.update(mode="streaming", checkpoint=ckpt, batches=info["batches"])
+        # without --checkpoint, run_stream uses a temporary one and removes it on every exit
+        info = run_stream(flow, spark, checkpoint, G, max_files_per_trigger)
+        tuples_in = info["tuples_in"]  # records per input: no blank lines, no end markers
+        extra.update(mode="streaming", checkpoint=info["checkpoint"], batches=info["batches"])
     else:
         if checkpoint is not None:
             raise FlowDefinitionError("--checkpoint applies to streaming (directory) inputs")

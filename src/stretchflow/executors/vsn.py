@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable, Hashable
 from typing import Any
 
+from ..batch import Batch
 from ..buffers.esg import END
 from ..engines import parse_schedule
 from ..errors import FlowDefinitionError
@@ -53,8 +54,11 @@ from ..runtime import (
     Stopped,
     drain_batch,
     raise_user_error,
+    sink_session,
 )
+from ..runtime.pump import write_items
 from .plan import PhysicalPlan, Pusher, Tagged
+from .vsn_batches import BatchAwareInlets, plan_batches, spread_in_entries
 from .vsn_operator import Control, Reconfiguration, VSNOperator, default_assignment
 
 BATCH = 256  # tuples an instance takes from ESG_in at once, and a source adds at once
@@ -76,7 +80,13 @@ class VSNInstance:
     def __init__(self, vop: VSNOperator, j: int):
         self.vop = vop
         self.j = j
-        self.inst = vop.op.instance(vop.sigma, j, list(vop.assign))
+        if vop.columnar_state is not None:  # whole batches through Arrow kernels
+            from ..operators.columnar_shared import ColumnarVSNInstance
+
+            self.inst = ColumnarVSNInstance(vop.op, vop.columnar_state, j, list(vop.assign),
+                                            j in vop.O)
+        else:
+            self.inst = vop.op.instance(vop.sigma, j, list(vop.assign))
         self.inst.group_hits = [0] * vop.G
         self.connected = j in vop.O
         self.e = 0
@@ -92,6 +102,9 @@ class VSNInstance:
         self._step = self._process_runs if runs else self._process
         # a kernel over runs pays a fixed cost per call: larger runs amortize it
         self._take = RUN_BATCH if runs else BATCH
+        if vop.columnar_state is not None:
+            self._step = self._process_batches
+            self._take = 2  # entries: batches of COLUMNAR_BATCH tuples each
 
     def bound_take(self, spread: int | None) -> None:
         """Takes at most half of ``max_spread`` tuples at a time: a batch in flight is work
@@ -171,6 +184,31 @@ class VSNInstance:
         self._run(run)
         return True
 
+    def _process_batches(self, items: list) -> bool:
+        """processVSN (Alg. 4) over ESG_in entries that are whole batches (a columnar O+):
+        each batch goes through the shared columnar σ at once (:mod:`~stretchflow.operators.
+        columnar_shared`); control tuples and watermarks are entries of their own, between
+        batches, and switch or advance as tuple at a time."""
+        inst = self.inst
+        for idx, (ts, p) in enumerate(items):
+            kind = type(p)
+            if kind is Control:
+                if p.epoch > self.e and not self._switch(p, ts, items, idx + 1):
+                    return False
+                continue
+            try:
+                if kind is Batch:
+                    inst.process_batch(p)
+                    self.processed += len(p)
+                elif p is WATERMARK:
+                    inst.advance(ts)
+                else:
+                    inst.process(ts, p, 0)
+                    self.processed += 1
+            except Exception as e:
+                raise_user_error(self.vop.name, ts, p.payloads[0] if kind is Batch else p, e)
+        return True
+
     def _run(self, run: list[tuple[int, Any, int]]) -> None:
         if not run:
             return
@@ -212,6 +250,9 @@ class VSNInstance:
 
     def leave(self, ctrl: Control) -> None:
         """Disconnects this instance (called in the barrier action)."""
+        left = getattr(self.inst, "left", None)
+        if left is not None:  # a columnar instance: σ no longer waits for its windows
+            left()
         self.connected = False
         self.e = ctrl.epoch
         self.remaining = None
@@ -225,9 +266,15 @@ class VSNInstance:
         self.e = ctrl.epoch
         self.prefix = list(acting.remaining)
         self.last_wm = acting.last_wm
+        joined = getattr(self.inst, "joined", None)
+        if joined is not None:  # a columnar instance: the acting one's windows are done
+            joined(acting.inst)
 
     def _emit(self) -> None:
         out = self.inst.take()
+        if out and self.vop.explode_outputs:  # batches, for a consumer that takes tuples
+            out = [t for item in out for t in
+                   (item[1].items() if type(item[1]) is Batch else (item,))]
         w = self.inst.W
         # lets ESG_out's readiness pass this instance (Lemma 2); a leaving instance that
         # flushed outputs beyond W is about to be removed and needs none
@@ -259,7 +306,8 @@ class VSNExecutor:
                  reconfigure: list[tuple[int, int]] | None = None, controller: Any = None,
                  metrics_interval: float = 1.0,
                  on_start: Callable[[VSNExecutor], None] | None = None,
-                 defer_gc: bool = True, max_spread: int | None = None):
+                 defer_gc: bool = True, max_spread: int | None = None,
+                 columnar: str = "on"):
         self.flow = flow
         self.defer_gc = defer_gc  # no cyclic GC pause inside a reconfiguration (gc_hold.py)
         steps = sorted(reconfigure or [])
@@ -281,11 +329,17 @@ class VSNExecutor:
                               log=self.metrics_log, defer_gc=defer_gc)
             for node in flow.nodes if node.kind == "oplus"
         }
-        self.plan = PhysicalPlan(flow, self._producer_ids, self._reader_ids, capacity)
+        if columnar not in ("on", "off"):
+            raise FlowDefinitionError(f"columnar must be 'on' or 'off', got {columnar!r}")
+        self.batches = plan_batches(flow, self.ops, self.G, columnar == "on")
+        self.plan = PhysicalPlan(flow, self._producer_ids, self._reader_ids, capacity,
+                                 inlet=BatchAwareInlets(flow, self.ops, self.batches))
         for node, vop in self.ops.items():
             vop.inlet = self.plan.inlets[node]
             vop.instances = [VSNInstance(vop, j) for j in range(n)]
             spread = _spread(max_spread, vop.instances[0].inst.takes_runs)
+            if vop.columnar_state is not None:  # positions are batches here
+                spread = spread_in_entries(spread)
             vop.inlet.esg.set_max_spread(spread)
             for vi in vop.instances:
                 vi.bound_take(spread)
@@ -294,6 +348,8 @@ class VSNExecutor:
             self.control.on_abort(inlet.esg.abort)
         for vop in self.ops.values():  # nor in the pool or at a barrier
             self.control.on_abort(lambda _e, vop=vop: vop.wake_all())
+            if vop.columnar_state is not None:  # nor waiting for another's batch
+                self.control.on_abort(lambda _e, st=vop.columnar_state: st.stop())
         sources = sum(1 for node in flow.nodes if node.kind == "source")
         self.schedule = ReconfigureSchedule(steps, sources)
         self.controller = controller
@@ -320,9 +376,13 @@ class VSNExecutor:
     # -- threads -------------------------------------------------------------------------------
     def _source(self, node: Node) -> None:
         pusher = self.plan.pusher(node, ("source", node.name))
-        SourcePump(node.spec, pusher.push, self.control, schedule=self.schedule,
-                   on_due=self._scheduled, clock=self.clock, batch=BATCH,
-                   delay=BATCH_DELAY).run()
+        pump = SourcePump(node.spec, pusher.push, self.control, schedule=self.schedule,
+                          on_due=self._scheduled, clock=self.clock, batch=BATCH,
+                          delay=BATCH_DELAY)
+        if node in self.batches:
+            pump.run_batches(self.batches[node])
+        else:
+            pump.run()
         pusher.close()
 
     def _scheduled(self, due: list[int]) -> None:
@@ -344,7 +404,7 @@ class VSNExecutor:
                 return
             out = drain_batch(items)
             if out:
-                sink.write(out)
+                write_items(sink, out)
                 latency.measure_outputs(clock, out)
 
     # -- metrics -------------------------------------------------------------------------------
@@ -384,8 +444,8 @@ class VSNExecutor:
     def run(self) -> RunResult:
         control = self.control
         sinks = [s for _, s in self.flow.sinks]
-        for s in sinks:
-            s.open()
+        # committed in the finally below unless a thread failed (its error is raised after)
+        session = sink_session(sinks, failed=lambda: control.error is not None).open()
         threads = [control.thread(self._source, node, name=f"source {node.name}")
                    for node in self.flow.nodes if node.kind == "source"]
         for vop in self.ops.values():
@@ -415,8 +475,7 @@ class VSNExecutor:
             sampler.stop()
             for vop in self.ops.values():  # requests a failure left pending hold no GC
                 vop.release_gc_holds()
-            for s in sinks:
-                s.close()
+            session.end()
         elapsed = time.perf_counter() - t0
         control.raise_error()
         return self._result(elapsed, sinks)
@@ -461,7 +520,8 @@ def run(flow: Flow, parallelism: int = 1, max_parallelism: int | None = None,
         reconfigure: list[tuple[int, int]] | str | None = None, controller: Any = None,
         controller_options: dict[str, Any] | None = None, metrics_interval: float = 1.0,
         on_start: Callable[[VSNExecutor], None] | None = None,
-        defer_gc: bool = True, max_spread: int | None = None) -> RunResult:
+        defer_gc: bool = True, max_spread: int | None = None,
+        columnar: str = "on") -> RunResult:
     """Runs ``flow`` on the VSN engine (the options are ``stretchflow.engines``' vsn spec).
 
     Args:
@@ -486,6 +546,9 @@ def run(flow: Flow, parallelism: int = 1, max_parallelism: int | None = None,
             instance of its operator (default :data:`MAX_SPREAD`, :data:`MAX_SPREAD_RUNS` for
             an O+ whose kernels take runs; 0: no bound). It bounds how long a
             reconfiguration waits for the slowest instance (docs/vsn.md).
+        columnar: ``"off"`` runs every O+ on tuples even where it has columnar forms
+            (``"on"``: an A+ with columnar forms reading a batch-capable file source takes
+            whole batches through Arrow kernels, :mod:`~stretchflow.operators.columnar_shared`).
 
     ``RunResult.extra`` has the runtime's keys (``parallelism``, ``parallelism_series``,
     ``reconfigurations`` with vsn's ``trigger_ts`` and ``key_groups_per_instance``,
@@ -507,7 +570,7 @@ def run(flow: Flow, parallelism: int = 1, max_parallelism: int | None = None,
             raise FlowDefinitionError(f"controller {controller!r}: {e}") from None
     return VSNExecutor(flow, parallelism, max_parallelism, key_groups, capacity,
                        parse_schedule(reconfigure), controller, metrics_interval, on_start,
-                       defer_gc, max_spread).run()
+                       defer_gc, max_spread, columnar).run()
 
 
 def _spread(max_spread: int | None, runs: bool) -> int | None:

@@ -151,6 +151,11 @@ class VSNOperator:
         self._barriers: dict[int, threading.Barrier] = {}
         self._finished = 0
         self.inlet: Inlet = None  # type: ignore[assignment]  # set by the executor
+        #: a columnar O+'s shared σ (:class:`~stretchflow.operators.columnar_shared.
+        #: ColumnarShared`), set by the executor when its input comes as batches
+        self.columnar_state: Any = None
+        #: whether the instances' output batches go out as tuples (a consumer takes tuples)
+        self.explode_outputs = False
         self.instances: list[VSNInstance] = []  # set by the executor
 
     @property

@@ -494,9 +494,37 @@ def _text(line: bytes, limit: int = 200) -> str:
     return s if len(s) <= limit else s[:limit] + "..."
 
 
+class PartDirectory(Source):
+    """The committed parts of a part directory (:mod:`stretchflow.io.parts`, what a streaming
+    run writes for ``--output``) as one source, parts in id order; each part is read by the
+    file source of its format, and an error names the part."""
+
+    def __init__(self, path: str | os.PathLike, *, ts: str = "ts", sorted: bool = True,  # noqa: A002
+                 name: str | None = None):
+        self.path = Path(path)
+        super().__init__(name or self.path.name, ts, sorted, None)
+
+    def describe_where(self, where: Any) -> str:
+        part, w = where
+        return part.describe_where(w)
+
+    def _raw(self) -> Iterator[tuple[Any, Any, Any]]:
+        from .parts import committed_parts
+
+        for _, f in committed_parts(self.path):
+            part = open_source(f, ts=self.ts_field)
+            for ts, rec, w in part._raw():
+                yield ts, rec, (part, w)
+
+
 def open_source(path: str | os.PathLike, **kw: Any) -> Source:
-    """A file source chosen by extension: .jsonl/.json/.ndjson, .csv or .parquet."""
+    """A file source chosen by extension: .jsonl/.json/.ndjson, .csv or .parquet; a part
+    directory (:mod:`stretchflow.io.parts`) whatever its name."""
+    from .parts import is_part_dir
+
     p = Path(path)
+    if is_part_dir(p):
+        return PartDirectory(p, **kw)
     ext = p.suffix.lower()
     if ext in (".jsonl", ".json", ".ndjson"):
         return JsonLines(p, **kw)

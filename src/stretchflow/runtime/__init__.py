@@ -11,7 +11,9 @@ the ordered scheduler, the SSG); everything around it lives here, once:
   the whole run, no sample cap);
 * :mod:`.metrics`: the metrics log and the sampler thread that feeds every controller;
 * :mod:`.pump`: the source pump (batching, pacing, live sources, the ``--reconfigure``
-  schedule's counting) and the sink drain.
+  schedule's counting) and the sink drain;
+* :mod:`.sinks`: a run's sinks as one transaction (:func:`sink_session`: opened together,
+  committed when the run succeeds, aborted when it fails).
 
 Like Flink's task runtime (an operator sees only its elements and watermarks; the task owns
 threads, failures and the wrapping of user errors), an executor asks the runtime for threads
@@ -28,9 +30,10 @@ from .latency import IngestClock, LatencyRecorder, percentiles
 from .metrics import MetricsLog, MetricsSampler
 from .pump import ReconfigureSchedule, SourcePump, drain_batch, is_live
 from .result import RunResult
+from .sinks import SinkSession, sink_session
 
 __all__ = [
     "Barrier", "IngestClock", "LatencyRecorder", "MetricsLog", "MetricsSampler",
-    "ReconfigureSchedule", "RunControl", "RunResult", "SourcePump", "Stopped", "drain_batch",
-    "is_live", "percentiles", "raise_user_error", "user_error",
+    "ReconfigureSchedule", "RunControl", "RunResult", "SinkSession", "SourcePump", "Stopped",
+    "drain_batch", "is_live", "percentiles", "raise_user_error", "sink_session", "user_error",
 ]

@@ -43,6 +43,11 @@ class ReconfigureSchedule:
     def __bool__(self) -> bool:
         return bool(self.steps)
 
+    def until_due(self) -> int | None:
+        """Input tuples until the next step is due (at least 1), None if no step is left."""
+        with self._lock:
+            return max(1, self.steps[0][0] - self.read) if self.steps else None
+
     def count(self, n: int = 1) -> list[int]:
         """Counts ``n`` input tuples; the parallelisms now due, in order."""
         with self._lock:
@@ -129,12 +134,81 @@ class SourcePump:
             if rest and self.on_due is not None:
                 self.on_due(rest)  # due after the last tuple: applied at the end of input
 
+    def run_batches(self, batches: Iterable[Any]) -> None:
+        """Pumps a source's :class:`~stretchflow.batch.Batch` es (``Source.batches``) to
+        their end, each pushed as one item ``(last ts, batch)``; a batch is cut at the tuple
+        a ``--reconfigure`` step is due at, so the control tuple follows exactly that tuple
+        as it does tuple by tuple. Raises :class:`Stopped` if the run stops first."""
+        stop, schedule = self.control.stop, self.schedule
+        count = 0
+        for b in batches:
+            if stop.is_set():
+                raise Stopped
+            while schedule is not None and len(b):
+                at = schedule.until_due()
+                if at is None or at > len(b):
+                    break
+                first, b = b.split(at)
+                due = schedule.count(at)
+                self._out([(first.last, first)])
+                count += at
+                if due and self.on_due is not None:
+                    self.on_due(due)
+            n = len(b)
+            if n:
+                if schedule is not None:
+                    schedule.count(n)  # nothing due: the next step is beyond this batch
+                self._out([(b.last, b)])
+                count += n
+        self.count = count
+        if schedule is not None:
+            rest = schedule.source_ended()
+            if rest and self.on_due is not None:
+                self.on_due(rest)
+
     def _out(self, batch: list[Item]) -> None:
         # recorded before the push: once pushed, a batch's outputs may reach a sink (and be
         # measured against this clock) before push returns to this thread
         if self.clock is not None:
             self.clock.record(batch[-1][0])
         self.push(batch)
+
+
+def write_items(sink: Any, items: list[Item]) -> None:
+    """Writes the data tuples of ``items`` to ``sink``: runs of tuples with ``write``,
+    consecutive :class:`~stretchflow.batch.Batch` items joined into one ``write_batch`` (a
+    window each, from a columnar O+: one write per call, not per window), or their tuples for
+    a user's sink that predates batches; watermarks are the engine's, not output."""
+    from ..batch import Batch
+
+    run: list[Item] = []
+    batches: list[Any] = []
+    write_batch = getattr(sink, "write_batch", None)
+
+    def flush() -> None:
+        nonlocal run, batches
+        if run:
+            sink.write(run)
+            run = []
+        if batches:
+            b = Batch.concat(batches)
+            if write_batch is not None:
+                write_batch(b)
+            else:
+                sink.write(b.items())
+            batches = []
+
+    for item in items:
+        p = item[1]
+        if type(p) is Batch:
+            if run:
+                flush()
+            batches.append(p)
+        elif p is not WATERMARK:
+            if batches:
+                flush()
+            run.append(item)
+    flush()
 
 
 def drain_batch(items: list[Item]) -> list[Item]:

@@ -24,6 +24,7 @@ from typing import Any
 
 from ..eventtime import WATERMARK
 from ..flow import Flow, Node
+from ..runtime.sinks import sink_session
 from . import columnar, plan
 from .session import partition_tokens
 
@@ -132,12 +133,9 @@ def write_sink(sink: Any, table: Any, batch: int = 4096) -> None:
         for raw in table.column("p").to_pylist():
             items.extend(loads(raw))
         items.sort(key=itemgetter(0, 1, 2))
-        sink.open()
-        try:
+        with sink_session([sink]):
             for k in range(0, len(items), batch):
                 sink.write([(t, p) for t, _, _, p in items[k:k + batch]])
-        finally:
-            sink.close()
 
 
 def _action(fn: Any) -> Any:

@@ -8,9 +8,11 @@ error (a JVM hosts one SparkContext).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from ..errors import EngineUnavailableError
@@ -154,6 +156,32 @@ def _warm_kernel(batches: Any) -> Any:
     from . import columnar, plan  # noqa: F401
 
     yield from batches
+
+
+@contextlib.contextmanager
+def temp_checkpoint(checkpoint: str | os.PathLike | None) -> Iterator[str]:
+    """``checkpoint`` as it is, or (None) a new temporary directory removed when the block
+    ends, whichever way: ``finally`` covers errors and Ctrl-C, atexit an exit that skips it
+    (``sys.exit`` from a signal handler)."""
+    if checkpoint is not None:
+        yield str(checkpoint)
+        return
+    import atexit
+
+    from ..runtime.tempdirs import make_tempdir
+
+    # pid-named: one a SIGKILL leaves behind is swept by the next run (runtime/tempdirs.py)
+    tmp = str(make_tempdir("ckpt"))
+
+    def remove() -> None:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    atexit.register(remove)
+    try:
+        yield tmp
+    finally:
+        remove()
+        atexit.unregister(remove)
 
 
 def stop_session() -> None:

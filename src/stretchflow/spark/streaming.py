@@ -1,9 +1,8 @@
 """Unbounded inputs on Spark: Structured Streaming with ``transformWithStateInPandas``.
 
-Scope: a flow with one O+ whose inputs are JSON Lines *directories* (each a growing stream of
-``*.jsonl`` files, read in modification-time order), each possibly through stateless
-operators, and whose sinks read the O+ (possibly through stateless operators). Other shapes
-raise :class:`FlowDefinitionError`.
+Scope: one O+ whose inputs are JSON Lines *directories* (growing streams of ``*.jsonl`` files,
+read in modification-time order) or Spark's rate source, each possibly through stateless
+operators, and whose sinks read the O+ (through stateless operators or not).
 
 Plan per input i: Spark's file source (text, ``maxFilesPerTrigger``) -> mapInArrow: parse,
 validate, the fused stateless chain, f_MK, one row per *key group* ``g = stable_hash(key) % G``
@@ -15,33 +14,28 @@ Definition 3), so the delay must be 0 for sorted sources — a positive delay on
 and rows are late only if a source goes back in time, which is reported as an error.
 
 Per key group the processor keeps one pickled blob in a ValueState (RocksDB): the group's
-O+ instance state (σ of its keys, expiry heap, held f_U outputs) and the rows that arrived but
-are not ready yet (ts above the watermark). On every call (new rows or a timer) it processes
-the ready rows in (ts, input) order through the same :class:`OPlusInstance` the local
-executors use (Alg. 2 processSN), advances the instance to the watermark (expiring windows:
-f_O, f_S) and registers one event-time timer at the group's next actionable time: the
-earliest buffered row or window right boundary. One state get, one update and at most one
-timer per group and micro-batch: the state round trips to the JVM cost ~ms each
+O+ instance state and the rows not ready yet (ts above the watermark). On every call (new rows
+or a timer) it runs the ready rows in (ts, input) order through the :class:`OPlusInstance` the
+local executors use (Alg. 2 processSN), advances it to the watermark (f_O, f_S) and registers
+one event-time timer at the group's next actionable time. One state get, one update and at
+most one timer per group and micro-batch: each is a ~ms round trip to the JVM
 (notes/SPARK.md), so their number must not grow with the number of keys.
 
-End of input: a line ``{"ts": LAST, "__end__": true}`` in an input's directory marks its end;
-once every input has ended, the watermark jumps to :data:`END_TS`, every group's timer fires
-and the group expires all its windows (the local executors' end-of-input rule). For an O+
-whose end-of-input expiry slides ``single`` window sets up to the latest timestamp of all
-inputs, the marker (which carries it) is sent to every group.
+End of input: a line ``{"ts": LAST, "__end__": true}`` in an input's directory; once every
+input has ended, the watermark jumps to :data:`END_TS` and every group expires all its windows
+(the local executors' rule); the marker goes to every group when that expiry needs the latest
+ts of all inputs (``single`` window sets).
 
-Output: append mode, one row per group call holding that call's outputs (ts-sorted, pickled
-together: Spark's per-row costs are paid per group, not per output tuple); ``foreachBatch``
-merges a micro-batch's rows by ts and writes them to the stretchflow sink on the driver.
-Micro-batches are ts-ordered among themselves (an output is emitted in the batch whose
-watermark passes it), so the sink sees a ts-sorted stream. The sink is at-least-once across a
-crash (a replayed batch is written again).
+Output: append mode, one row per group call holding that call's outputs pickled together
+(Spark's per-row costs are paid per group, not per output tuple); ``foreachBatch`` merges a
+micro-batch's rows by ts on the driver and commits them as epoch ``batchId``
+(:class:`~stretchflow.io.parts.EpochOutputs`): a file sink is a part directory, one part per
+batch id renamed into place atomically, so a batch Spark replays (its commit was not logged)
+replaces its own part — exactly once — and a resumed query continues the directory. An output
+leaves in the batch whose watermark passes it: parts in id order are one ts-sorted stream.
 
-Columnar path: for an A+ with a columnar f_MK (``Aggregate(columns=…)``, wordcount; see
-:mod:`.columnar`) the routing stage explodes a batch's tuples into (ts, key, value) rows with
-Arrow and sends each key group *one* row per batch holding its rows as an Arrow IPC stream;
-the processor keeps the not-yet-ready rows as one IPC blob and feeds the ready ones to
-``AggregateInstance.process_keyed``. No Python work or Spark row per (tuple, key).
+Columnar path (A+ with a columnar f_MK, :mod:`.columnar`): one row per key group and batch,
+its (ts, key, value) rows as Arrow IPC, fed to ``AggregateInstance.process_keyed``.
 """
 
 from __future__ import annotations
@@ -55,10 +49,12 @@ from typing import Any
 
 from ..errors import FlowDefinitionError, OperatorError, SourceError, StretchflowError
 from ..flow import Flow
+from ..io.parts import EpochOutputs
 from ..io.sources import RateSource
 from ..operators.oplus import OPlus
 from ..operators.stateless import apply_batch
 from . import columnar, plan
+from .session import temp_checkpoint
 
 #: the timestamp of the end-of-input rows: 2**47 ms, about year 6400, beyond any real event
 #: time and within Spark's timestamps
@@ -164,10 +160,12 @@ class _Rows:
             names=["g", "ts", "i", "seq", "sub", "p", "k"])
 
 
-def stream_route_kernel(chain: list, op: OPlus, i: int, n_groups: int, read: Reader) -> Any:
+def stream_route_kernel(chain: list, op: OPlus, i: int, n_groups: int, read: Reader,
+                        count: Any = None) -> Any:
     """mapInArrow function: the records ``read`` gives (JSON lines, rate rows) -> chain -> one
     row per key group owning a key of the tuple (the tuple pickled, with the keys the group
-    owns)."""
+    owns); ``count``: a Spark accumulator of the records read (not blank lines, not end
+    markers)."""
 
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         buckets = plan.Buckets(n_groups, n_groups)  # bucket = key group
@@ -175,10 +173,12 @@ def stream_route_kernel(chain: list, op: OPlus, i: int, n_groups: int, read: Rea
         dumps = plan.dumps
         for batch in batches:
             rows = _Rows()
+            k = 0
             for ts, rec, seq in read(batch):
                 if rec is None:
                     rows.end(i, ts, ends)
                     continue
+                k += 1
                 outs = plan.chain_outputs(chain, ts, rec) if chain else [rec]
                 for j, q in enumerate(outs):
                     parts = plan.route(op, q, i, ts, buckets)
@@ -187,6 +187,8 @@ def stream_route_kernel(chain: list, op: OPlus, i: int, n_groups: int, read: Rea
                     qb = dumps(q)
                     for g, part in parts.items():
                         rows.add(g, ts, i, j, qb, dumps(part), seq)
+            if count is not None:
+                count.add(k)
             yield rows.batch()
 
     return plan.gc_paused(run)
@@ -196,7 +198,8 @@ def stream_route_kernel(chain: list, op: OPlus, i: int, n_groups: int, read: Rea
 COLUMNS = -1
 
 
-def stream_explode_kernel(chain: list, op: Any, n_groups: int, read: Reader) -> Any:
+def stream_explode_kernel(chain: list, op: Any, n_groups: int, read: Reader,
+                          count: Any = None) -> Any:
     """mapInArrow function of the columnar path (:mod:`.columnar`, an A+ with a columnar f_MK,
     e.g. wordcount): records -> tuples -> chain -> f_MK's columnar form -> *one* row per
     key group and batch holding the group's (ts, key, value) rows as an Arrow IPC stream
@@ -211,7 +214,9 @@ def stream_explode_kernel(chain: list, op: Any, n_groups: int, read: Reader) -> 
             rows = _Rows()
             ts_l: list[int] = []
             payloads: list[Any] = []
+            k = 0  # records, for count
             for ts, rec, _ in read(batch):
+                k += rec is not None
                 if rec is None:
                     rows.end(0, ts, range(1))
                 elif chain:
@@ -225,6 +230,8 @@ def stream_explode_kernel(chain: list, op: Any, n_groups: int, read: Reader) -> 
                                   "v": pa.array(values, pa.int64())})
                 for g, part in columnar.by_owner(table, buckets):
                     rows.add(g, _latest(part), 0, COLUMNS, columnar.ipc_bytes(part), b"")
+            if count is not None:
+                count.add(k)
             yield rows.batch()
 
     return plan.gc_paused(run)
@@ -446,8 +453,10 @@ def stream_shape(flow: Flow) -> tuple[plan.Stage, plan.Feed]:
     return stage, sink_feeds
 
 
-def build_query(flow: Flow, spark: Any, n_groups: int, max_files: int) -> Any:
-    """The streaming DataFrame of the O+ outputs, in the stream schema."""
+def build_query(flow: Flow, spark: Any, n_groups: int, max_files: int,
+                counts: list | None = None) -> Any:
+    """The streaming DataFrame of the O+ outputs, in the stream schema; ``counts[i]``: an
+    accumulator of the records input i reads (None: not counted)."""
     from pyspark.sql import functions as F
 
     stage, _ = stream_shape(flow)
@@ -467,8 +476,9 @@ def build_query(flow: Flow, spark: Any, n_groups: int, max_files: int) -> Any:
                    .option("pathGlobFilter", "*.jsonl").load(str(src.path))
                    .select("value", F.input_file_name().alias("file")))
             read = json_reader(src.name, src.ts_field)
-        kernel = (stream_explode_kernel(f.chain, op, n_groups, read) if columnar.applies(op)
-                  else stream_route_kernel(f.chain, op, i, n_groups, read))
+        c = counts[i] if counts else None
+        kernel = (stream_explode_kernel(f.chain, op, n_groups, read, c) if columnar.applies(op)
+                  else stream_route_kernel(f.chain, op, i, n_groups, read, c))
         routed = raw.mapInArrow(kernel, ROUTED_STREAM)
         # delay 0: sources are sorted, so the watermark is the latest ts (Definition 3)
         parts.append(routed.withColumn("et", F.timestamp_millis("ts"))
@@ -498,24 +508,28 @@ class StreamRun:
         #: Spark's rate source cannot run availableNow (it would end at once): queries reading
         #: it run on a processing-time trigger and end when the end-of-input watermark has run
         self.rate = any(isinstance(f.producer.spec, RateSource) for f in stage.feeds)
+        self.sources = [f.producer.name for f in stage.feeds]
         self.batches: list[dict[str, Any]] = []
         self.query: Any = None
+        self.outputs: EpochOutputs | None = None
+        self.counts: list[Any] = []
 
     def start(self) -> StreamRun:
         spark = self.spark
         spark.conf.set("spark.sql.streaming.multipleWatermarkPolicy", "min")
-        df = build_query(self.flow, spark, self.n_groups, self.max_files)
-        sinks = [s for _, s in self.flow.sinks]
-        for s in sinks:
-            if not getattr(s, "_sf_open", False):
-                s.open()
-                s._sf_open = True
+        if not self.counts:
+            self.counts = [spark.sparkContext.accumulator(0) for _ in self.sources]
+        df = build_query(self.flow, spark, self.n_groups, self.max_files, self.counts)
+        outputs = self.outputs = self.outputs or EpochOutputs([s for _, s in self.flow.sinks])
+        # the output's owner: the query id, kept in the checkpoint (any URI Spark takes)
+        outputs.bind(lambda: str(self._started().id))
 
         def write(batch_df: Any, batch_id: int) -> None:
             t0 = time.perf_counter()
             table = batch_df.toArrow()  # runs the micro-batch's Spark job
             t1 = time.perf_counter()
             n = sum(table.column("n").to_pylist())
+            outs: list[list[tuple[int, Any]]] = [[] for _ in self.sink_feeds]
             if n:
                 import pyarrow.compute as pc
 
@@ -526,12 +540,13 @@ class StreamRun:
                     for raw in table.column("p").to_pylist():
                         items.extend(plan.loads(raw))
                     items.sort(key=itemgetter(0))  # stable: sorted runs, merged by timsort
-                    for feed, s in zip(self.sink_feeds, sinks, strict=True):
+                    for j, feed in enumerate(self.sink_feeds):
                         out = items
                         for op in feed.chain:
                             out = apply_batch(op, out)
-                        if out:
-                            s.write(out)
+                        outs[j] = out
+            with plan.no_gc():
+                outputs.commit(batch_id, outs)  # also when empty: a replay may empty a part
             self.batches.append({"batch": batch_id, "outputs": n, "job_s": t1 - t0,
                                  "sink_s": time.perf_counter() - t1})
 
@@ -542,8 +557,14 @@ class StreamRun:
             w = w.trigger(availableNow=True)
         else:
             w = w.trigger(processingTime=self.trigger)
+        self.query = None
         self.query = w.start()
         return self
+
+    def _started(self) -> Any:  # the first batch may run before start() returns the query
+        while self.query is None:
+            time.sleep(0.005)
+        return self.query
 
     def await_end(self, timeout: float | None = None) -> bool:
         """Waits for the query to finish (or ``timeout`` s); errors re-raised. An availableNow
@@ -586,34 +607,42 @@ class StreamRun:
             self.query.stop()
 
     def close_sinks(self) -> None:
-        for _, s in self.flow.sinks:
-            if getattr(s, "_sf_open", False):
-                s.close()
-                s._sf_open = False
+        if self.outputs is not None:
+            self.outputs.close()
+            self.outputs = None
+
+    def records_in(self) -> dict[str, int]:
+        """Records (not blank lines, end markers) each input read: a replayed batch twice."""
+        return {name: c.value for name, c in zip(self.sources, self.counts, strict=True)}
 
     def progress(self) -> list[dict[str, Any]]:
         return list(self.query.recentProgress) if self.query is not None else []
 
 
-def run_stream(flow: Flow, spark: Any, checkpoint: str | os.PathLike, n_groups: int,
+def run_stream(flow: Flow, spark: Any, checkpoint: str | os.PathLike | None, n_groups: int,
                max_files: int = 1) -> dict[str, Any]:
     """Runs the streaming query over the files present now (``availableNow``) and closes the
-    sinks; returns per-batch timings from the query's progress."""
+    sinks; returns per-batch timings from the query's progress (``rows``: lines Spark read),
+    ``tuples_in``: records read per input. ``checkpoint`` None: a temporary one, removed
+    whatever way the run ends."""
     for n in flow.nodes:
         if n.kind == "source" and isinstance(n.spec, RateSource) and n.spec.rows is None:
             raise FlowDefinitionError(
                 f"input {n.name!r}: an unbounded rate source never ends; give rows=N, or "
                 f"start a StreamRun and stop it yourself")
-    run = StreamRun(flow, spark, checkpoint, n_groups, max_files).start()
-    try:
-        run.await_end()
-    finally:
-        run.stop()
-        run.close_sinks()
+    with temp_checkpoint(checkpoint) as ckpt:
+        run = StreamRun(flow, spark, ckpt, n_groups, max_files).start()
+        try:
+            run.await_end()
+        finally:
+            run.stop()
+            run.close_sinks()
     prog = run.progress()
     batches = [{"rows": _get(p, "numInputRows"),
                 "duration_ms": _get(p, "durationMs").get("triggerExecution")} for p in prog]
-    return {"batches": batches, "rows_in": sum(b["rows"] for b in batches)}
+    return {"batches": batches, "rows_in": sum(b["rows"] for b in batches),
+            "tuples_in": run.records_in(),
+            "checkpoint": None if checkpoint is None else str(checkpoint)}
 
 
 def _get(progress: Any, name: str) -> Any:

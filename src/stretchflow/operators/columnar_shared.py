@@ -1,0 +1,460 @@
+"""The columnar sliced A+ run by VSN instances that share σ (issue #16).
+
+:mod:`.columnar` runs an A+ with columnar forms (``Aggregate.columnar``) on one instance; here
+the ``m`` connected instances of a VSN operator (STRETCH §5) share its input, its output and
+its state, and split the work:
+
+* **σ** is :class:`ColumnarShared`: per slice of width gcd(WS, WA) (general stream slicing,
+  Scotty, EDBT 2019, §4), the *partials* of the batches whose tuples fell in it — an Arrow
+  table of (key columns, ``v``) summed per key, with each row's key group beside it. Nothing
+  in it belongs to an instance: f_μ only says which instance emits which key groups, so a
+  reconfiguration (Alg. 4's barrier) moves no state, as VSN promises.
+* **Accumulate** (Hazelcast Jet's accumulate step): each batch read from ESG_in (every
+  instance reads every batch, Alg. 4) is exploded by f_MK's columnar form and summed per
+  (slice, key) *once*, by the first instance to reach it; the others find it done. An
+  instance that reaches a batch another instance is still summing does not wait idle: it sums
+  the next batches the source has added (:meth:`ColumnarShared.prepared`), so while one
+  instance sums batch k the other sums k + 1, each kernel running with the GIL released.
+  Partials may thus be added ahead of an instance's watermark: harmless, since a window is
+  combined only once the watermark W passes its right boundary, and every tuple of a later
+  batch has ts >= W, beyond it.
+* **Combine** (Jet's combine and finish): when its watermark passes a window's right boundary
+  (Alg. 2's updateW, ρ + WS <= W) an instance combines the window's partials over the key
+  groups it owns (f_μ) and emits them through f_O's columnar form as one table. Instances
+  combine disjoint key groups, so this part is split ``m`` ways.
+
+Key groups come from :func:`.columnar_kernels.key_groups` (a hash in numpy of each key's
+value), never Python's salted ``hash``: the group of a key must be the same for the columnar
+partials and for the tuple-at-a-time ones below.
+
+A batch f_MK's columnar form refuses (e.g. a payload whose text is not a string) is summed
+tuple at a time (f_MK, f_U per tuple, as :class:`.slicing.SlicedAggregateInstance` does) into
+Python partials in the same σ; its error, if f_MK or f_U fails on a tuple, is raised by the
+instance that *processes* that batch, in ESG order — so the first failing tuple of the input
+is the one reported, as tuple at a time, even when a later batch was summed ahead.
+
+Sums are int64 and add in any order (f_U adds; ``Aggregate.columns``), so partials of one slice
+from different batches combine in whatever order their batches were summed.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import deque
+from collections.abc import Hashable
+from typing import TYPE_CHECKING, Any
+
+from ..batch import Batch, arrow_mask, int_numpy
+from ..errors import RunTupleError, StretchflowError
+from .columnar import _table
+from .columnar_kernels import key_groups, sum_by
+from .oplus import key_pairs
+
+if TYPE_CHECKING:
+    from .aggregate import Aggregate
+
+_MISSING = object()
+
+
+class _Prep:
+    """A batch's accumulate step: claimed by one instance, then done (or failed)."""
+
+    __slots__ = ("done", "error")
+
+    def __init__(self) -> None:
+        self.done = False
+        self.error: BaseException | None = None
+
+
+class _PyPart:
+    """Tuple-at-a-time partial of one slice: ``{key: acc}`` and each key's group."""
+
+    __slots__ = ("accs", "groups")
+
+    def __init__(self, accs: dict[Hashable, Any], groups: dict[Hashable, int]):
+        self.accs = accs
+        self.groups = groups
+
+
+class ColumnarShared:
+    """σ of a columnar sliced A+ shared by its VSN instances; see the module doc."""
+
+    def __init__(self, op: Aggregate, n_groups: int):
+        self.op = op
+        self.G = n_groups
+        self.lock = threading.Lock()
+        self.cond = threading.Condition(self.lock)
+        #: slice start -> partials: (table of key columns and v, key group per row or None)
+        #: or _PyPart
+        self.parts: dict[int, list[Any]] = {}
+        #: batches added to ESG_in whose accumulate step nobody has claimed yet (in order)
+        self.pending: deque[Batch] = deque()
+        #: connected instance -> the left boundary of its next window not yet emitted
+        self.next_l: dict[int, float] = {}
+        self._key_types: list[Any] | None = None
+        self.stopped = False
+
+    # -- the accumulate step, shared -----------------------------------------------------------
+    def offer(self, batches: list[Batch]) -> None:
+        """Batches just added to ESG_in (called by their producer): helpers may sum them."""
+        with self.lock:
+            self.pending.extend(batches)
+
+    def prepared(self, batch: Batch, hits: list[int] | None) -> _Prep:
+        """``batch``'s accumulate step, done: by this instance if nobody claimed it, else by
+        whoever did — meanwhile this instance sums later pending batches. ``hits`` (the
+        calling instance's per-group tuple counts, for a balancing f_μ) counts the rows of
+        the batches this instance sums."""
+        with self.lock:
+            prep = batch.memo
+            mine = prep is None
+            if mine:
+                prep = batch.memo = _Prep()
+            self._prune()
+        if mine:
+            self._compute(batch, prep, hits)
+            return prep
+        while True:
+            with self.lock:
+                if prep.done:
+                    return prep
+                other = self._claim()
+                if other is None:
+                    while not prep.done and not self.stopped:
+                        self.cond.wait(0.5)
+                    return prep
+            self._compute(other[0], other[1], hits)
+
+    def _prune(self) -> None:
+        pending = self.pending
+        while pending and pending[0].memo is not None:
+            pending.popleft()
+
+    def _claim(self) -> tuple[Batch, _Prep] | None:
+        self._prune()
+        if not self.pending:
+            return None
+        b = self.pending.popleft()
+        prep = b.memo = _Prep()
+        return b, prep
+
+    def _compute(self, batch: Batch, prep: _Prep, hits: list[int] | None) -> None:
+        try:
+            parts = self._partials(batch, hits)
+        except BaseException as e:  # raised by the instance that processes the batch
+            with self.lock:
+                prep.error = e
+                prep.done = True
+                self.cond.notify_all()
+            if not isinstance(e, Exception):
+                raise
+            return
+        with self.lock:
+            for s, part in parts:
+                self.parts.setdefault(s, []).append(part)
+            prep.done = True
+            self.cond.notify_all()
+
+    def stop(self) -> None:
+        """The run failed: nobody waits for a batch any more."""
+        with self.lock:
+            self.stopped = True
+            self.cond.notify_all()
+
+    def _partials(self, batch: Batch, hits: list[int] | None) -> list[tuple[int, Any]]:
+        """The batch summed per (slice, key), as ``(slice start, partial)`` pairs."""
+        import numpy as np
+
+        op = self.op
+        src: Any = batch.table if batch.has_table else None
+        try:
+            rows, keys, values = op.columns(src if src is not None else batch.payloads)
+        except Exception:  # noqa: BLE001 - the tuple path names the tuple it fails on
+            return self._python_partials(batch, hits)
+        rows = np.asarray(rows, dtype=np.int64)
+        if not len(rows):
+            return []
+        try:
+            cols = self._key_columns(keys)
+            width = op.slice_width
+            t = batch.ts[rows]
+            sl, ks, sums = sum_by(cols, np.asarray(values, dtype=np.int64), t - t % width)
+            g = key_groups(ks, self.G) if self.G > 1 else None
+        except (RunTupleError, StretchflowError):
+            raise
+        except Exception as e:
+            raise RunTupleError(batch.first, batch.payloads[0], e) from e
+        if g is not None and hits is not None:
+            for grp, c in enumerate(np.bincount(g, minlength=self.G).tolist()):
+                if c:
+                    hits[grp] += c
+        names = [f"k{i}" for i in range(len(ks))]
+        cut = np.flatnonzero(sl[1:] != sl[:-1]) + 1
+        out = []
+        for a, b in zip(np.r_[0, cut].tolist(), np.r_[cut, len(sl)].tolist(), strict=True):
+            table = _table(names, [k.slice(a, b - a) for k in ks], sums[a:b])
+            out.append((int(sl[a]), (table, None if g is None else g[a:b])))
+        return out
+
+    def _key_columns(self, keys: Any) -> list[Any]:
+        """f_MK's key column(s), each cast to the type its column had first (so partials of
+        different batches concatenate)."""
+        import pyarrow as pa
+
+        arrays = list(keys) if isinstance(keys, tuple) else [keys]
+        arrays = [a if isinstance(a, pa.Array | pa.ChunkedArray) else pa.array(a)
+                  for a in arrays]
+        arrays = [a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in arrays]
+        with self.lock:
+            if self._key_types is None:
+                self._key_types = [a.type for a in arrays]
+            types = self._key_types
+        if len(arrays) != len(types):
+            raise ValueError(f"{self.op.name}: the columnar f_MK gave {len(arrays)} key "
+                             f"columns, earlier {len(types)}")
+        return [a if a.type == t else a.cast(t) for a, t in zip(arrays, types, strict=True)]
+
+    def _python_partials(self, batch: Batch, hits: list[int] | None) -> list[tuple[int, Any]]:
+        """Tuple at a time (f_MK, then f_U per (slice, key), as the sliced instance does)."""
+        op = self.op
+        width = op.slice_width
+        keys_of, update, init = op.user_keys, op.user_update, op.user_init
+        by_slice: dict[int, dict[Hashable, Any]] = {}
+        ts = v = None
+        try:
+            for ts, v in batch.items():
+                ks = keys_of(v)
+                if not ks:
+                    continue
+                d = by_slice.setdefault(ts - ts % width, {})
+                for k, x in key_pairs(ks, v):
+                    acc = d.get(k, _MISSING)
+                    d[k] = update(init() if acc is _MISSING else acc, x)
+        except (RunTupleError, StretchflowError):
+            raise
+        except Exception as e:
+            raise RunTupleError(ts, v, e) from e
+        out = []
+        for s, d in by_slice.items():
+            groups = self._groups_of(list(d))
+            if hits is not None and self.G > 1:
+                for grp in groups.values():
+                    hits[grp] += 1
+            out.append((s, _PyPart(d, groups)))
+        return out
+
+    def _groups_of(self, ks: list[Hashable]) -> dict[Hashable, int]:
+        """Each key's group, as :func:`key_groups` gives it for the same key in an Arrow
+        partial; a key Arrow cannot hold (a string with a lone surrogate) never is in one,
+        so any fixed choice does for it."""
+        if self.G == 1:
+            return dict.fromkeys(ks, 0)
+        out: dict[Hashable, int] = {}
+        for k in ks:
+            try:
+                cols = self._key_columns(_arrow_key(k))
+                out[k] = int(key_groups(cols, self.G)[0])
+            except Exception:  # noqa: BLE001 - not representable in Arrow: see the doc
+                out[k] = hash(k) % self.G
+        return out
+
+    # -- the combine step, per instance ---------------------------------------------------------
+    def window_parts(self, slices: list[int]) -> list[Any]:
+        with self.lock:
+            return [p for s in slices for p in self.parts.get(s, ())]
+
+    def slices_from(self, l: float) -> list[int]:
+        with self.lock:
+            return sorted(s for s in self.parts if s >= l)
+
+    def moved(self, j: int, next_l: float | None) -> None:
+        """Instance ``j`` emitted every window before ``next_l`` (None: it left); slices no
+        connected instance needs any more are dropped."""
+        with self.lock:
+            if next_l is None:
+                self.next_l.pop(j, None)
+            else:
+                self.next_l[j] = next_l
+            if not self.next_l:
+                return
+            m = min(self.next_l.values())  # every window with l < m is emitted by all
+            for s in [s for s in self.parts if s < m]:
+                del self.parts[s]
+
+
+class ColumnarVSNInstance:
+    """o+_j of a columnar sliced A+ on VSN: takes whole batches, emits windows as tables."""
+
+    path = "columnar"
+    takes_runs = False
+
+    def __init__(self, op: Aggregate, shared: ColumnarShared, j: int,
+                 assign: list[int] | None, connected: bool):
+        self.op = op
+        self.shared = shared
+        self.j = j
+        self.W: float = -math.inf
+        self.next_l: float = -math.inf
+        self.out: list[tuple[int, Any]] = []
+        self.group_hits: list[int] | None = None
+        self._owner: Any = None
+        self._owns_all = True
+        self.set_assignment(assign)
+        if connected:
+            shared.moved(j, self.next_l)
+
+    # -- what VSN's instance loop calls ---------------------------------------------------------
+    def set_assignment(self, assign: list[int] | None) -> None:
+        import numpy as np
+
+        self.assign = assign
+        self._owns_all = assign is None or all(a == self.j for a in assign)
+        self._owner = None if assign is None else np.asarray(assign, dtype=np.int64)
+
+    def process_batch(self, batch: Batch) -> None:
+        """Alg. 4 for a batch: its partials (summed once for all instances), then updateW to
+        its last timestamp, emitting the windows that closed over the owned key groups."""
+        if not len(batch):
+            return
+        prep = self.shared.prepared(batch, self.group_hits)
+        if prep.error is not None:
+            raise prep.error
+        if not prep.done:  # the run stopped while another instance summed it
+            raise RuntimeError(f"{self.op.name}: stopped")
+        self.advance(batch.last)
+
+    def process(self, ts: int, value: Any, i: int = 0) -> None:
+        self.process_batch(Batch([ts], payloads=[value]))
+
+    def advance(self, w: float) -> None:
+        if w > self.W:
+            self.W = w
+            self._expire(w)
+
+    def finish(self) -> None:
+        self.W = math.inf
+        self._expire(math.inf)
+
+    def take(self) -> list[tuple[int, Any]]:
+        out, self.out = self.out, []
+        return out
+
+    def saw_time(self, ts: float) -> None:
+        """Nothing to record: windows follow from the slices in σ, not from this instance."""
+
+    def flush_pending(self) -> None:
+        """Nothing is held: windows go out as they close."""
+
+    def joined(self, acting: ColumnarVSNInstance) -> None:
+        """Connected at a barrier: the acting instance's windows are this one's too."""
+        self.W = acting.W
+        self.next_l = acting.next_l
+        self.shared.moved(self.j, self.next_l)
+
+    def left(self) -> None:
+        self.shared.moved(self.j, None)
+
+    # -- updateW's expiry: combine the windows that closed --------------------------------------
+    def _expire(self, wm: float) -> None:
+        op, sh = self.op, self.shared
+        ws_, wa = op.WS, op.WA
+        ss = sh.slices_from(self.next_l)
+        l = self.next_l
+        i = 0
+        windows: list[tuple[int, list[int]]] = []  # (right boundary, its slices) that closed
+        while i < len(ss):
+            first = ((ss[i] - ws_) // wa + 1) * wa  # the first window holding slice ss[i]
+            lw = first if first > l else l
+            right = lw + ws_
+            if right > wm:
+                break
+            k = i
+            while k < len(ss) and ss[k] < right:
+                k += 1
+            windows.append((right, ss[i:k]))
+            l = lw + wa
+            while i < len(ss) and ss[i] < l:
+                i += 1
+        if windows:
+            self._emit_windows([(right, sh.window_parts(w)) for right, w in windows])
+        if wm == math.inf:
+            l = math.inf
+        else:
+            done = ((wm - ws_) // wa + 1) * wa  # the first window with l + WS > W
+            l = done if done > l else l
+        if l != self.next_l:
+            self.next_l = l
+            sh.moved(self.j, l)
+
+    def _emit_windows(self, windows: list[tuple[int, list[Any]]]) -> None:
+        """The windows that closed, in order: combined over the owned key groups in one
+        grouping by (window, key) — a slice's partial counts once in every window it is in
+        — then cut into one output batch per window (ESG_out orders entries by timestamp, so
+        each carries one)."""
+        import numpy as np
+        import pyarrow as pa
+
+        if any(type(p) is _PyPart for _, parts in windows for p in parts):
+            for right, parts in windows:  # keys only the tuple path could hold: per window
+                payloads = self._window_in_python(parts)
+                if payloads:
+                    self.out.append((right, Batch(np.full(len(payloads), right, np.int64),
+                                                  payloads=payloads)))
+            return
+        tables, rights, gs = [], [], []
+        for right, parts in windows:
+            for t, g in parts:
+                tables.append(t)
+                rights.append(np.full(len(t), right, np.int64))
+                gs.append(g if g is not None or self._owns_all else np.zeros(len(t), np.int64))
+        if not tables:
+            return
+        table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+        r = np.concatenate(rights)
+        if not self._owns_all:
+            mine = self._owner[np.concatenate(gs)] == self.j
+            if not mine.any():
+                return
+            if not mine.all():
+                table = table.filter(arrow_mask(mine))
+                r = r[mine]
+        names = [c for c in table.column_names if c != "v"]
+        rs, ks, sums = sum_by([table.column(c).combine_chunks() for c in names],
+                              int_numpy(table.column("v")), r)
+        out = self.op.output_table(names, _table(names, ks, sums))
+        cut = np.flatnonzero(rs[1:] != rs[:-1]) + 1
+        for a, b in zip(np.r_[0, cut].tolist(), np.r_[cut, len(rs)].tolist(), strict=True):
+            if b > a:
+                right = int(rs[a])
+                self.out.append((right, Batch(rs[a:b], table=out.slice(a, b - a))))
+
+    def _window_in_python(self, parts: list[Any]) -> list[Any]:
+        combine, output = self.op.combine, self.op.user_output
+        mine = self._mine
+        acc: dict[Hashable, Any] = {}
+        for p in parts:
+            if type(p) is _PyPart:
+                pairs = [(k, a) for k, a in p.accs.items() if mine(p.groups[k])]
+            else:
+                table, g = p
+                cols = [table.column(c).to_pylist() for c in table.column_names if c != "v"]
+                keys = cols[0] if len(cols) == 1 else list(zip(*cols, strict=True))
+                vals = table.column("v").to_pylist()
+                gs = [0] * len(keys) if g is None else g.tolist()
+                pairs = [(k, v) for k, v, grp in zip(keys, vals, gs, strict=True) if mine(grp)]
+            for k, a in pairs:
+                acc[k] = combine(acc[k], a) if k in acc else a
+        return [r for r in (output(k, a) for k, a in acc.items()) if r is not None]
+
+    def _mine(self, g: int) -> bool:
+        return self._owns_all or int(self._owner[g]) == self.j
+
+
+def _arrow_key(k: Hashable) -> Any:
+    """One key as the key column(s) f_MK's columnar form would give for it."""
+    import pyarrow as pa
+
+    if type(k) is tuple:
+        return tuple(pa.array([c]) for c in k)
+    return pa.array([k])
