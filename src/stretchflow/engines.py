@@ -71,6 +71,12 @@ def _positive_number(name: str) -> Callable[[Any], Any]:
     return check
 
 
+def _checkpoint_every(v: Any) -> Any:
+    from .runtime.checkpoint import parse_every
+
+    return parse_every(v)
+
+
 @dataclass(frozen=True)
 class Option:
     """One option: its name (``--name-with-dashes`` on the command line), what it means,
@@ -213,7 +219,13 @@ ENGINES: dict[str, EngineSpec] = {e.name: e for e in (
         (PARALLELISM, KEY_GROUPS,
          _opt("columnar", "batches through Arrow kernels for an O+ that has columnar forms "
               "(on: at parallelism 1 on the reference engine, at any on vsn) or tuple at a "
-              "time (off)", choices=("on", "off"), default="on"))),
+              "time (off)", choices=("on", "off"), default="on"),
+         _opt("checkpoint", "the checkpoint directory: checkpoints are written there and a "
+              "run given a directory that holds one resumes from it (docs/checkpoints.md)",
+              metavar="DIR"),
+         _opt("checkpoint_every", "how often to checkpoint: N (input tuples), Ns or Nms "
+              "(seconds of processing time)", _checkpoint_every, _checkpoint_every,
+              default="10s", metavar="EVERY"))),
     EngineSpec(
         "vsn", "stretchflow.executors.vsn",
         "STRETCH's virtual shared-nothing threads: shared input, output and state; elastic",

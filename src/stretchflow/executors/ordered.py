@@ -534,7 +534,8 @@ class _Executor:
                 if not self.finished and self.ctl.error is None:
                     self.ctl.fail(RuntimeError("interrupted"))
                 for t in threads:
-                    t.join(timeout=5)
+                    if t.ident is not None:  # started
+                        t.join(timeout=5)
         self.ctl.raise_error()
         elapsed = time.perf_counter() - t0
         src = self.stages[0]

@@ -22,6 +22,12 @@ source whose every reader takes batches (such an A+, or a sink) delivers
 :class:`~stretchflow.batch.Batch` items ``(last ts, batch)`` (``Source.batches``), the A+
 processes each batch with Arrow kernels and emits its windows as batches, and a sink writes a
 batch at once. A reader that takes tuples gets a batch's tuples one by one, in order.
+
+Checkpoints (issue #17, ``checkpoint=DIR``): the sources put checkpoint barriers into their
+streams (:mod:`stretchflow.runtime.checkpoint`); a stateless operator forwards them; an O+ at
+the first barrier of an epoch processes what it gathered, advances its watermark to the cut,
+snapshots its instances (:mod:`stretchflow.operators.snapshot`) and forwards it; the sinks'
+drain commits each epoch's output as a part and writes the checkpoint.
 """
 
 from __future__ import annotations
@@ -36,8 +42,10 @@ from typing import Any
 from ..batch import Batch, prefer_system_allocator
 from ..eventtime import WATERMARK
 from ..flow import Flow, Node
+from ..operators import snapshot
 from ..operators.oplus import OPlus, OPlusInstance, SharedState
 from ..operators.stateless import Filter, FlatMap, Map
+from ..runtime.checkpoint import CheckpointBarrier, Checkpointer
 from ..runtime.control import raise_user_error, user_error
 from ..runtime.result import RunResult
 from ..runtime.sinks import sink_session
@@ -53,7 +61,8 @@ BATCH = 16_384
 
 
 def run(flow: Flow, parallelism: int = 1, key_groups: int | None = None,
-        columnar: str = "on") -> RunResult:
+        columnar: str = "on", checkpoint: str | None = None,
+        checkpoint_every: Any = None) -> RunResult:
     """Runs ``flow`` to the end of its inputs on one thread.
 
     ``parallelism`` P > 1 runs each O+ as P instances in turn on this one thread, each owning
@@ -62,26 +71,45 @@ def run(flow: Flow, parallelism: int = 1, key_groups: int | None = None,
     algorithm without threads, so its output can be checked against P = 1's exactly.
 
     ``columnar="off"`` runs every O+ tuple at a time even where it has columnar forms (the
-    tuple path, e.g. to compare the two)."""
+    tuple path, e.g. to compare the two).
+
+    ``checkpoint`` DIR takes a checkpoint there every ``checkpoint_every`` (N input tuples,
+    ``"Ns"`` seconds; default 10 s), holds the output there until the end of input and resumes
+    from the checkpoint DIR holds (docs/checkpoints.md)."""
     flow.validate()
     G = key_groups or (max(128, 16 * parallelism) if parallelism > 1 else 1)
     counts: dict[str, list[int]] = {}
     instances: dict[str, list[OPlusInstance]] = {}
-    streams = _compile(flow, counts, parallelism, G, instances, columnar == "on")
+    ckpt = None
+    if checkpoint is not None:
+        ckpt = Checkpointer(checkpoint, checkpoint_every, flow, {"columnar": columnar},
+                            [n.name for n in flow.nodes if n.kind in ("oplus", "stateful")])
+    elif checkpoint_every is not None:
+        raise ValueError("checkpoint_every needs checkpoint (the directory)")
     t0 = time.perf_counter()
     sinks = [s for _, s in flow.sinks]
-    with sink_session(sinks):
-        if len(sinks) == 1:
-            _drain(streams[0], sinks[0])
+    try:
+        streams = _compile(flow, counts, parallelism, G, instances, columnar == "on", ckpt)
+        if ckpt is not None:
+            ckpt.drain(streams)
+            ckpt.publish()
         else:
-            _drain_many(streams, sinks)
+            with sink_session(sinks):
+                if len(sinks) == 1:
+                    _drain(streams[0], sinks[0])
+                else:
+                    _drain_many(streams, sinks)
+    finally:
+        if ckpt is not None:
+            ckpt.close()
     elapsed = time.perf_counter() - t0
     return RunResult(
         engine="reference",
         elapsed=elapsed,
         tuples_in={name: c[0] for name, c in counts.items()},
         tuples_out={s.name: s.count for s in sinks},
-        extra={"paths": {name: insts[0].path for name, insts in instances.items() if insts}},
+        extra={"paths": {name: insts[0].path for name, insts in instances.items() if insts},
+               **({"checkpoints": ckpt.taken} if ckpt is not None else {})},
     )
 
 
@@ -138,7 +166,8 @@ def _drain_many(streams: list[Iterator[Item]], sinks: list[Any]) -> None:
 
 def _compile(flow: Flow, counts: dict[str, list[int]], P: int = 1, G: int = 1,
              instances: dict[str, list[OPlusInstance]] | None = None,
-             batches_on: bool = True) -> list[Iterator[Item]]:
+             batches_on: bool = True, ckpt: Checkpointer | None = None
+             ) -> list[Iterator[Item]]:
     """One iterator per sink, built bottom-up; shared streams are teed."""
     consumers = flow.consumers()
     readers: dict[Node, list[Node | None]] = {node: [] for node in flow.nodes}
@@ -178,7 +207,11 @@ def _compile(flow: Flow, counts: dict[str, list[int]], P: int = 1, G: int = 1,
                 bs = batches(BATCH)
                 if bs is not None:
                     batchy.add(node)
+                    if ckpt is not None:
+                        return ckpt.batches(node.name, bs, counter)
                     return _counted_batches(bs, counter)
+            if ckpt is not None:
+                return ckpt.source(node.name, node.spec.items(), counter)
             return _counted(node.spec.items(), counter)
         ups = [take(u, node) for u in node.inputs]
         if node.kind == "stateless":
@@ -187,12 +220,12 @@ def _compile(flow: Flow, counts: dict[str, list[int]], P: int = 1, G: int = 1,
                 return _stateless_columnar(node.spec, ups[0])
             return _stateless(node.spec, ups[0])
         if node.kind == "stateful":
-            return _stateful(node.spec, ups[0])
+            return _stateful(node.spec, ups[0], node.name, ckpt)
         insts = instances.setdefault(node.name, []) if instances is not None else []
         if node in columnar:
             batchy.add(node)
-            return _oplus_columnar(node.spec, ups[0], insts)
-        return _oplus(node.spec, ups, P, G, insts)
+            return _oplus_columnar(node.spec, ups[0], insts, node.name, ckpt)
+        return _oplus(node.spec, ups, P, G, insts, node.name, ckpt)
 
     return [take(node, None) for node, _ in flow.sinks]
 
@@ -229,7 +262,7 @@ def _stateless(op: Map | FlatMap | Filter, up: Iterator[Item]) -> Iterator[Item]
     fn = op.fn
     kind = type(op)
     for ts, v in up:
-        if v is WATERMARK:
+        if v is WATERMARK or type(v) is CheckpointBarrier:
             yield ts, v
             continue
         try:
@@ -273,12 +306,21 @@ def _stateless_columnar(op: Map | Filter, up: Iterator[Item]) -> Iterator[Item]:
             yield out.last, out
 
 
-def _stateful(op: Any, up: Iterator[Item]) -> Iterator[Item]:
+def _stateful(op: Any, up: Iterator[Item], name: str = "",
+              ckpt: Checkpointer | None = None) -> Iterator[Item]:
     """A stateful operator of a :class:`~stretchflow.pipeline.Pipeline` (ordered-multicore
     paper): its instance keeps the state and returns each tuple's outputs in order."""
-    process = op.instance().process
+    inst = op.instance()
+    process = inst.process
+    if ckpt is not None and (blob := ckpt.restored(name)) is not None:
+        snapshot.restore_stateful(inst, blob)
     for ts, v in up:
         if v is WATERMARK:
+            yield ts, v
+            continue
+        if type(v) is CheckpointBarrier:
+            if ckpt is not None:
+                ckpt.snapshot(name, v.epoch, snapshot.snapshot_stateful(inst))
             yield ts, v
             continue
         yield from process(ts, v)
@@ -290,7 +332,8 @@ def _tag(items: Iterator[Item], i: int) -> Iterator[tuple[int, int, Any]]:
 
 
 def _oplus(op: OPlus, ups: list[Iterator[Item]], P: int = 1, G: int = 1,
-           registry: list[OPlusInstance] | None = None) -> Iterator[Item]:
+           registry: list[OPlusInstance] | None = None, name: str = "",
+           ckpt: Checkpointer | None = None) -> Iterator[Item]:
     if P == 1 and G == 1:
         insts = [op.instance()]
     else:
@@ -299,12 +342,13 @@ def _oplus(op: OPlus, ups: list[Iterator[Item]], P: int = 1, G: int = 1,
         insts = [op.instance(sigma, j, assign) for j in range(P)]
     if registry is not None:
         registry[:] = insts  # for the run summary's paths
+    at_barrier = _Barriers(name, insts, ckpt)
     if len(ups) == 1:
         tagged: Iterator[tuple[int, int, Any]] = _tag(ups[0], 0)
     else:
         tagged = heapq.merge(*(_tag(up, i) for i, up in enumerate(ups)), key=itemgetter(0))
     if insts[0].takes_runs:
-        yield from _oplus_runs(op, insts, tagged)
+        yield from _oplus_runs(op, insts, tagged, at_barrier)
         return
     ts = v = None
     try:
@@ -318,11 +362,17 @@ def _oplus(op: OPlus, ups: list[Iterator[Item]], P: int = 1, G: int = 1,
                         yield from inst.take()
                     yield ts, WATERMARK
                     continue
+                if type(v) is CheckpointBarrier:
+                    yield from at_barrier(ts, v)
+                    continue
                 process(ts, v, i)
                 if inst.out:
                     yield from inst.take()
         else:
             for ts, i, v in tagged:
+                if type(v) is CheckpointBarrier:
+                    yield from at_barrier(ts, v)
+                    continue
                 for inst in insts:
                     if v is WATERMARK:
                         inst.advance(ts)
@@ -340,7 +390,8 @@ def _oplus(op: OPlus, ups: list[Iterator[Item]], P: int = 1, G: int = 1,
 
 
 def _oplus_runs(op: OPlus, insts: list[OPlusInstance],
-                tagged: Iterator[tuple[int, int, Any]]) -> Iterator[Item]:
+                tagged: Iterator[tuple[int, int, Any]], at_barrier: _Barriers
+                ) -> Iterator[Item]:
     """The O+ reading its (merged) input in runs for ``OPlusInstance.process_run``: the data
     tuples up to the next watermark, at most RUN of them (issue #16: every engine runs the
     kernels on runs of tuples, so ScaleJoin's and wordcount's kernels cover many tuples per
@@ -373,6 +424,10 @@ def _oplus_runs(op: OPlus, insts: list[OPlusInstance],
                 yield from _merged(insts)
                 yield ts, WATERMARK
                 continue
+            if type(v) is CheckpointBarrier:
+                yield from flush()
+                yield from at_barrier(ts, v)
+                continue
             run.append((ts, v, i))
             if len(run) >= RUN:
                 yield from flush()
@@ -386,7 +441,8 @@ def _oplus_runs(op: OPlus, insts: list[OPlusInstance],
 
 
 def _oplus_columnar(op: Any, up: Iterator[Item],
-                    registry: list[OPlusInstance] | None = None) -> Iterator[Item]:
+                    registry: list[OPlusInstance] | None = None, name: str = "",
+                    ckpt: Checkpointer | None = None) -> Iterator[Item]:
     """A columnar A+ (``Aggregate.columnar``): batches go through Arrow kernels as they come;
     tuples (from a reader upstream that takes tuples) are gathered into batches of up to
     :data:`RUN` first, cut at every watermark; windows leave as batches. Errors are reported
@@ -394,6 +450,7 @@ def _oplus_columnar(op: Any, up: Iterator[Item],
     inst = op.columnar_instance()
     if registry is not None:
         registry[:] = [inst]
+    at_barrier = _Barriers(name, [inst], ckpt)
     run: list[Item] = []
     ts = v = None
 
@@ -422,6 +479,9 @@ def _oplus_columnar(op: Any, up: Iterator[Item],
                 inst.advance(ts)
                 yield from flush()
                 yield ts, WATERMARK
+            elif type(v) is CheckpointBarrier:
+                yield from flush()
+                yield from at_barrier(ts, v, flush)
             else:
                 run.append((ts, v))
                 if len(run) >= RUN:
@@ -432,6 +492,32 @@ def _oplus_columnar(op: Any, up: Iterator[Item],
     except Exception as e:
         raise_user_error(op.name, ts, v if type(v) is not Batch else v.payloads[0], e)
     yield from flush()
+
+
+class _Barriers:
+    """An O+'s part at checkpoint barriers: on the first barrier of each epoch (a merge
+    delivers one per input, one after the other) its instances, which have processed every
+    tuple up to the cut, advance to the cut (everything after the barrier is later), emit
+    what that closes, snapshot and forward the barrier. Restores the instances on resume."""
+
+    def __init__(self, name: str, insts: list[OPlusInstance], ckpt: Checkpointer | None):
+        self.name, self.insts, self.ckpt = name, insts, ckpt
+        self.epoch = -1
+        if ckpt is not None and (blob := ckpt.restored(name)) is not None:
+            snapshot.restore(name, insts, blob)
+
+    def __call__(self, ts: Any, b: CheckpointBarrier,
+                 flush: Any = None) -> Iterator[Item]:
+        if b.epoch <= self.epoch:
+            return  # the same barrier from another input
+        self.epoch = b.epoch
+        for inst in self.insts:
+            inst.advance(b.cut)
+        # the outputs it closed, by the operator's own way out (tables for the columnar one)
+        yield from flush() if flush is not None else _merged(self.insts)
+        if self.ckpt is not None:
+            self.ckpt.snapshot(self.name, b.epoch, snapshot.snapshot(self.name, self.insts))
+        yield ts, b
 
 
 class _Failure:

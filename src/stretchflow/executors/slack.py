@@ -453,9 +453,9 @@ def run(flow: Flow, parallelism: int | Mapping[str, int] = 1, key_groups: int = 
         decisions: list[dict[str, Any]] = []
         t0 = time.perf_counter()
         R.latency.t0 = t0
-        for t in threads:
-            t.start()
-        try:
+        try:  # a signal while the threads start stops them too
+            for t in threads:
+                t.start()
             _monitor(R, threads, t0, metrics_interval, controller, deadline, paths, series,
                      decisions)
         except BaseException as e:  # noqa: BLE001  # a tuner's error stops the run like any other
@@ -463,7 +463,8 @@ def run(flow: Flow, parallelism: int | Mapping[str, int] = 1, key_groups: int = 
         finally:
             if control.stopped:
                 for t in threads:  # the aborted SSGs wake every blocked thread
-                    t.join(5)
+                    if t.ident is not None:  # started
+                        t.join(5)
     control.raise_error()
     elapsed = time.perf_counter() - t0
     return RunResult(

@@ -446,33 +446,37 @@ class VSNExecutor:
         sinks = [s for _, s in self.flow.sinks]
         # committed in the finally below unless a thread failed (its error is raised after)
         session = sink_session(sinks, failed=lambda: control.error is not None).open()
-        threads = [control.thread(self._source, node, name=f"source {node.name}")
-                   for node in self.flow.nodes if node.kind == "source"]
-        for vop in self.ops.values():
-            threads += [control.thread(vi.run, name=f"{vop.name}[{vi.j}]")
-                        for vi in vop.instances]
-        threads += [control.thread(self._sink, k, s, name=f"sink {s.name}")
-                    for k, s in enumerate(sinks)]
-        sampler = MetricsSampler(control, self.metrics_log, self.metrics_interval,
-                                 self._measure, self.controller, self._apply_decision)
+        threads: list[threading.Thread] = []
+        sampler: MetricsSampler | None = None
         t0 = self.t_start = self.metrics_log.t0 = self.latency.t0 = time.perf_counter()
-        for vop in self.ops.values():
-            self._last[vop] = self._sample(vop, t0)
-            self.metrics_log.parallelism_changed(vop.name, vop.parallelism, t0)
-        for t in threads:
-            t.start()
-        sampler.start()
-        try:
+        try:  # from here on, whatever stops the run (a signal too) ends the sinks below
+            threads = [control.thread(self._source, node, name=f"source {node.name}")
+                       for node in self.flow.nodes if node.kind == "source"]
+            for vop in self.ops.values():
+                threads += [control.thread(vi.run, name=f"{vop.name}[{vi.j}]")
+                            for vi in vop.instances]
+            threads += [control.thread(self._sink, k, s, name=f"sink {s.name}")
+                        for k, s in enumerate(sinks)]
+            sampler = MetricsSampler(control, self.metrics_log, self.metrics_interval,
+                                     self._measure, self.controller, self._apply_decision)
+            for vop in self.ops.values():
+                self._last[vop] = self._sample(vop, t0)
+                self.metrics_log.parallelism_changed(vop.name, vop.parallelism, t0)
+            for t in threads:
+                t.start()
+            sampler.start()
             if self.on_start is not None:
                 self.on_start(self)
             for t in threads:
                 t.join()
-        except BaseException as e:  # on_start failed, or the join was interrupted
+        except BaseException as e:  # on_start failed, or the start or join was interrupted
             control.fail(e)
             for t in threads:
-                t.join()
+                if t.ident is not None:  # started
+                    t.join()
         finally:
-            sampler.stop()
+            if sampler is not None:
+                sampler.stop()
             for vop in self.ops.values():  # requests a failure left pending hold no GC
                 vop.release_gc_holds()
             session.end()
