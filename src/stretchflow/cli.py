@@ -597,12 +597,30 @@ def _error_line(msg: str, plain: bool = False) -> None:
               highlight=False, soft_wrap=True)
 
 
+def _error_message(e: Exception) -> str | None:
+    """The one line an error of a command prints, or None for an unexpected one. A Spark
+    failure (its JVM out of memory or dead, a Py4J error) is said as such with its log file —
+    not as the ``Connection refused`` a dead JVM leaves — whichever command ran Spark."""
+    if "stretchflow.spark.errors" in sys.modules:  # imported when a Spark session starts
+        from .spark.errors import explain
+
+        failure = explain(e)
+        if failure is not None:
+            return str(failure)
+    if isinstance(e, (StretchflowError, ValueError, OSError)):
+        return str(e)
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
-    except (StretchflowError, ValueError, OSError) as e:
-        _error_line(str(e))
+    except Exception as e:
+        msg = _error_message(e)
+        if msg is None:
+            raise  # a bug: its traceback shows
+        _error_line(msg)
         return 2
     except Interrupted as e:
         _error_line(f"{e} {e.detail}".rstrip() if e.detail else str(e), plain=True)

@@ -55,6 +55,12 @@ def _speed(quick: bool, out_dir: str | None) -> Path:
     return speed.run(quick=quick, out_dir=out_dir)
 
 
+def _checkpoint(quick: bool, out_dir: str | None) -> Path:
+    from . import checkpoint
+
+    return checkpoint.run(quick=quick, out_dir=out_dir)
+
+
 def _peers(quick: bool, out_dir: str | None) -> Path:
     from . import peers
 
@@ -83,6 +89,8 @@ BENCHMARKS: dict[str, tuple[str, str, Callable[[bool, str | None], Path]]] = {
                   "STRETCH Q6", _elastic("hedge")),
     "speed": ("the pane loop (1T), reference, vsn, sn, ordered and spark, whole processes",
               "issue #16", _speed),
+    "checkpoint": ("checkpoint overhead (every 1 s, every N tuples) and restore after "
+                   "SIGKILL, whole processes", "issue #17", _checkpoint),
     "peers": ("streamz, Bytewax, PyFlink, Spark DataFrames vs stretchflow, own venvs",
               "issue #20", _peers),
 }
@@ -101,6 +109,6 @@ def _register_suites() -> None:
 
 _register_suites()
 
-#: experiments that compare every engine (named after what they measure, not an engine);
-#: ``stretchflow bench NAME`` runs one
-CROSS_ENGINE: tuple[str, ...] = ("speed", "peers")
+#: experiments named after what they measure, not an engine (they compare engines, or measure
+#: a feature on every engine that has it: checkpoint); ``stretchflow bench NAME`` runs one
+CROSS_ENGINE: tuple[str, ...] = ("speed", "peers", "checkpoint")

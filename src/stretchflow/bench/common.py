@@ -68,7 +68,8 @@ def peak_rss_mb() -> float:
 
 def git_commit() -> tuple[str | None, bool | None]:
     """The commit HEAD of the checkout the package runs from and whether its work tree has
-    changes (``None, None`` outside a git checkout or without git)."""
+    changes (``None, None`` outside a git checkout or without git). Results files do not
+    count: a benchmark writes them (its plot, before its JSON) while it runs."""
     root = Path(__file__).resolve().parents[3]
     try:
         head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"],
@@ -76,7 +77,8 @@ def git_commit() -> tuple[str | None, bool | None]:
         if head.returncode != 0:
             return None, None
         dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
-                                "--untracked-files=no"],
+                                "--untracked-files=no", "--", ".",
+                                ":(exclude)benchmarks/results"],
                                capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None, None

@@ -382,3 +382,51 @@ def _peers(d: Doc) -> str:
                             "peak RSS of its largest process, MB (median)",
                             "output = reference's"], rows))
     return "\n\n".join(out)
+
+
+# ---- checkpoints (issue #17) ----------------------------------------------------------------
+
+@renderer("checkpoint", "checkpoint")
+def _checkpoint(d: Doc) -> str:
+    m, p = d["metrics"], d["parameters"]
+    rows = []
+    for var in p["variants"]:
+        r = m.get(var)
+        if not isinstance(r, dict):
+            continue
+        base = r.get("compared_with")
+        rows.append([f"`{var}`", f"`{r['flags']}`", r["checkpoint_every"] or "none",
+                     spread(r["checkpoints"]), spread(r["own_s"], f2), spread(r["wall_s"], f2),
+                     n0(r["tuples_per_s"]["median"]),
+                     f2(r["throughput_ratio"]) if base else "1 (baseline)",
+                     spread(r["throughput_ratio_per_round"], f2) if base else "—",
+                     ("yes" if r["outputs_identical"] else "**no**") + f", {r['comparison']}"
+                     if base else "—"])
+    t = m["target"]
+    vsn = m["vsn_checkpoint"]
+    if vsn == "measured":
+        vsn = "takes `--checkpoint`, measured at Π = 1"
+    met = verdict(t["throughput_ratio"], t["min_throughput_ratio"])
+    head = (f"wordcount on {n0(m['rows'])} generated tweets, {p['rounds']} rounds of whole "
+            f"`stretchflow run` processes, variants rotating; throughput = input tuples / the "
+            f"run's own time (first read to last write, the publish of the held output "
+            f"included); ratio = median throughput with checkpoints / median without, same "
+            f"path. Target: `{t['variant']}` at least {f2(t['min_throughput_ratio'])} of the "
+            f"throughput without checkpoints: {met} "
+            f"({f2(t['throughput_ratio'])}). vsn: {vsn}.")
+    rs = m["restore"]
+    restore = (f"**Restore** ({len(rs['repeats'])} repeats; {rs['definition']}): killed at "
+               f"{f2(rs['cut_fraction']['median'])} of the input (checkpoint every "
+               f"{n0(int(rs['checkpoint_every']))} tuples); resumed run "
+               f"{spread(rs['resume_wall_s'], f2)} s, fresh run of the rest "
+               f"{spread(rs['fresh_rest_wall_s'], f2)} s, restore overhead "
+               f"{spread(rs['restore_overhead_s'], f2)} s (median (min–max)); resumed output "
+               f"= uninterrupted run's, byte for byte: "
+               f"{'yes' if rs['outputs_identical'] else '**no**'}.")
+    return (head + "\n\n"
+            + table(["variant", "flags", "checkpoint every", "checkpoints: median (min–max)",
+                     "own time, s: median (min–max)", "whole process, s: median (min–max)",
+                     "tuples/s (median)", "throughput vs without (ratio of medians)",
+                     "per-round ratios: median (min–max)",
+                     "output = without's"], rows)
+            + "\n\n" + restore)

@@ -55,8 +55,28 @@ def run(flow: Flow, parallelism: int | None = None, key_groups: int | None = Non
     ``max_files_per_trigger`` files per micro-batch), or over the rate source's ``rows`` rows
     (a micro-batch per second), checkpointed in ``checkpoint`` (a fresh temporary directory if
     None; reuse one to resume a stopped query). Its state has ``spark.sql.shuffle.partitions``
-    partitions."""
+    partitions.
+
+    A failure of Spark itself (its JVM out of memory or dead, a Spark error) is one
+    :class:`stretchflow.spark.errors.SparkFailure` naming the cause and Spark's log file
+    (where all of Spark's output goes); a user function's or an input's error is the same
+    OperatorError or SourceError as on the local engines."""
+    from ..spark.errors import explain
+
+    try:
+        return _run(flow, parallelism, key_groups, master, spark_conf, checkpoint,
+                    max_files_per_trigger)
+    except Exception as e:
+        failure = explain(e)
+        if failure is None:
+            raise
+        raise failure from None  # the cause is in Spark's log; e stays as __context__
+
+
+def _run(flow: Flow, parallelism: int | None, key_groups: int | None, master: str | None,
+         spark_conf: Any, checkpoint: str | None, max_files_per_trigger: int) -> RunResult:
     from ..spark.batch import run_batch
+    from ..spark.errors import log_path
     from ..spark.session import get_session
 
     flow.validate()
@@ -73,7 +93,8 @@ def run(flow: Flow, parallelism: int | None = None, key_groups: int | None = Non
         raise FlowDefinitionError(f"partitions ({P}) and key groups ({G}) must be >= 1")
     t1 = time.perf_counter()
     extra: dict[str, Any] = {"session_start_s": t_session, "partitions": P, "key_groups": G,
-                             "master": spark.sparkContext.master}
+                             "master": spark.sparkContext.master,
+                             "spark_log": str(log_path())}  # Spark's own output
     if streaming:
         from ..spark.streaming import run_stream
 

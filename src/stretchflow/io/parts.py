@@ -85,7 +85,8 @@ def check_output_path(path: str | os.PathLike) -> Path:
     return p
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """Makes a rename or a new file in directory ``path`` durable (fsync of the directory)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -93,7 +94,7 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
+def write_atomic(path: Path, data: bytes) -> None:
     """``data`` at ``path`` all or nothing: temp file, fsync, rename, directory fsync."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     with open(tmp, "wb") as f:
@@ -101,7 +102,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
@@ -262,13 +263,13 @@ class PartWriter:
         with open(tmp, "rb") as f:  # the sink closed it: fsync through a new descriptor
             os.fsync(f.fileno())
         os.replace(tmp, final)
-        _fsync_dir(self.path)
+        fsync_dir(self.path)
         self.manifest["parts"][key] = len(items)
         self._save()
         return len(items)
 
     def _save(self) -> None:
-        _write_atomic(self.path / MANIFEST, json.dumps(self.manifest).encode())
+        write_atomic(self.path / MANIFEST, json.dumps(self.manifest).encode())
 
     def close(self) -> None:
         if self._lock is not None:

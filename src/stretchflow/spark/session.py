@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..errors import EngineUnavailableError
+from . import errors
 
 #: Settings every session gets (a user's ``--spark-conf`` overrides them).
 DEFAULT_CONF: dict[str, str] = {
@@ -67,6 +68,12 @@ def check_java() -> str:
         exe = os.path.join(home, "bin", "java")
         if os.path.exists(exe):
             return exe
+        # Spark's launch scripts run $JAVA_HOME/bin/java whenever JAVA_HOME is set: a java on
+        # the PATH would not be used, so the start would fail after a wait with a shell error
+        raise EngineUnavailableError(
+            f"the spark engine cannot start: JAVA_HOME={home} has no bin/java; point JAVA_HOME "
+            f"at a Java 17 or 21 installation, or unset it to use the java on the PATH"
+        )
     exe = shutil.which("java")
     if exe is None:
         raise EngineUnavailableError(
@@ -119,17 +126,27 @@ def get_session(master: str | None = None, conf: dict[str, str] | None = None,
 
     settings = dict(DEFAULT_CONF)
     settings["spark.sql.shuffle.partitions"] = str(default_partitions(want))
-    level = os.environ.get("STRETCHFLOW_SPARK_LOG", "ERROR")
+    # the level of Spark's log file (errors.log_path), not of the terminal: Spark's output
+    # never reaches the terminal, so WARN costs nothing there and helps explain a failure
+    level = os.environ.get("STRETCHFLOW_SPARK_LOG", "WARN")
     settings["spark.driver.extraJavaOptions"] = (
         f"-Dlog4j2.configurationFile=file:{_log4j_file(level)}")
     settings.update(conf or {})
+    settings["spark.master"] = want
+    settings["spark.app.name"] = app_name
+    # the JVM is started here, its stdout and stderr going to the log file; getOrCreate then
+    # finds it running (PySpark would start it with the terminal as its stderr)
+    errors.launch_gateway(settings)
     builder = SparkSession.builder.master(want).appName(app_name)
     for k, v in settings.items():
         builder = builder.config(k, v)
     try:
         spark = builder.getOrCreate()
     except Exception as e:
-        raise EngineUnavailableError(f"cannot start Spark on {want!r}: {e}") from e
+        raise EngineUnavailableError(
+            f"cannot start Spark on {want!r}: {errors.root_cause(str(e))}; Spark's log: "
+            f"{errors.log_path()}") from e
+    errors.quiet_accumulator_server(spark.sparkContext)
     spark.sparkContext.setLogLevel(level)
     _warm_up(spark)
     _session, _master = spark, want
@@ -145,8 +162,7 @@ def _warm_up(spark: Any) -> None:
         (spark.range(0, 4 * n, numPartitions=n).mapInArrow(_warm_kernel, "id long")
          .repartition(n, "id").mapInArrow(_warm_kernel, "id long").count())
     except Exception as e:  # not fatal here: the real job will report the cause
-        if os.environ.get("STRETCHFLOW_SPARK_LOG"):
-            print(f"stretchflow: Spark warm-up failed: {e}", file=sys.stderr)
+        errors.write_log(f"stretchflow: Spark warm-up failed: {errors.safe_str(e)}\n")
 
 
 def _warm_kernel(batches: Any) -> Any:
