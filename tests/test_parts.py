@@ -120,6 +120,18 @@ def test_a_plain_file_at_the_output_path_is_never_replaced(tmp_path):
     assert (other / "x.txt").read_text() == "keep"
 
 
+def test_a_directory_a_killed_run_was_creating_opens_as_new(tmp_path):
+    # killed before its first manifest: the lock and a temp file, nothing committed
+    d = tmp_path / "o.jsonl"
+    d.mkdir()
+    (d / "_lock").write_text("")
+    (d / ".part-00000000.jsonl.tmp-99999").write_text('{"ts": 1, "half')
+    w = PartWriter(d)
+    w.commit(0, [(5, {"a": 1})])
+    w.close()
+    assert [r["ts"] for r in read_parts(d)] == [5]
+
+
 def test_one_writer_at_a_time(tmp_path):
     w = PartWriter(tmp_path / "o.jsonl")
     with pytest.raises(StretchflowError, match="another run is writing"):

@@ -240,7 +240,13 @@ ENGINES: dict[str, EngineSpec] = {e.name: e for e in (
               default="64 (2048 for an O+ whose kernels take runs)", metavar="N"),
          _opt("columnar", "batches through Arrow kernels for an O+ that has columnar forms "
               "(on: at parallelism 1 on the reference engine, at any on vsn) or tuple at a "
-              "time (off)", choices=("on", "off"), default="on"))),
+              "time (off)", choices=("on", "off"), default="on"),
+         _opt("checkpoint", "the checkpoint directory: checkpoints are written there and a "
+              "run given a directory that holds one resumes from it, at any parallelism "
+              "(docs/checkpoints.md)", metavar="DIR"),
+         _opt("checkpoint_every", "how often to checkpoint: N (input tuples), Ns or Nms "
+              "(seconds of processing time)", _checkpoint_every, _checkpoint_every,
+              default="10s", metavar="EVERY"))),
     EngineSpec(
         "sn", "stretchflow.executors.sn",
         "shared-nothing channels (threads or processes), splitter/merger, state migration",

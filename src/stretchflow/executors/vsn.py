@@ -56,6 +56,7 @@ from ..runtime import (
     raise_user_error,
     sink_session,
 )
+from ..runtime.checkpoint import CheckpointBarrier
 from ..runtime.pump import write_items
 from .plan import PhysicalPlan, Pusher, Tagged
 from .vsn_batches import BatchAwareInlets, plan_batches, spread_in_entries
@@ -90,6 +91,7 @@ class VSNInstance:
         self.inst.group_hits = [0] * vop.G
         self.connected = j in vop.O
         self.e = 0
+        self.ckpt_epoch = 0  # the latest checkpoint barrier passed (vsn_checkpoint)
         self.trigger_ts: float | None = None  # the ts of the control tuple of the switch
         self.prefix: list | None = None
         self.remaining: list | None = None
@@ -150,6 +152,9 @@ class VSNInstance:
                     self.processed += n
                     return False
                 continue
+            if kind is CheckpointBarrier:
+                self.vop.checkpoints.at_barrier(self, ts, p)
+                continue
             n += 1
             try:
                 if p is WATERMARK:
@@ -175,7 +180,7 @@ class VSNInstance:
             if kind is Control:
                 self._run(run)
                 return self._process(items[idx:])
-            if p is WATERMARK:
+            if p is WATERMARK or kind is CheckpointBarrier:
                 self._run(run)
                 run = []
                 self._process(items[idx:idx + 1])
@@ -195,6 +200,9 @@ class VSNInstance:
             if kind is Control:
                 if p.epoch > self.e and not self._switch(p, ts, items, idx + 1):
                     return False
+                continue
+            if kind is CheckpointBarrier:
+                self.vop.checkpoints.at_barrier(self, ts, p)
                 continue
             try:
                 if kind is Batch:
@@ -264,6 +272,7 @@ class VSNInstance:
         self.inst.saw_time(acting.W_bar)
         self.inst.set_assignment(list(ctrl.assign))
         self.e = ctrl.epoch
+        self.ckpt_epoch = acting.ckpt_epoch  # its barriers' later copies are passed too
         self.prefix = list(acting.remaining)
         self.last_wm = acting.last_wm
         joined = getattr(self.inst, "joined", None)
@@ -307,7 +316,8 @@ class VSNExecutor:
                  metrics_interval: float = 1.0,
                  on_start: Callable[[VSNExecutor], None] | None = None,
                  defer_gc: bool = True, max_spread: int | None = None,
-                 columnar: str = "on"):
+                 columnar: str = "on", checkpoint: Any = None,
+                 checkpoint_every: Any = None):
         self.flow = flow
         self.defer_gc = defer_gc  # no cyclic GC pause inside a reconfiguration (gc_hold.py)
         steps = sorted(reconfigure or [])
@@ -358,6 +368,13 @@ class VSNExecutor:
         self.t_start = 0.0
         self._by_name = {vop.name: vop for vop in self.ops.values()}
         self._last: dict[VSNOperator, tuple[float, list[float], int, float]] = {}
+        self.checkpoints = None  # checkpoints and resume (vsn_checkpoint, docs/checkpoints.md)
+        if checkpoint is not None:
+            from .vsn_checkpoint import VSNCheckpoints
+
+            self.checkpoints = VSNCheckpoints(self, checkpoint, checkpoint_every, columnar)
+        elif checkpoint_every is not None:
+            raise FlowDefinitionError("checkpoint_every needs checkpoint (the directory)")
 
     def _producer_ids(self, node: Node) -> list[Hashable]:
         if node.kind == "source":
@@ -376,11 +393,14 @@ class VSNExecutor:
     # -- threads -------------------------------------------------------------------------------
     def _source(self, node: Node) -> None:
         pusher = self.plan.pusher(node, ("source", node.name))
-        pump = SourcePump(node.spec, pusher.push, self.control, schedule=self.schedule,
+        spec, push, batches = node.spec, pusher.push, self.batches.get(node)
+        if self.checkpoints is not None:  # barriers in the stream, skipping on resume
+            spec, push, batches = self.checkpoints.pump_args(node, pusher, batches)
+        pump = SourcePump(spec, push, self.control, schedule=self.schedule,
                           on_due=self._scheduled, clock=self.clock, batch=BATCH,
                           delay=BATCH_DELAY)
-        if node in self.batches:
-            pump.run_batches(self.batches[node])
+        if batches is not None:
+            pump.run_batches(batches)
         else:
             pump.run()
         pusher.close()
@@ -393,6 +413,8 @@ class VSNExecutor:
             vop.send(recs[-1])
 
     def _sink(self, k: int, sink: Any) -> None:
+        if self.checkpoints is not None:  # output held per epoch, published at the end
+            return self.checkpoints.sink(k, sink)
         esg = self.plan.inlets[("sink", k)].esg
         reader = ("sink", k)
         control, clock, latency = self.control, self.clock, self.latency
@@ -445,7 +467,8 @@ class VSNExecutor:
         control = self.control
         sinks = [s for _, s in self.flow.sinks]
         # committed in the finally below unless a thread failed (its error is raised after)
-        session = sink_session(sinks, failed=lambda: control.error is not None).open()
+        session = (sink_session(sinks, failed=lambda: control.error is not None).open()
+                   if self.checkpoints is None else None)
         threads: list[threading.Thread] = []
         sampler: MetricsSampler | None = None
         t0 = self.t_start = self.metrics_log.t0 = self.latency.t0 = time.perf_counter()
@@ -479,7 +502,10 @@ class VSNExecutor:
                 sampler.stop()
             for vop in self.ops.values():  # requests a failure left pending hold no GC
                 vop.release_gc_holds()
-            session.end()
+            if session is not None:
+                session.end()
+            if self.checkpoints is not None:
+                self.checkpoints.end(control.error is None)
         elapsed = time.perf_counter() - t0
         control.raise_error()
         return self._result(elapsed, sinks)
@@ -508,6 +534,8 @@ class VSNExecutor:
                 "instances": {v.name: [{"j": vi.j, "tuples": vi.processed,
                                         "busy_s": round(vi.busy, 4)} for vi in v.instances]
                               for v in ops},
+                **({"checkpoints": self.checkpoints.ckpt.taken}
+                   if self.checkpoints is not None else {}),
             },
         )
 
@@ -525,7 +553,8 @@ def run(flow: Flow, parallelism: int = 1, max_parallelism: int | None = None,
         controller_options: dict[str, Any] | None = None, metrics_interval: float = 1.0,
         on_start: Callable[[VSNExecutor], None] | None = None,
         defer_gc: bool = True, max_spread: int | None = None,
-        columnar: str = "on") -> RunResult:
+        columnar: str = "on", checkpoint: str | None = None,
+        checkpoint_every: Any = None) -> RunResult:
     """Runs ``flow`` on the VSN engine (the options are ``stretchflow.engines``' vsn spec).
 
     Args:
@@ -553,6 +582,9 @@ def run(flow: Flow, parallelism: int = 1, max_parallelism: int | None = None,
         columnar: ``"off"`` runs every O+ on tuples even where it has columnar forms
             (``"on"``: an A+ with columnar forms reading a batch-capable file source takes
             whole batches through Arrow kernels, :mod:`~stretchflow.operators.columnar_shared`).
+        checkpoint: a directory: checkpoints are written there, and a run given one that
+            holds a checkpoint resumes from it (docs/checkpoints.md).
+        checkpoint_every: how often: N input tuples, ``"Ns"`` or ``"Nms"`` (default 10 s).
 
     ``RunResult.extra`` has the runtime's keys (``parallelism``, ``parallelism_series``,
     ``reconfigurations`` with vsn's ``trigger_ts`` and ``key_groups_per_instance``,
@@ -574,7 +606,7 @@ def run(flow: Flow, parallelism: int = 1, max_parallelism: int | None = None,
             raise FlowDefinitionError(f"controller {controller!r}: {e}") from None
     return VSNExecutor(flow, parallelism, max_parallelism, key_groups, capacity,
                        parse_schedule(reconfigure), controller, metrics_interval, on_start,
-                       defer_gc, max_spread, columnar).run()
+                       defer_gc, max_spread, columnar, checkpoint, checkpoint_every).run()
 
 
 def _spread(max_spread: int | None, runs: bool) -> int | None:

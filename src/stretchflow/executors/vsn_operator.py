@@ -157,6 +157,9 @@ class VSNOperator:
         #: whether the instances' output batches go out as tuples (a consumer takes tuples)
         self.explode_outputs = False
         self.instances: list[VSNInstance] = []  # set by the executor
+        #: the run's :class:`~stretchflow.executors.vsn_checkpoint.VSNCheckpoints` (checkpoint
+        #: barriers in ESG_in), or None
+        self.checkpoints: Any = None
 
     @property
     def parallelism(self) -> int:

@@ -77,12 +77,19 @@ def check_output_path(path: str | os.PathLike) -> Path:
             f"--output {p}: a streaming run writes a directory of part files at this path "
             f"(read it with `stretchflow cat {p}`), and a file is there, probably from an "
             f"earlier non-streaming run; move or delete it, or give another --output")
+    # a directory a killed run was creating holds its lock and temp files at most (the
+    # manifest is written last): nothing in it was committed, so it opens as new
     if p.is_dir() and not is_part_dir(p) and any(
-            c.name != LOCK for c in p.iterdir()):
+            c.name != LOCK and not _is_temp(c.name) for c in p.iterdir()):
         raise StretchflowError(
             f"--output {p}: the directory is not empty and is not a stretchflow part "
             f"directory (no {MANIFEST}); give a new or empty directory")
     return p
+
+
+def _is_temp(name: str) -> bool:
+    """A temporary file :func:`write_atomic` writes (``.NAME.tmp-PID``)."""
+    return name.startswith(".") and ".tmp-" in name
 
 
 def fsync_dir(path: Path) -> None:

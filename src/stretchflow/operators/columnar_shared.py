@@ -94,6 +94,9 @@ class ColumnarShared:
         self.next_l: dict[int, float] = {}
         self._key_types: list[Any] | None = None
         self.stopped = False
+        #: checkpoint cuts whose barrier is in ESG_in but not yet snapshotted: no helper
+        #: sums a batch past the first (the snapshot holds exactly the batches <= the cut)
+        self.fences: deque[float] = deque()
 
     # -- the accumulate step, shared -----------------------------------------------------------
     def offer(self, batches: list[Batch]) -> None:
@@ -133,7 +136,7 @@ class ColumnarShared:
 
     def _claim(self) -> tuple[Batch, _Prep] | None:
         self._prune()
-        if not self.pending:
+        if not self.pending or (self.fences and self.pending[0].first > self.fences[0]):
             return None
         b = self.pending.popleft()
         prep = b.memo = _Prep()
@@ -154,6 +157,18 @@ class ColumnarShared:
             for s, part in parts:
                 self.parts.setdefault(s, []).append(part)
             prep.done = True
+            self.cond.notify_all()
+
+    def fence_at(self, cut: float) -> None:
+        """A checkpoint barrier for ``cut`` enters ESG_in (before the batches after it)."""
+        with self.lock:
+            self.fences.append(cut)
+
+    def unfence(self) -> None:
+        """The earliest fenced checkpoint is snapshotted: helpers may sum past it."""
+        with self.lock:
+            if self.fences:
+                self.fences.popleft()
             self.cond.notify_all()
 
     def stop(self) -> None:

@@ -50,7 +50,8 @@ from typing import Any
 from ..batch import Batch
 from ..errors import FlowDefinitionError, StretchflowError
 from ..eventtime import WATERMARK
-from ..io.parts import PartWriter, part_name
+from ..io.parts import MANIFEST as PARTS_MANIFEST
+from ..io.parts import PartWriter, fsync_dir, part_name, write_atomic
 from ..io.sinks import JsonLinesSink
 from .control import Barrier
 
@@ -102,25 +103,6 @@ def parse_every(text: Any) -> tuple[str, float]:
     if not (isinstance(amount, int | float) and amount > 0 and math.isfinite(amount)):
         raise FlowDefinitionError(f"checkpoint_every must be positive, got {text!r}")
     return kind, amount
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """``data`` at ``path`` all or nothing: temp file, fsync, rename, directory fsync."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
 
 
 # -- what a checkpoint belongs to --------------------------------------------------------------
@@ -297,6 +279,8 @@ class Checkpointer:
         self.restored_cut: int | None = self.manifest["cut"] if self.manifest else None
         self.offsets_in: dict[str, int] = self.manifest["offsets"] if self.manifest else {}
         self.plan = Cuts(self.every, base)
+        for j in range(len(self.sinks)):
+            _unborn_parts(self.path / f"output-{j}")
         self.writers = [EpochParts(self.path / f"output-{j}", ".jsonl")
                         for j in range(len(self.sinks))]
         for w in self.writers:  # parts after the checkpoint: their epochs are replayed
@@ -595,6 +579,16 @@ class EpochParts(PartWriter):
 def _tag(items: Iterator[Any], j: int) -> Iterator[tuple[Any, int, Any]]:
     for ts, v in items:
         yield ts, j, v
+
+
+def _unborn_parts(path: Path) -> None:
+    """A part directory a killed run was creating (its manifest not yet written: a temp file
+    and the lock at most), emptied so that it opens as new (nothing in it was committed; the
+    checkpoint directory's lock keeps every other run out)."""
+    if path.is_dir() and not (path / PARTS_MANIFEST).exists():
+        for f in path.iterdir():
+            if f.name == "_lock" or (f.name.startswith(".") and ".tmp-" in f.name):
+                f.unlink(missing_ok=True)
 
 
 def _remove_stale_temps(target: Path | None) -> None:

@@ -1,0 +1,374 @@
+"""Checkpoints and resume on the VSN engine (issue #17): the threaded side of
+:mod:`stretchflow.runtime.checkpoint` (docs/checkpoints.md, "The VSN engine").
+
+The cut is the same as on the reference engine, "every input tuple with ts <= T", carried by
+the control tuple ``(T + 0.5, CheckpointBarrier(e, T))`` that each source puts after its last
+tuple <= T. Here the sources run on threads of their own, so the cut T must be chosen at or
+after every position any source has reached: :class:`VSNCheckpointer` has each source publish
+its timestamp under a lock before it yields a tuple, and :class:`ThreadedCuts` picks T as the
+largest published one under that lock (a source that yields a tuple at ts has published ts, so
+either the cut sees it, T >= ts, or the source sees the cut before yielding it).
+
+A barrier bypasses the stateless operators fused onto the source thread (they would apply
+their function to it): it goes straight into every inlet the producer reaches. The ESG orders
+entries by timestamp, so every connected instance of an O+ reads the first barrier of epoch e
+at the same position of ESG_in, after every tuple <= T of every source. There
+(:meth:`VSNCheckpoints.at_barrier`) the instance advances W to T and emits what that closes,
+waits with the other connected instances (a barrier of the operator, like a reconfiguration's:
+exactly one acts), the acting one snapshots σ and every connected instance's progress, then
+each forwards the barrier into ESG_out. A sink thread commits its part e on the first barrier
+of epoch e it reads (ESG_out's readiness puts it after every output <= T of every producer);
+the checkpoint is written once every sink has (:meth:`Checkpointer._checkpoint`).
+
+Reconfigurations: a control tuple and a checkpoint barrier are both positions of ESG_in, read
+by every connected instance in the same order; whichever comes first is done first. A
+checkpoint barrier's parties are the instances connected at its position; an instance joining
+at a control tuple starts with the acting instance's last checkpoint epoch, so the later
+copies of a barrier it already passed (one per source) are ignored by it too. Checkpoint
+epochs and reconfiguration epochs are separate counters; the latest-control-tuple rule of
+reconfigurations does not see checkpoint barriers. On resume the operators start at the run's
+``parallelism`` (σ by key group under the new f_μ); ``--reconfigure`` counts the input tuples
+of the resumed run only (a step is a parallelism, not part of the output).
+
+A columnar O+ (whole batches through the shared columnar σ): instances waiting for a batch
+another one sums help by summing later batches; a fence (:meth:`ColumnarShared.fence_at`)
+keeps them from summing a batch past a cut not yet snapshotted, so the snapshot of its
+partials holds exactly the batches <= T.
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+import threading
+from collections.abc import Callable, Hashable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from ..batch import Batch
+from ..buffers.esg import END
+from ..errors import StretchflowError
+from ..eventtime import WATERMARK
+from ..operators import snapshot
+from ..runtime import Stopped, raise_user_error
+from ..runtime.checkpoint import CheckpointBarrier, Checkpointer, Cuts
+
+if TYPE_CHECKING:
+    from ..flow import Node
+    from .vsn import VSNExecutor, VSNInstance
+    from .vsn_operator import VSNOperator
+
+BARRIER_TIMEOUT = 120.0
+SINK_BATCH = 4096
+
+
+class ThreadedCuts(Cuts):
+    """:class:`Cuts` for sources on threads: T is the largest timestamp any source has
+    published (under ``lock``), above the restored cut."""
+
+    def __init__(self, every: tuple[str, float], base: int, lock: threading.Lock,
+                 pos: dict[str, float], floor: float):
+        super().__init__(every, base)
+        self.lock = lock
+        self.pos = pos
+        self.floor = floor
+
+    def progress(self, n: int, ts: int) -> None:
+        with self.lock:
+            before = len(self.cuts)
+            self.latest = max(self.pos.values(), default=-math.inf)
+            super().progress(n, self.latest)  # type: ignore[arg-type]
+            if len(self.cuts) > before and self.cuts[-1] <= self.floor:
+                self.cuts.pop()  # nothing read past the restored cut yet
+
+
+class VSNCheckpointer(Checkpointer):
+    """A :class:`Checkpointer` whose sources, operators and sinks run on threads."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        self.lock = threading.Lock()
+        self.pos: dict[str, float] = {}
+        self.fresh: dict[str, bool] = {}  # a source yielded a barrier since its last push
+        super().__init__(*args, **kwargs)
+        floor = self.restored_cut if self.restored_cut is not None else -math.inf
+        self.plan = ThreadedCuts(self.every, self.plan.base, self.lock, self.pos, floor)
+
+    def _published(self, name: str, items: Iterator[Any], ts_of: Callable[[Any], Any]
+                   ) -> Iterator[Any]:
+        """``items``, each after its timestamp is published (see the module doc)."""
+        lock, pos = self.lock, self.pos
+        last = None
+        for item in items:
+            ts = ts_of(item)
+            if ts != last:
+                with lock:
+                    pos[name] = ts
+                last = ts
+            yield item
+
+    def source(self, name: str, items: Iterator[Any], counter: list[int]) -> Iterator[Any]:
+        return super().source(name, self._published(name, items, _first), counter)
+
+    def batches(self, name: str, batches: Iterator[Batch], counter: list[int]
+                ) -> Iterator[Any]:
+        return super().batches(name, self._published(name, batches, _last), counter)
+
+    def _barrier(self, name: str, k: int, n: int) -> tuple[float, CheckpointBarrier]:
+        with self.lock:
+            self.fresh[name] = True
+            return super()._barrier(name, k, n)
+
+    def snapshot(self, node: str, epoch: int, data: bytes) -> None:
+        with self.lock:
+            super().snapshot(node, epoch, data)
+
+    def sink_barrier(self, j: int, b: CheckpointBarrier, chunks: list[Any]) -> None:
+        """Sink ``j`` read the first barrier of epoch ``b.epoch``: its part, and the
+        checkpoint if every sink has committed its part of it."""
+        self.writers[j].commit_chunks(b.epoch, chunks)
+        with self.lock:
+            done = self.done.setdefault(b.epoch, set())
+            done.add(j)
+            complete = len(done) == len(self.sinks)
+        if complete:  # exactly one sink thread gets here per epoch
+            with self.lock:
+                self._checkpoint(b.epoch, b.cut)
+
+    def sink_end(self, j: int, chunks: list[Any]) -> None:
+        """Sink ``j``'s input ended: the output after its last barrier is the last part
+        (every source has ended, so no cut comes any more)."""
+        self.writers[j].commit_chunks(self.plan.base + len(self.plan.cuts) + 1, chunks)
+
+
+def _first(item: Any) -> Any:
+    return item[0]
+
+
+def _last(b: Batch) -> Any:
+    return b.last
+
+
+def _forward(pid: Hashable, inlets: list[Any], item: tuple[float, CheckpointBarrier]) -> None:
+    """A barrier into every inlet a producer reaches, past any stateless operator."""
+    seen: set[int] = set()
+    for inlet in inlets:
+        if id(inlet) not in seen:
+            seen.add(id(inlet))
+            fence = getattr(inlet, "fence", None)
+            if fence is not None:
+                fence(item[1].cut)
+            inlet.push(pid, [item])
+
+
+class _Proxy:
+    """A source whose ``items()`` are the checkpointer's (the pump reads its attributes)."""
+
+    def __init__(self, spec: Any, items: Callable[[], Iterator[Any]]):
+        self._spec = spec
+        self.items = items
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._spec, name)
+
+
+class VSNCheckpoints:
+    """One VSN run's checkpoints: wraps its sources, acts at barriers, runs its sinks."""
+
+    def __init__(self, ex: VSNExecutor, path: Any, every: Any, columnar: str):
+        self.ex = ex
+        self.ckpt = VSNCheckpointer(path, every, ex.flow, {"columnar": columnar},
+                                    [vop.name for vop in ex.ops.values()])
+        try:
+            for vop in ex.ops.values():
+                vop.checkpoints = self
+                if vop.columnar_state is not None:
+                    sh = vop.columnar_state
+                    vop.inlet.fence = sh.fence_at  # type: ignore[attr-defined]
+                blob = self.ckpt.restored(vop.name)
+                if blob is not None:
+                    self._restore(vop, blob)
+        except BaseException:
+            self.ckpt.close()
+            raise
+
+    # -- sources -------------------------------------------------------------------------------
+    def pump_args(self, node: Node, pusher: Any, batches: Any
+                  ) -> tuple[Any, Callable[[list[Any]], None], Any]:
+        """(the source for the pump, its push, its batches or None) for source ``node``."""
+        ckpt, name = self.ckpt, node.name
+        pid, inlets = pusher.pid, pusher.inlets()
+        counter = [0]
+        if batches is not None:
+            def gen() -> Iterator[Batch]:
+                for item in ckpt.batches(name, batches, counter):
+                    if type(item[1]) is CheckpointBarrier:
+                        _forward(pid, inlets, item)  # the batches before it are pushed
+                    else:
+                        yield item[1]
+            return node.spec, pusher.push, gen()
+
+        def push(batch: list[Any]) -> None:
+            if not ckpt.fresh.get(name):
+                pusher.push(batch)
+                return
+            ckpt.fresh[name] = False
+            seg: list[Any] = []
+            for item in batch:
+                if type(item[1]) is CheckpointBarrier:
+                    pusher.push(seg)
+                    seg = []
+                    _forward(pid, inlets, item)
+                else:
+                    seg.append(item)
+            pusher.push(seg)
+
+        proxy = _Proxy(node.spec, lambda: ckpt.source(name, node.spec.items(), counter))
+        return proxy, push, None
+
+    # -- operators -----------------------------------------------------------------------------
+    def at_barrier(self, vi: VSNInstance, ts: float, b: CheckpointBarrier) -> None:
+        """Instance ``vi`` read checkpoint barrier ``(ts, b)`` (see the module doc)."""
+        if b.epoch <= vi.ckpt_epoch:
+            return  # another source's copy of a barrier already passed
+        vi.ckpt_epoch = b.epoch
+        vop = vi.vop
+        try:
+            vi.inst.advance(b.cut)
+        except Exception as e:
+            raise_user_error(vop.name, b.cut, None, e)
+        vi._emit()
+        with vop.lock:
+            key = ("checkpoint", b.epoch)
+            bar = vop._barriers.get(key)
+            if bar is None:  # the parties: the instances connected at this position
+                bar = vop._barriers[key] = threading.Barrier(
+                    len(vop.O), action=lambda: self._act(vop, b.epoch))
+        try:
+            bar.wait(BARRIER_TIMEOUT)
+        except threading.BrokenBarrierError:
+            if vop.control.error is not None:
+                raise Stopped from None
+            raise RuntimeError(f"{vop.name}: checkpoint barrier {b.epoch} broke") from None
+        _forward((vop.name, vi.j), vi.pusher.inlets(), (ts, b))
+
+    def _act(self, vop: VSNOperator, epoch: int) -> None:
+        try:
+            insts = [vop.instances[j] for j in sorted(vop.O)]
+            if vop.columnar_state is not None:
+                blob = _columnar_snapshot(vop, insts)
+                vop.columnar_state.unfence()
+            else:
+                blob = snapshot.snapshot(vop.name, [vi.inst for vi in insts])
+            self.ckpt.snapshot(vop.name, epoch, blob)
+            with vop.lock:
+                vop._barriers.pop(("checkpoint", epoch), None)
+        except BaseException as e:  # as VSNOperator._apply: recorded before the barrier breaks
+            vop.control.record(e)
+            raise
+
+    def _restore(self, vop: VSNOperator, blob: bytes) -> None:
+        insts = [vop.instances[j] for j in sorted(vop.O)]
+        if vop.columnar_state is not None:
+            _columnar_restore(vop, insts, blob)
+        else:
+            snapshot.restore(vop.name, [vi.inst for vi in insts], blob)
+
+    # -- sinks ---------------------------------------------------------------------------------
+    def sink(self, k: int, sink: Any) -> None:
+        """Sink thread ``k``: its output held per epoch as parts (see the module doc)."""
+        ex, ckpt = self.ex, self.ckpt
+        esg = ex.plan.inlets[("sink", k)].esg
+        reader = ("sink", k)
+        control, clock, latency = ex.control, ex.clock, ex.latency
+        epoch = ckpt.plan.base
+        chunks: list[Any] = []
+        while True:
+            items = esg.get_batch(reader, SINK_BATCH)
+            if control.error is not None:
+                raise Stopped
+            if items is END:
+                break
+            data = []
+            for item in items:
+                p = item[1]
+                kind = type(p)
+                if kind is CheckpointBarrier:
+                    if p.epoch > epoch:
+                        epoch = p.epoch
+                        ckpt.sink_barrier(k, p, chunks)
+                        chunks = []
+                    continue
+                if p is WATERMARK:
+                    continue
+                data.append(item)
+                if kind is Batch:
+                    chunks.append(p)
+                else:
+                    if not chunks or type(chunks[-1]) is not list:
+                        chunks.append([])
+                    chunks[-1].append(item)
+            if data:
+                latency.measure_outputs(clock, data)
+        ckpt.sink_end(k, chunks)
+
+    def end(self, ok: bool) -> None:
+        """The run ended: on success the held output goes to the sinks (then the checkpoint
+        is cleared); the directory's lock is released either way."""
+        try:
+            if ok:
+                self.ckpt.publish()
+        finally:
+            self.ckpt.close()
+
+
+# -- the columnar σ ------------------------------------------------------------------------------
+def _columnar_snapshot(vop: VSNOperator, insts: list[VSNInstance]) -> bytes:
+    sh = vop.columnar_state
+    with sh.lock:
+        data = {"kind": "ColumnarVSNInstance", "G": sh.G,
+                "parts": {s: list(ps) for s, ps in sh.parts.items()},
+                "key_types": sh._key_types,
+                "instances": [{"W": vi.inst.W, "next_l": vi.inst.next_l} for vi in insts]}
+    try:
+        return pickle.dumps(data, protocol=5)
+    except Exception as e:  # noqa: BLE001
+        raise StretchflowError(f"checkpoint: the state of operator {vop.name!r} cannot be "
+                               f"saved ({type(e).__name__}: {e})") from e
+
+
+def _columnar_restore(vop: VSNOperator, insts: list[VSNInstance], blob: bytes) -> None:
+    from ..operators.columnar_kernels import key_groups
+
+    data = pickle.loads(blob)  # noqa: S301 - the checkpoint's own file, checksummed
+    if data.get("kind") != "ColumnarVSNInstance":
+        raise StretchflowError(
+            f"checkpoint: operator {vop.name!r} was checkpointed as {data.get('kind')}, this "
+            f"run makes it a ColumnarVSNInstance (another --columnar); resume with the "
+            f"options of the checkpointed run")
+    sh = vop.columnar_state
+    with sh.lock:  # first: a tuple partial's groups come from these key types
+        sh._key_types = data["key_types"]
+    parts: dict[int, list[Any]] = {}
+    for s, ps in data["parts"].items():
+        out = []
+        for p in ps:
+            if type(p) is tuple:  # (table of key columns and v, key group per row)
+                table, g = p
+                if sh.G > 1 and (g is None or data["G"] != sh.G):
+                    cols = [table.column(c).combine_chunks() for c in table.column_names
+                            if c != "v"]
+                    g = key_groups(cols, sh.G)
+                elif sh.G == 1:
+                    g = None
+                out.append((table, g))
+            else:  # a tuple-at-a-time partial: its keys' groups under this process's hash
+                p.groups = sh._groups_of(list(p.accs))
+                out.append(p)
+        parts[s] = out
+    own = data["instances"]
+    with sh.lock:
+        sh.parts = parts
+    for j, vi in enumerate(insts):
+        o = own[j] if len(own) == len(insts) else own[0]
+        vi.inst.W = o["W"]
+        vi.inst.next_l = o["next_l"]
+        sh.moved(vi.j, o["next_l"])
