@@ -47,6 +47,7 @@ from ..operators.oplus import OPlus, OPlusInstance, SharedState
 from ..operators.stateless import Filter, FlatMap, Map
 from ..runtime.checkpoint import CheckpointBarrier, Checkpointer
 from ..runtime.control import raise_user_error, user_error
+from ..runtime.pump import write_batch
 from ..runtime.result import RunResult
 from ..runtime.sinks import sink_session
 
@@ -122,7 +123,7 @@ def _drain(stream: Iterator[Item], sink: Any, batch: int = 4096) -> None:
                 sink.write(buf)
                 buf = []
                 append = buf.append
-            _write_batch(sink, item[1])
+            write_batch(sink, item[1])
             continue
         if item[1] is not WATERMARK:
             append(item)
@@ -136,14 +137,6 @@ def _drain(stream: Iterator[Item], sink: Any, batch: int = 4096) -> None:
         append = buf.append
     if buf:
         sink.write(buf)
-
-
-def _write_batch(sink: Any, batch: Batch) -> None:
-    write_batch = getattr(sink, "write_batch", None)
-    if write_batch is not None:
-        write_batch(batch)
-    else:  # a user's own Sink subclass that predates batches
-        sink.write(batch.items())
 
 
 def _drain_many(streams: list[Iterator[Item]], sinks: list[Any]) -> None:

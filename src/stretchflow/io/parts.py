@@ -80,14 +80,29 @@ def check_output_path(path: str | os.PathLike) -> Path:
     # a directory a killed run was creating holds its lock and temp files at most (the
     # manifest is written last): nothing in it was committed, so it opens as new
     if p.is_dir() and not is_part_dir(p) and any(
-            c.name != LOCK and not _is_temp(c.name) for c in p.iterdir()):
+            c.name != LOCK and not is_temp(c.name) for c in p.iterdir()):
         raise StretchflowError(
             f"--output {p}: the directory is not empty and is not a stretchflow part "
             f"directory (no {MANIFEST}); give a new or empty directory")
     return p
 
 
-def _is_temp(name: str) -> bool:
+def take_lock(directory: Path, busy: str) -> Any:
+    """An exclusive lock on ``directory`` (its ``_lock`` file, flock: released when the
+    returned file is closed or the process dies), or a StretchflowError ``busy`` when another
+    process holds it."""
+    import fcntl
+
+    f = open(directory / LOCK, "a")  # noqa: SIM115 (held until close)
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.close()
+        raise StretchflowError(busy) from None
+    return f
+
+
+def is_temp(name: str) -> bool:
     """A temporary file :func:`write_atomic` writes (``.NAME.tmp-PID``)."""
     return name.startswith(".") and ".tmp-" in name
 
@@ -205,17 +220,8 @@ class PartWriter:
             self._save()
 
     def _take_lock(self) -> Any:
-        import fcntl
-
-        f = open(self.path / LOCK, "a")  # noqa: SIM115 (held until close)
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            f.close()
-            raise StretchflowError(
-                f"--output {self.path}: another run is writing this directory; wait for it "
-                f"or give another --output") from None
-        return f
+        return take_lock(self.path, f"--output {self.path}: another run is writing this "
+                                    f"directory; wait for it or give another --output")
 
     @property
     def owner(self) -> str | None:

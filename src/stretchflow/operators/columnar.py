@@ -134,12 +134,7 @@ class ColumnarSlicedInstance(SlicedAggregateInstance):
         """f_MK's key column(s) as ``{"k0": ..., "k1": ...}``: one Arrow array, or a tuple
         of them when a key is a tuple (paircount's (first, second)); each cast to the type
         its column had first, so every partial concatenates."""
-        import pyarrow as pa
-
-        arrays = list(keys) if isinstance(keys, tuple) else [keys]
-        arrays = [a if isinstance(a, pa.Array | pa.ChunkedArray) else pa.array(a)
-                  for a in arrays]
-        arrays = [a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in arrays]
+        arrays = key_arrays(keys)
         if self._key_types is None:
             self._key_types = [a.type for a in arrays]
         elif len(arrays) != len(self._key_types):
@@ -247,6 +242,16 @@ class ColumnarSlicedInstance(SlicedAggregateInstance):
 #: partials a slice collects before they are summed into one (bounds a long slice's memory by
 #: its distinct keys, not its tuples, at one extra aggregation per this many batches)
 _COMPACT = 16
+
+
+def key_arrays(keys: Any) -> list[Any]:
+    """f_MK's columnar keys as a list of Arrow arrays: one, or one per component of tuple
+    keys (paircount's), each a plain (not chunked) array."""
+    import pyarrow as pa
+
+    arrays = list(keys) if isinstance(keys, tuple) else [keys]
+    arrays = [a if isinstance(a, pa.Array | pa.ChunkedArray) else pa.array(a) for a in arrays]
+    return [a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in arrays]
 
 
 def _table(names: list[str], keys: list[Any], sums: Any) -> Any:

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..batch import Batch, arrow_mask, int_numpy
 from ..errors import RunTupleError, StretchflowError
-from .columnar import _table
+from .columnar import _table, key_arrays
 from .columnar_kernels import key_groups, sum_by
 from .oplus import key_pairs
 
@@ -215,12 +215,7 @@ class ColumnarShared:
     def _key_columns(self, keys: Any) -> list[Any]:
         """f_MK's key column(s), each cast to the type its column had first (so partials of
         different batches concatenate)."""
-        import pyarrow as pa
-
-        arrays = list(keys) if isinstance(keys, tuple) else [keys]
-        arrays = [a if isinstance(a, pa.Array | pa.ChunkedArray) else pa.array(a)
-                  for a in arrays]
-        arrays = [a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in arrays]
+        arrays = key_arrays(keys)
         with self.lock:
             if self._key_types is None:
                 self._key_types = [a.type for a in arrays]

@@ -51,13 +51,12 @@ from ..batch import Batch
 from ..errors import FlowDefinitionError, StretchflowError
 from ..eventtime import WATERMARK
 from ..io.parts import MANIFEST as PARTS_MANIFEST
-from ..io.parts import PartWriter, fsync_dir, part_name, write_atomic
+from ..io.parts import PartWriter, fsync_dir, is_temp, part_name, take_lock, write_atomic
 from ..io.sinks import JsonLinesSink
 from .control import Barrier
 
 MANIFEST = "_checkpoint.json"
 FORMAT = "stretchflow-checkpoint/1"
-LOCK = "_lock"
 #: source tuples between two looks at the checkpoint schedule (per source): the cost of the
 #: look stays off the per-tuple path; a cut comes at most this many tuples late per source
 STEP = 1024
@@ -258,16 +257,8 @@ class Checkpointer:
                     f"it there (use a .jsonl, .csv or .parquet file, or -)")
 
     def _take_lock(self) -> Any:
-        import fcntl
-
-        f = open(self.path / LOCK, "a")  # noqa: SIM115 (held until close)
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            f.close()
-            raise StretchflowError(f"--checkpoint {self.path}: another run is using this "
-                                   f"checkpoint directory") from None
-        return f
+        return take_lock(self.path, f"--checkpoint {self.path}: another run is using this "
+                                    f"checkpoint directory")
 
     def _open(self) -> None:
         for tmp in self.path.glob(".*.tmp-*"):  # a killed run's: never committed
@@ -583,11 +574,12 @@ def _tag(items: Iterator[Any], j: int) -> Iterator[tuple[Any, int, Any]]:
 
 def _unborn_parts(path: Path) -> None:
     """A part directory a killed run was creating (its manifest not yet written: a temp file
-    and the lock at most), emptied so that it opens as new (nothing in it was committed; the
-    checkpoint directory's lock keeps every other run out)."""
+    and the lock at most) opens as new (:func:`~stretchflow.io.parts.check_output_path`); its
+    dead temp files are removed here (nothing in it was committed; the checkpoint directory's
+    lock keeps every other run out)."""
     if path.is_dir() and not (path / PARTS_MANIFEST).exists():
         for f in path.iterdir():
-            if f.name == "_lock" or (f.name.startswith(".") and ".tmp-" in f.name):
+            if is_temp(f.name):
                 f.unlink(missing_ok=True)
 
 

@@ -174,6 +174,16 @@ class SourcePump:
         self.push(batch)
 
 
+def write_batch(sink: Any, batch: Any) -> None:
+    """Writes a :class:`~stretchflow.batch.Batch` with the sink's ``write_batch``, or as its
+    tuples for a user's own Sink subclass that predates batches."""
+    write = getattr(sink, "write_batch", None)
+    if write is not None:
+        write(batch)
+    else:
+        sink.write(batch.items())
+
+
 def write_items(sink: Any, items: list[Item]) -> None:
     """Writes the data tuples of ``items`` to ``sink``: runs of tuples with ``write``,
     consecutive :class:`~stretchflow.batch.Batch` items joined into one ``write_batch`` (a
@@ -183,7 +193,6 @@ def write_items(sink: Any, items: list[Item]) -> None:
 
     run: list[Item] = []
     batches: list[Any] = []
-    write_batch = getattr(sink, "write_batch", None)
 
     def flush() -> None:
         nonlocal run, batches
@@ -191,11 +200,7 @@ def write_items(sink: Any, items: list[Item]) -> None:
             sink.write(run)
             run = []
         if batches:
-            b = Batch.concat(batches)
-            if write_batch is not None:
-                write_batch(b)
-            else:
-                sink.write(b.items())
+            write_batch(sink, Batch.concat(batches))
             batches = []
 
     for item in items:
