@@ -107,6 +107,14 @@ def _crashing(items, after: int):
         yield item
 
 
+def _crash_after(flow: sf.Flow, after: int) -> None:
+    """Makes ``flow``'s source raise :class:`Crash` after ``after`` tuples, read tuple by
+    tuple (no batches) so that it crashes in place."""
+    src = next(n.spec for n in flow.nodes if n.kind == "source")
+    src.items = functools.partial(_crashing, src.items, after)
+    src.batches = functools.partial(lambda rows: None)
+
+
 def _records(path: Path) -> list[bytes]:
     return path.read_bytes().splitlines()
 
@@ -120,9 +128,7 @@ def _interrupted(build, tmp_path: Path, crash_after: int, every: str, **opts) ->
     source, then resumed; the resumed run's output."""
     ck, out = tmp_path / "ck", tmp_path / "resumed.jsonl"
     flow = build(out)
-    src = next(n.spec for n in flow.nodes if n.kind == "source")
-    src.items = functools.partial(_crashing, src.items, crash_after)
-    src.batches = functools.partial(lambda rows: None)  # tuple by tuple, to crash in place
+    _crash_after(flow, crash_after)
     with pytest.raises(Crash):
         flow.run(checkpoint=str(ck), checkpoint_every=every, **opts.get("first", {}))
     assert (ck / MANIFEST).is_file(), "no checkpoint before the crash"
@@ -257,9 +263,7 @@ def test_resume_refuses_other_query_and_changed_input(tweets: Path, tmp_path: Pa
     ck, out, data = tmp_path / "ck", tmp_path / "o.jsonl", tmp_path / "tw.jsonl"
     data.write_bytes(tweets.read_bytes())
     flow = _query("wordcount", [data])(out)
-    src = next(n.spec for n in flow.nodes if n.kind == "source")
-    src.items = functools.partial(_crashing, src.items, 5_000)
-    src.batches = functools.partial(lambda rows: None)
+    _crash_after(flow, 5_000)
     with pytest.raises(Crash):
         flow.run(checkpoint=str(ck), checkpoint_every="1000")
     manifest = (ck / MANIFEST).read_bytes()
@@ -286,9 +290,7 @@ def test_resume_refuses_other_query_and_changed_input(tweets: Path, tmp_path: Pa
 def test_damaged_checkpoint_is_refused(tweets: Path, tmp_path: Path) -> None:
     ck, out = tmp_path / "ck", tmp_path / "o.jsonl"
     flow = _query("wordcount", [tweets])(out)
-    src = next(n.spec for n in flow.nodes if n.kind == "source")
-    src.items = functools.partial(_crashing, src.items, 5_000)
-    src.batches = functools.partial(lambda rows: None)
+    _crash_after(flow, 5_000)
     with pytest.raises(Crash):
         flow.run(checkpoint=str(ck), checkpoint_every="1000")
     state = ck / json.loads((ck / MANIFEST).read_text())["state"]
@@ -320,29 +322,44 @@ def _kill_cycles(tweets: Path, tmp_path: Path, cycles: int, seed: int) -> dict:
     stats = {"kills": 0, "resumed_from_checkpoint": 0, "restarts": 0}
     for _ in range(cycles):
         out.unlink(missing_ok=True)
-        killed = False
-        while True:
-            p = subprocess.Popen(run, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            delay = rng.uniform(0.0, 1.5 * full) if not killed else rng.uniform(0, full)
-            try:
-                rc = p.wait(delay)
-                err = p.stderr.read().decode()
-                p.stderr.close()
-                assert rc == 0, err
-                break
-            except subprocess.TimeoutExpired:
-                p.send_signal(signal.SIGKILL)
-                p.wait()
-                p.stderr.close()
-                killed = True
-                stats["kills"] += 1
-                stats["resumed_from_checkpoint"] += (ck / MANIFEST).is_file()
-            stats["restarts"] += 1
+        kill_until_done(run, rng, full, full, ck, stats)
         assert out.read_bytes() == ref.read_bytes()
-        left = [f.name for f in out.parent.iterdir() if f.name.startswith(".")]
-        assert left == [], left
-        assert not list(ck.rglob(".*.tmp*")) and not (ck / MANIFEST).exists()
+        assert_no_leftovers(out, ck)
     return stats
+
+
+def kill_until_done(run: list[str], rng: random.Random, first: float, again: float,
+                    ck: Path, stats: dict) -> subprocess.Popen:
+    """Runs ``run`` and SIGKILLs it after a random delay (up to 1.5 x ``first`` s, then up
+    to ``again`` s for a resumed run), again and again until a run completes (exit 0);
+    counts kills, kills with a checkpoint on disk and restarts in ``stats``. Returns the
+    completed (reaped) process."""
+    killed = False
+    while True:
+        p = subprocess.Popen(run, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        delay = rng.uniform(0.0, 1.5 * first) if not killed else rng.uniform(0, again)
+        try:
+            rc = p.wait(delay)
+            err = p.stderr.read().decode()
+            p.stderr.close()
+            assert rc == 0, err
+            return p
+        except subprocess.TimeoutExpired:
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+            p.stderr.close()
+            killed = True
+            stats["kills"] += 1
+            stats["resumed_from_checkpoint"] += (ck / MANIFEST).is_file()
+        stats["restarts"] += 1
+
+
+def assert_no_leftovers(out: Path, ck: Path) -> None:
+    """No temporary file beside ``out`` or in the checkpoint directory, and the checkpoint
+    cleared, after a run that completed."""
+    left = [f.name for f in out.parent.iterdir() if f.name.startswith(".")]
+    assert left == [], left
+    assert not list(ck.rglob(".*.tmp*")) and not (ck / MANIFEST).exists()
 
 
 def test_sigkill_and_resume(tweets: Path, tmp_path: Path) -> None:

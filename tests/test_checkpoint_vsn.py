@@ -9,7 +9,6 @@ import functools
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from stretchflow.errors import FlowDefinitionError
 from stretchflow.executors import vsn
 from stretchflow.io.generators import generate
 from stretchflow.runtime.checkpoint import MANIFEST
+from test_checkpoint_reference import assert_no_leftovers, kill_until_done
 
 CLI = [sys.executable, "-m", "stretchflow.cli"]
 WC = {"size": "60000", "slide": "20000"}
@@ -207,32 +207,13 @@ def _kill_cycles(tweets: Path, tmp_path: Path, cycles: int, seed: int) -> dict:
     stats = {"kills": 0, "resumed_from_checkpoint": 0, "restarts": 0}
     for c in range(cycles):
         out.unlink(missing_ok=True)
-        killed = False
         run = cmd + ["--output", str(out), "--checkpoint", str(ck), "--checkpoint-every",
                      "1500", "--columnar", ("off", "on")[c % 2]]
-        while True:
-            p = subprocess.Popen(run, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            # a resumed run may be killed again; up to 2 x full, so that under load (runs
-            # slower than the timed one) a cycle still ends after a few restarts
-            delay = rng.uniform(0.0, 1.5 * full) if not killed else rng.uniform(0, 2 * full)
-            try:
-                rc = p.wait(delay)
-                err = p.stderr.read().decode()
-                p.stderr.close()
-                assert rc == 0, err
-                break
-            except subprocess.TimeoutExpired:
-                p.send_signal(signal.SIGKILL)
-                p.wait()
-                p.stderr.close()
-                killed = True
-                stats["kills"] += 1
-                stats["resumed_from_checkpoint"] += (ck / MANIFEST).is_file()
-            stats["restarts"] += 1
+        # a resumed run may be killed again; up to 2 x full, so that under load (runs
+        # slower than the timed one) a cycle still ends after a few restarts
+        p = kill_until_done(run, rng, full, 2 * full, ck, stats)
         assert _per_ts(out) == want
-        left = [f.name for f in out.parent.iterdir() if f.name.startswith(".")]
-        assert left == [], left
-        assert not list(ck.rglob(".*.tmp*")) and not (ck / MANIFEST).exists()
+        assert_no_leftovers(out, ck)
         with pytest.raises(ProcessLookupError):
             os.kill(p.pid, 0)  # reaped: no process of the run survives it
     return stats
