@@ -187,6 +187,14 @@ def test_sigkill_midway_leaves_previous_target_and_only_the_temp_file(tmp_path):
     assert target.read_bytes() == PREVIOUS
     assert _leftovers(tmp_path, target.name) == sorted(["in.jsonl", tmp.name])
     assert tmp.name.startswith(f".out.jsonl.stretchflow-{child.pid}-")
+    # the next run writing the target removes the dead run's temporary file, not a live
+    # process's (the parent of this test stands for a run still writing)
+    live = tmp_path / f".out.jsonl.stretchflow-{os.getppid()}-live.tmp"
+    live.write_bytes(b"")
+    with sink_session([JsonLinesSink(target)]) as session:
+        session.sinks[0].write([(1, {"a": 1})])
+    assert target.read_bytes() == b'{"ts":1,"a":1}\n'
+    assert _leftovers(tmp_path, target.name) == sorted(["in.jsonl", live.name])
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])

@@ -14,6 +14,7 @@ succeeded and aborts them all otherwise.
 from __future__ import annotations
 
 import errno
+import glob
 import os
 import stat
 import sys
@@ -424,6 +425,7 @@ class _FileTxn:
             return self.file
         # mkstemp creates 0600; the published file gets the target's mode, or a new file's
         self.mode = stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask()
+        _sweep_dead_temps(target)
         try:
             fd, tmp = tempfile.mkstemp(prefix=f".{_cut(target.name)}.stretchflow-{os.getpid()}-",
                                        suffix=".tmp", dir=target.parent)
@@ -498,6 +500,19 @@ class _FileTxn:
                 self.tmp.unlink(missing_ok=True)
             except OSError as e:
                 raise self._error(f"remove {self.tmp}", e) from e
+
+
+def _sweep_dead_temps(target: Path) -> None:
+    """Removes the temporary files a killed run left beside ``target`` (their names carry
+    the writing process's pid, :meth:`_FileTxn.begin`) whose process is gone: nothing will
+    ever commit them. A live process's, or this one's, are left alone."""
+    from ..runtime.tempdirs import pid_alive
+
+    prefix = f".{_cut(target.name)}.stretchflow-"
+    for tmp in target.parent.glob(f"{glob.escape(prefix)}*.tmp"):
+        pid = tmp.name[len(prefix):].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
+            tmp.unlink(missing_ok=True)
 
 
 def _cut(name: str, limit: int = 180) -> str:

@@ -263,8 +263,6 @@ class Checkpointer:
     def _open(self) -> None:
         for tmp in self.path.glob(".*.tmp-*"):  # a killed run's: never committed
             tmp.unlink(missing_ok=True)
-        for s in self.sinks:
-            _remove_stale_temps(getattr(s, "path", None))
         self.manifest = self._load() if (self.path / MANIFEST).is_file() else None
         base = self.manifest["epoch"] if self.manifest else 0
         self.restored_cut: int | None = self.manifest["cut"] if self.manifest else None
@@ -581,28 +579,3 @@ def _unborn_parts(path: Path) -> None:
         for f in path.iterdir():
             if is_temp(f.name):
                 f.unlink(missing_ok=True)
-
-
-def _remove_stale_temps(target: Path | None) -> None:
-    """A killed run's temporary files beside a sink's target (``.NAME.stretchflow-PID-*.tmp``,
-    :class:`~stretchflow.io.sinks._FileTxn`'s names) whose process is gone: the checkpointed
-    run it belonged to is being resumed, so nothing will ever commit them."""
-    if target is None:
-        return
-    target = Path(os.path.realpath(target))
-    if not target.parent.is_dir():
-        return
-    for tmp in target.parent.glob(f".{target.name}.stretchflow-*-*.tmp"):
-        pid = tmp.name[len(target.name) + 14:].split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
-            tmp.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
