@@ -23,3 +23,19 @@ def frequent_switches():
 
 def pytest_report_header(config):
     return f"switch interval {sys.getswitchinterval()}s, cpus {os.cpu_count()}"
+
+
+# pyproject's timeout (600 s) is for ordinary tests; slow ones (100 SIGKILL cycles, Spark
+# sessions) and benchmarks (a peer's virtualenv is built on first use) get longer bounds.
+# These are hang guards — a CI run has 90 minutes in all — not performance limits.
+_TIMEOUTS = {"bench": 2400, "slow": 1500}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("timeout") is not None:
+            continue
+        for mark, seconds in _TIMEOUTS.items():
+            if item.get_closest_marker(mark) is not None:
+                item.add_marker(pytest.mark.timeout(seconds))
+                break

@@ -333,13 +333,16 @@ def kill_until_done(run: list[str], rng: random.Random, first: float, again: flo
     """Runs ``run`` and SIGKILLs it after a random delay (up to 1.5 x ``first`` s, then up
     to ``again`` s for a resumed run), again and again until a run completes (exit 0);
     counts kills, kills with a checkpoint on disk and restarts in ``stats``. Returns the
-    completed (reaped) process."""
-    killed = False
-    while True:
+    completed (reaped) process.
+
+    Each kill in a row widens the next delay by 1.25x: on a slower or loaded machine (CI)
+    a resumed run may need longer than ``again``, and a fixed bound could then kill it
+    forever (CI once timed out so). After 40 kills in a row the test fails instead."""
+    for kills in range(41):
         p = subprocess.Popen(run, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        delay = rng.uniform(0.0, 1.5 * first) if not killed else rng.uniform(0, again)
+        bound = (1.5 * first if kills == 0 else again) * 1.25 ** kills
         try:
-            rc = p.wait(delay)
+            rc = p.wait(rng.uniform(0.0, bound))
             err = p.stderr.read().decode()
             p.stderr.close()
             assert rc == 0, err
@@ -348,10 +351,10 @@ def kill_until_done(run: list[str], rng: random.Random, first: float, again: flo
             p.send_signal(signal.SIGKILL)
             p.wait()
             p.stderr.close()
-            killed = True
             stats["kills"] += 1
             stats["resumed_from_checkpoint"] += (ck / MANIFEST).is_file()
         stats["restarts"] += 1
+    raise AssertionError(f"{run}: killed 41 times in a row without completing")
 
 
 def assert_no_leftovers(out: Path, ck: Path) -> None:

@@ -240,8 +240,8 @@ class VSNCheckpoints:
             key = ("checkpoint", b.epoch)
             bar = vop._barriers.get(key)
             if bar is None:  # the parties: the instances connected at this position
-                bar = vop._barriers[key] = threading.Barrier(
-                    len(vop.O), action=lambda: self._act(vop, b.epoch))
+                bar = vop._barriers[key] = vop.new_barrier(
+                    len(vop.O), lambda: self._act(vop, b.epoch))
         try:
             bar.wait(BARRIER_TIMEOUT)
         except threading.BrokenBarrierError:

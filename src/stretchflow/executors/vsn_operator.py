@@ -33,13 +33,14 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import FlowDefinitionError
 from ..flow import Node
 from ..operators.oplus import SharedState
-from ..runtime.control import Barrier, RunControl
+from ..runtime.control import Barrier, RunControl, Stopped
 from ..runtime.gc_hold import GC_HOLD
 from ..runtime.metrics import MetricsLog
 from .plan import Inlet
@@ -243,9 +244,18 @@ class VSNOperator:
         with self.lock:
             b = self._barriers.get(epoch)
             if b is None:
-                b = self._barriers[epoch] = threading.Barrier(
-                    len(self.O), action=lambda: self._apply(epoch))
+                b = self._barriers[epoch] = self.new_barrier(
+                    len(self.O), lambda: self._apply(epoch))
             return b
+
+    def new_barrier(self, parties: int, action: Callable[[], None]) -> threading.Barrier:
+        """A barrier for ``parties`` instances (call holding :attr:`lock`); raises
+        :class:`Stopped` if the run has failed. :meth:`wake_all` aborts the barriers it finds
+        under the lock, after the run's stop is set: checked here under the same lock, a
+        barrier made after that abort is never waited at."""
+        if self.control.stop.is_set():
+            raise Stopped
+        return threading.Barrier(parties, action=action)
 
     def _apply(self, epoch: int) -> None:
         """Run by exactly one instance while all connected instances wait (Alg. 4 L11–L13):
@@ -342,9 +352,12 @@ class VSNOperator:
         """The run failed: wakes pool instances and breaks the barriers (an abort hook)."""
         with self.lock:
             self.done = True
-            for b in self._barriers.values():
-                b.abort()
+            barriers = list(self._barriers.values())
             self.cond.notify_all()
+        # outside self.lock: a barrier's action (_apply, a checkpoint's snapshot) runs holding
+        # the barrier's lock and takes self.lock; aborting under self.lock deadlocked with it
+        for b in barriers:
+            b.abort()
 
 
 __all__ = ["Control", "Reconfiguration", "VSNOperator", "default_assignment"]
