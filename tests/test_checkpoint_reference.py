@@ -32,6 +32,9 @@ from stretchflow.runtime.checkpoint import (
 )
 
 CLI = [sys.executable, "-m", "stretchflow.cli"]  # its __main__ runs main()
+#: cycles of the slow kill-and-resume tests: 25 in make test (its 15 minutes); KILL_CYCLES=100
+#: for the issue's 100 (`stretchflow bench kills` records 100 per engine in kills.json)
+KILL_CYCLES = int(os.environ.get("KILL_CYCLES", "25"))
 
 
 @pytest.fixture(scope="module")
@@ -190,17 +193,17 @@ def test_resume_columnar_batches(tweets: Path, tmp_path: Path,
     monkeypatch.setattr(reference, "BATCH", 1000)  # batches a cut can fall between
     ck, out = tmp_path / "ck", tmp_path / "out.jsonl"
 
-    real = EpochParts.commit_chunks
+    real = EpochParts.commit_open
     calls = []
 
-    def failing(self, part_id, chunks):
+    def failing(self, part_id):
         calls.append(part_id)
         if len(calls) == 4:
             raise Crash("disk full")
-        return real(self, part_id, chunks)
+        return real(self, part_id)
 
     with monkeypatch.context() as m:
-        m.setattr(EpochParts, "commit_chunks", failing)
+        m.setattr(EpochParts, "commit_open", failing)
         with pytest.raises(Crash):
             build(out).run(checkpoint=str(ck), checkpoint_every="3000")
     man = json.loads((ck / MANIFEST).read_text())
@@ -371,7 +374,127 @@ def test_sigkill_and_resume(tweets: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_sigkill_and_resume_100_cycles(tweets: Path, tmp_path: Path) -> None:
-    stats = _kill_cycles(tweets, tmp_path, 100, seed=int(os.environ.get("SEED", "17")))
+def test_sigkill_and_resume_many_cycles(tweets: Path, tmp_path: Path) -> None:
+    stats = _kill_cycles(tweets, tmp_path, KILL_CYCLES, seed=int(os.environ.get("SEED", "17")))
     print(stats)
-    assert stats["kills"] >= 50 and stats["resumed_from_checkpoint"] >= 10
+    assert stats["kills"] >= KILL_CYCLES // 2
+    assert stats["resumed_from_checkpoint"] >= KILL_CYCLES // 10
+
+
+# -- the drain: parts written as the output comes ----------------------------------------------
+def _drain_items(n: int) -> list:
+    """``n`` tuples ``(i, {"i": i})`` with a watermark after every 1000th and tuples
+    7000..7099 as one Batch item (the drain's control items among the data)."""
+    from stretchflow.batch import Batch
+
+    out: list = []
+    for i in range(n):
+        if 7000 <= i < 7100:
+            if i == 7099:
+                out.append((i, Batch.of_items([(t, {"i": t}) for t in range(7000, 7100)])))
+            continue
+        out.append((i, {"i": i}))
+        if i % 1000 == 999:
+            out.append((i, WATERMARK))
+    return out
+
+
+def _sink_bytes(tmp_path: Path, items: list) -> bytes:
+    """What a JsonLinesSink writes for ``items`` (data runs, batches whole)."""
+    from stretchflow.batch import Batch
+    from stretchflow.io.sinks import JsonLinesSink
+
+    sink = JsonLinesSink(tmp_path / "expected.jsonl")
+    sink.open()
+    for item in items:
+        if type(item[1]) is Batch:
+            sink.write_batch(item[1])
+        elif item[1] is not WATERMARK:
+            sink.write([item])
+    sink.commit()
+    return (tmp_path / "expected.jsonl").read_bytes()
+
+
+def test_drain_writes_each_part_as_its_output_comes(tmp_path: Path) -> None:
+    from stretchflow.io.parts import committed_parts
+
+    ck = _checkpointer(tmp_path, "5000")
+    items = _drain_items(12_000)
+    parts = tmp_path / "ck" / "output-0"
+    open_sizes, barriers = [], []
+
+    def stream():
+        for n, item in enumerate(ck.source("s", iter(items), [0])):
+            if type(item[1]) is CheckpointBarrier:
+                barriers.append(item[1])
+            if n == 4500 and not barriers:  # mid-epoch: 4096 tuples are past the drain
+                open_sizes.append(sum(f.stat().st_size for f in parts.glob(".open*")))
+            yield item
+
+    try:
+        ck.drain([stream()])
+        assert ck.taken == len(barriers) == 2
+        assert json.loads((tmp_path / "ck" / MANIFEST).read_text())["epoch"] == 2
+        got = {e: f.read_bytes() for e, f in committed_parts(parts)}
+    finally:
+        ck.close()
+    # the first epoch's output was on disk before its barrier, not held in memory
+    assert open_sizes and open_sizes[0] > 0
+    # part e holds exactly the output between barriers e - 1 and e, as the sink writes it
+    bounds = [-1] + [b.cut for b in barriers] + [10**9]
+    assert sorted(got) == [1, 2, 3]
+    for e in (1, 2, 3):
+        mine = [it for it in items if bounds[e - 1] < it[0] <= bounds[e]]
+        assert got[e] == _sink_bytes(tmp_path, mine), e
+    assert b"".join(got[e] for e in (1, 2, 3)) == _sink_bytes(tmp_path, items)
+    assert not list(parts.glob(".*.tmp-*"))
+
+
+def test_drain_failing_midway_leaves_no_open_part(tmp_path: Path) -> None:
+    ck = _checkpointer(tmp_path, "5000")
+    items = _drain_items(12_000)
+
+    def stream():
+        for n, item in enumerate(ck.source("s", iter(items), [0])):
+            if n == 9000:
+                raise Crash("mid-epoch")
+            yield item
+
+    try:
+        with pytest.raises(Crash):
+            ck.drain([stream()])
+        assert ck.taken == 1  # the epoch before the failure was committed
+    finally:
+        ck.close()
+    assert not list((tmp_path / "ck" / "output-0").glob(".*.tmp-*"))
+
+
+def test_two_sinks_checkpointed_equal_plain_and_resume(tmp_path: Path) -> None:
+    """Two sinks (the drain's merged path): a run failing mid-way and resumed writes what
+    an uninterrupted run without checkpoints writes, byte for byte, to both."""
+    rows = [{"ts": i, "w": i % 7} for i in range(20_000)]
+
+    def build(tag: str, after: list[int]) -> sf.Flow:
+        def data():  # (``after`` a list: the fingerprint is the same with and without it)
+            for n, r in enumerate(rows):
+                if after and n == after[0]:
+                    raise Crash(f"after {n}")
+                yield r
+        flow = sf.Flow("two")
+        s = flow.source(sf.io.IterableSource(data, name="s"))
+        s.filter(lambda r: r["w"] < 3).sink(tmp_path / f"{tag}-a.jsonl")
+        s.aggregate(size=1000, slide=500, keys=lambda r: f"w{r['w']}", init=int,
+                    update=lambda acc, r: acc + 1).sink(tmp_path / f"{tag}-b.jsonl")
+        return flow
+
+    build("plain", []).run(columnar="off")
+    with pytest.raises(StretchflowError, match="after 13000"):
+        build("ck", [13_000]).run(checkpoint=str(tmp_path / "ck"), checkpoint_every="3000",
+                                      columnar="off")
+    assert json.loads((tmp_path / "ck" / MANIFEST).read_text())["epoch"] >= 2
+    res = build("ck", []).run(checkpoint=str(tmp_path / "ck"), checkpoint_every="3000",
+                          columnar="off")
+    assert res.extra["checkpoints"] >= 1
+    for side in "ab":
+        plain = (tmp_path / f"plain-{side}.jsonl").read_bytes()
+        assert plain and (tmp_path / f"ck-{side}.jsonl").read_bytes() == plain, side

@@ -23,7 +23,7 @@ from stretchflow.errors import FlowDefinitionError
 from stretchflow.executors import vsn
 from stretchflow.io.generators import generate
 from stretchflow.runtime.checkpoint import MANIFEST
-from test_checkpoint_reference import assert_no_leftovers, kill_until_done
+from test_checkpoint_reference import KILL_CYCLES, assert_no_leftovers, kill_until_done
 
 CLI = [sys.executable, "-m", "stretchflow.cli"]
 WC = {"size": "60000", "slide": "20000"}
@@ -225,7 +225,8 @@ def test_sigkill_and_resume(tweets: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_sigkill_and_resume_100_cycles(tweets: Path, tmp_path: Path) -> None:
-    stats = _kill_cycles(tweets, tmp_path, 100, seed=int(os.environ.get("SEED", "17")))
+def test_sigkill_and_resume_many_cycles(tweets: Path, tmp_path: Path) -> None:
+    stats = _kill_cycles(tweets, tmp_path, KILL_CYCLES, seed=int(os.environ.get("SEED", "17")))
     print(stats)
-    assert stats["kills"] >= 50 and stats["resumed_from_checkpoint"] >= 10
+    assert stats["kills"] >= KILL_CYCLES // 2
+    assert stats["resumed_from_checkpoint"] >= KILL_CYCLES // 10

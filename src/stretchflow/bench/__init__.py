@@ -61,6 +61,12 @@ def _checkpoint(quick: bool, out_dir: str | None) -> Path:
     return checkpoint.run(quick=quick, out_dir=out_dir)
 
 
+def _kills(quick: bool, out_dir: str | None) -> Path:
+    from . import kills
+
+    return kills.run(quick=quick, out_dir=out_dir)
+
+
 def _peers(quick: bool, out_dir: str | None) -> Path:
     from . import peers
 
@@ -91,6 +97,8 @@ BENCHMARKS: dict[str, tuple[str, str, Callable[[bool, str | None], Path]]] = {
               "issue #16", _speed),
     "checkpoint": ("checkpoint overhead (every 1 s, every N tuples) and restore after "
                    "SIGKILL, whole processes", "issue #17", _checkpoint),
+    "kills": ("random SIGKILL-and-resume cycles: output identical, nothing left behind "
+              "(spark streaming; reference, vsn)", "issue #17", _kills),
     "peers": ("streamz, Bytewax, PyFlink, Spark DataFrames vs stretchflow, own venvs",
               "issue #20", _peers),
 }
@@ -111,4 +119,4 @@ _register_suites()
 
 #: experiments named after what they measure, not an engine (they compare engines, or measure
 #: a feature on every engine that has it: checkpoint); ``stretchflow bench NAME`` runs one
-CROSS_ENGINE: tuple[str, ...] = ("speed", "peers", "checkpoint")
+CROSS_ENGINE: tuple[str, ...] = ("speed", "peers", "checkpoint", "kills")

@@ -56,6 +56,10 @@ leaf locks; nobody takes a reorder buffer's lock while holding ``cond``. Idle wo
 ``cond`` (no busy waiting); the first error (a user error as :class:`OperatorError`, a source's
 as :class:`SourceError`) stops the run through :class:`~stretchflow.runtime.RunControl`, whose
 abort hooks wake the idle workers and abort the buffers and queues.
+
+Checkpoints (issue #17, ``checkpoint=DIR``): a barrier travels the line as its own control
+item; the source stage pauses behind it until it reaches the sinks, where the stages are
+snapshotted with nothing in flight (:mod:`.ordered_checkpoint`).
 """
 
 from __future__ import annotations
@@ -66,6 +70,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any
 
 from ..buffers.hybrid_queue import HybridQueue, Lease, PartitionedQueue
@@ -74,10 +79,12 @@ from ..eventtime import WATERMARK
 from ..flow import Flow
 from ..io.sinks import Sink
 from ..operators.stateless import apply_batch
+from ..runtime.checkpoint import CheckpointBarrier
 from ..runtime.control import RunControl
 from ..runtime.latency import LatencyRecorder
 from ..runtime.result import RunResult
 from ..runtime.sinks import sink_session
+from .ordered_checkpoint import OrderedCheckpoints, apply_chain, deferred
 from .ordered_stages import (
     END,
     END_TAG,
@@ -109,7 +116,8 @@ QUEUES = ("hybrid", "partitioned")
 def run(flow: Flow, parallelism: int | None = None, key_groups: int | None = None,
         capacity: int = 1024, scheduler: str = "qst", reorder: str = "nonblocking",
         queue: str = "hybrid", time_slice: float = 0.002, max_batch: int = 256,
-        ct_window: float = 0.05, marker_every: int = 0) -> RunResult:
+        ct_window: float = 0.05, marker_every: int = 0, checkpoint: str | None = None,
+        checkpoint_every: Any = None) -> RunResult:
     """Runs ``flow`` on a pool of ``parallelism`` worker threads (default: the CPU count).
 
     ``parallelism`` is also the number of instances of each O+; ``key_groups`` the key groups
@@ -117,22 +125,30 @@ def run(flow: Flow, parallelism: int | None = None, key_groups: int | None = Non
     queue (and is C of QST); ``time_slice`` (seconds) and ``max_batch`` (tuples) bound one
     task; ``ct_window`` is CT's window (seconds); ``reorder`` and ``queue`` choose the reorder
     buffer and the keyed stages' queue; ``marker_every`` adds a latency marker every N tuples.
+
+    ``checkpoint`` DIR takes a checkpoint there every ``checkpoint_every`` (N input tuples,
+    ``"Ns"`` seconds; default 10 s), holds the output there until the end of input and resumes
+    from the checkpoint DIR holds (docs/checkpoints.md).
     """
     n_workers = parallelism if parallelism is not None else (os.cpu_count() or 1)
     if n_workers < 1:
         raise ValueError("the ordered engine needs at least one worker (parallelism >= 1)")
     if key_groups is not None and key_groups < 1:
         raise ValueError("key_groups must be at least 1")
+    if checkpoint is None and checkpoint_every is not None:
+        raise ValueError("checkpoint_every needs checkpoint (the directory)")
+    ck = (flow, checkpoint, checkpoint_every) if checkpoint is not None else None
     return _Executor(Plan(flow), n_workers, scheduler, capacity=capacity,
                      time_slice=time_slice, max_batch=max_batch, key_groups=key_groups,
                      ct_window=ct_window, reorder=reorder, queue=queue,
-                     marker_every=marker_every).run()
+                     marker_every=marker_every, checkpoint=ck).run()
 
 
 class _Executor:
     def __init__(self, plan: Plan, n_workers: int, policy: str, capacity: int,
                  time_slice: float, max_batch: int, key_groups: int | None, ct_window: float,
-                 reorder: str, queue: str, marker_every: int):
+                 reorder: str, queue: str, marker_every: int,
+                 checkpoint: tuple[Flow, Any, Any] | None = None):
         if capacity < 1 or max_batch < 1:
             raise ValueError("capacity and max_batch must be at least 1")
         if reorder not in REORDERS:
@@ -146,8 +162,11 @@ class _Executor:
         self.queue_kind = queue
         self.tagged = tagged = not plan.chain
         p = n_workers
+        self.ck: OrderedCheckpoints | None = None
+        reads: list[Any] = []  # the checkpoint's source wrapper, set below
         src = SourceStage(plan, OpStats(plan.sources[0].name if plan.chain else "sources",
-                                        0, 1), marker_every)
+                                        0, 1), marker_every,
+                          deferred(reads) if checkpoint is not None else None)
         stages: list[Stage] = [src]
         for i, node in enumerate(plan.ops, start=1):
             kw = {"tag": plan.tag[node], "keep": plan.alive[i], "tagged": tagged}
@@ -184,9 +203,14 @@ class _Executor:
         self.ctl.on_abort(self._abort)
         self.finished = False
         self.sinks: list[Sink] = plan.sinks
+        if checkpoint is not None:  # last: it holds the directory's lock (released in run)
+            self.ck = OrderedCheckpoints(checkpoint[0], plan, checkpoint[1], checkpoint[2],
+                                         stages)
+            reads.append(self.ck.items)
+        writers: list[Any] = self.ck.sinks if self.ck is not None else plan.sinks
         # per sink tag: the sinks reading it and their pending batch (a chain: one tag, -2)
         self.sink_of: dict[int, list[Sink]] = {}
-        for t, s in zip(plan.sink_tags, plan.sinks, strict=True):
+        for t, s in zip(plan.sink_tags, writers, strict=True):
             self.sink_of.setdefault(t if tagged else -2, []).append(s)
         self.sink_buf: dict[int, list[tuple[Any, Any]]] = {t: [] for t in self.sink_of}
         self.latency = LatencyRecorder()
@@ -293,7 +317,14 @@ class _Executor:
             p = item[1]
             if p is END:
                 self._flush_sinks()
+                if self.ck is not None:
+                    self.ck.end()
                 self.finished = True
+            elif type(p) is CheckpointBarrier:
+                self._flush_sinks()
+                assert self.ck is not None
+                self.ck.at_barrier(p)  # nothing is in flight: the source waits for this
+                self.stages[0].paused = False  # type: ignore[attr-defined]
             elif p is WATERMARK:
                 sent = self._marker_sent(item[0])
                 if sent is not None:
@@ -345,7 +376,7 @@ class _Executor:
             if outq >= self.capacity or st.stats.workers >= st.stats.max_degree:
                 continue
             if isinstance(st, SourceStage):
-                if not st.busy and not st.exhausted:
+                if not st.busy and not st.exhausted and not st.paused:
                     out.append((Candidate(i, st.stats, self.capacity, outq, cs[i]), None))
             elif isinstance(st, StatelessStage):
                 if st.queue:
@@ -415,7 +446,7 @@ class _Executor:
     def _run_source(self, task: tuple[Any, ...], t0: float) -> None:
         _, st, n = task
         items: list[Item] = []
-        end = False
+        end = paused = False
         it = st.it
         every = st.marker_every
         sent = st.wm_sent
@@ -425,6 +456,13 @@ class _Executor:
                 item = next(it)
             except StopIteration:
                 end = True
+                break
+            if type(item[1]) is CheckpointBarrier:
+                if item[1].epoch <= st.epoch:
+                    continue  # the same cut from another source
+                st.epoch = item[1].epoch
+                items.append((item[0], item[1], END_TAG) if tagged else item)
+                paused = True  # until it reaches the sinks (ordered_checkpoint)
                 break
             items.append(item)
             if item[1] is WATERMARK:
@@ -449,6 +487,8 @@ class _Executor:
         with self.cond:
             if end:
                 st.exhausted = True
+            if paused:  # before the push: the sinks may see the barrier at once
+                st.paused = True
         self._push(0, items)
         with self.cond:
             st.busy = False  # only now: the next slice's items must follow these
@@ -460,7 +500,8 @@ class _Executor:
             out = apply_tagged(st, batch)
             n_data = sum(1 for it in batch if it[2] == st.in_tag and it[1] is not WATERMARK)
         else:
-            out = apply_batch(st.op, batch, (WATERMARK, END))
+            out = (apply_chain(st.op, batch, (WATERMARK, END)) if self.ck is not None else
+                   apply_batch(st.op, batch, (WATERMARK, END)))
             n_data = sum(1 for _, p in batch if p is not WATERMARK and p is not END)
         dt = time.perf_counter() - t0
         deposit_many(st, [(serial, out)])  # one unit per slice, even empty (§3)
@@ -518,25 +559,37 @@ class _Executor:
         return n_in / st.p, n_out
 
     # -- the run ------------------------------------------------------------------------------
+    def _run_workers(self) -> None:
+        threads = [self.ctl.thread(self._worker, k, name=f"stretchflow-ordered-{k}")
+                   for k in range(self.n_workers)]
+        try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        finally:
+            if not self.finished and self.ctl.error is None:
+                self.ctl.fail(RuntimeError("interrupted"))
+            for t in threads:
+                if t.ident is not None:  # started
+                    t.join(timeout=5)
+
     def run(self) -> RunResult:
         t0 = time.perf_counter()
         self.latency.t0 = t0
+        ck = self.ck
         # the workers' errors are raised after the sinks end: the session asks the control
-        with sink_session(self.sinks, failed=lambda: self.ctl.error is not None):
-            threads = [self.ctl.thread(self._worker, k, name=f"stretchflow-ordered-{k}")
-                       for k in range(self.n_workers)]
-            try:
-                for t in threads:
-                    t.start()
-                for t in threads:
-                    t.join()
-            finally:
-                if not self.finished and self.ctl.error is None:
-                    self.ctl.fail(RuntimeError("interrupted"))
-                for t in threads:
-                    if t.ident is not None:  # started
-                        t.join(timeout=5)
-        self.ctl.raise_error()
+        # (checkpointed: the output is held as parts, published to the sinks at the end)
+        try:
+            with (sink_session(self.sinks, failed=lambda: self.ctl.error is not None)
+                  if ck is None else nullcontext()):
+                self._run_workers()
+            self.ctl.raise_error()
+            if ck is not None:
+                ck.publish()
+        finally:
+            if ck is not None:
+                ck.close()
         elapsed = time.perf_counter() - t0
         src = self.stages[0]
         assert isinstance(src, SourceStage)
@@ -546,6 +599,7 @@ class _Executor:
             "scheduler": self.sched.policy,
             "reorder": self.reorder,
             "queue": self.queue_kind,
+            **({"checkpoints": ck.taken} if ck is not None else {}),
             "operators": [
                 {"name": st.name, "cost_us": st.cost * 1e6, "selectivity": st.selectivity,
                  "tuples_in": st.tuples_in, "tuples_out": st.tuples_out, "busy": st.busy}

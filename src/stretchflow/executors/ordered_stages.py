@@ -21,14 +21,15 @@ multi-input O+ or several sinks keeps that model (:func:`plan`):
 * **a chain** (one source, each node reading the one before, sinks on the last) skips the
   tags: items stay ``(ts, payload)``, as fast as the paper's pipelines.
 
-END (end of input) travels as the last item of the line, with tag ``-1``.
+END (end of input) travels as the last item of the line, with tag ``-1``; so does a checkpoint
+barrier (:mod:`.ordered_checkpoint`), passed on in place like a watermark by every stage.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..buffers.hybrid_queue import HybridQueue, PartitionedQueue
@@ -38,6 +39,7 @@ from ..flow import Flow, Node
 from ..operators.oplus import OPlus, SharedState
 from ..operators.stateful import PartitionedStateful, Stateful
 from ..operators.stateless import Filter, FlatMap, Map
+from ..runtime.checkpoint import CheckpointBarrier
 from ..runtime.control import raise_user_error, user_error
 from .scheduler import OpStats
 
@@ -136,20 +138,28 @@ class Stage:
 class SourceStage(Stage):
     """Stage 0: the sources, merged by timestamp when there are several (tagged)."""
 
-    def __init__(self, plan: Plan, stats: OpStats, marker_every: int):
+    def __init__(self, plan: Plan, stats: OpStats, marker_every: int,
+                 items: Callable[[Node, list[int]], Iterator[Any]] | None = None):
         super().__init__("+".join(n.name for n in plan.sources), 0, stats,
                          keep=plan.alive[0], tagged=not plan.chain)
         self.counts = {n.name: [0] for n in plan.sources}  # tagged: data tuples per source
         self.counter_of = {plan.tag[n]: self.counts[n.name] for n in plan.sources}
+
+        def read(n: Node) -> Iterator[Any]:  # ``items``: a checkpoint's barriers and skips
+            return n.spec.items() if items is None else items(n, [0])
+
         self.it: Iterator[Item]
         if plan.chain:
-            self.it = iter(plan.sources[0].spec.items())
+            self.it = iter(read(plan.sources[0]))
         else:
             import heapq
             from operator import itemgetter
 
-            self.it = heapq.merge(*(_tag_source(n.spec.items(), plan.tag[n])
+            self.it = heapq.merge(*(_tag_source(read(n), plan.tag[n])
                                     for n in plan.sources), key=itemgetter(0))
+        # checkpoints: the last barrier's epoch, and no reading until it reached the sinks
+        self.epoch = -1
+        self.paused = False
         self.busy = False
         self.exhausted = False
         self.count = 0  # data tuples read, all sources
@@ -262,7 +272,7 @@ class PSStage(KeyedStage):
         append = pairs.append
         if not self.tagged:
             for ts, p in items:
-                if p is WATERMARK or p is END:
+                if p is WATERMARK or p is END or type(p) is CheckpointBarrier:
                     append(((ts, p, None, None), 0))  # markers keep their place (bucket 0)
                 elif keyed:
                     k, b = op.bucket_of(ts, p)  # type: ignore[union-attr]
@@ -374,6 +384,10 @@ def oplus_unit(st: OPlusStage, j: int, batch: list[Item]) -> tuple[list[Item], i
                 inst.advance(ts)
             elif p is END:
                 inst.finish()
+            elif type(p) is CheckpointBarrier:
+                if j == 0:  # after every output of the tuples before it
+                    o.append((ts, p))
+                continue
             else:
                 inst.process(ts, p, 0)
             if inst.out:
@@ -461,6 +475,13 @@ def _oplus_unit_runs(st: OPlusStage, j: int, batch: list[Item], tagged: bool
                     # forwarded once, after what it released (Alg. 2); a tagged line's END
                     # travels with the passed tuples
                     o.append((ts, p, n) if tagged else (ts, p))
+            elif type(p) is CheckpointBarrier and not tagged:
+                if run:  # the outputs of the tuples before it go before it
+                    inst.process_run(run)
+                    run = []
+                take()
+                if j == 0:
+                    o.append((ts, p))
             elif i >= 0:
                 run.append((ts, p, i))
             elif j == 0:
@@ -491,7 +512,7 @@ def ps_units(st: PSStage, lease: Any) -> tuple[list[tuple[int, list[Item]]], int
         out: list[Item]
         if pass_tag is not None:
             out = [(ts, p, pass_tag)]
-        elif p is WATERMARK or p is END:
+        elif p is WATERMARK or p is END or type(p) is CheckpointBarrier:
             out = [(ts, p)]
         else:
             n_in += 1

@@ -55,6 +55,9 @@ Flow control
 
 With SLT ≥ max_ts − merge_ts throughout (in particular SLT = ∞, the default) no tuple is
 slack-ready and the output equals the reference executor's, per timestamp.
+
+Checkpoints (issue #17, ``checkpoint=DIR``, SLT = inf only): VSN's barriers through the SSGs
+(:mod:`.slack_checkpoint`).
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ import math
 import threading
 import time
 from collections.abc import Hashable, Mapping
+from contextlib import nullcontext
 from operator import itemgetter
 from typing import Any
 
@@ -84,7 +88,9 @@ from ..runtime import (
     sink_session,
     user_error,
 )
+from ..runtime.checkpoint import CheckpointBarrier
 from .plan import Item, PhysicalPlan
+from .slack_checkpoint import SlackCheckpoints, check
 
 __all__ = ["SlackInstance", "run"]
 
@@ -118,6 +124,11 @@ class SSGInlet:
         now = time.perf_counter()
         runs = [[(ts, p, i, now) for ts, p in b] for i, b in parts]
         self.ssg.insert_batch(list(heapq.merge(*runs, key=itemgetter(0))), pid)
+
+    def push(self, pid: Hashable, items: list[Item]) -> None:
+        """Adds a producer's control items (a checkpoint barrier, past the stateless
+        operators: :func:`~.vsn_checkpoint.forward_barrier`); the input index is not read."""
+        self.push_input(pid, items, 0)
 
     def close(self, pid: Hashable) -> None:
         """A producer's end of input."""
@@ -200,6 +211,8 @@ class _Operator:
         self.sigma = SharedState(key_groups)
         self.assign = [g % k for g in range(key_groups)]
         self.readers = [_Reader(f"{node.name}#{j}", j) for j in range(k)]
+        for r in self.readers:  # made here: a checkpoint restores them all before the run
+            r.inst = SlackInstance(self.op, self.sigma, r.j, self.assign)
         self.ssg: SlackScaleGate = None  # type: ignore[assignment]  # set from the plan
         self.prev_slack = 0
         self.prev_late = 0
@@ -240,6 +253,7 @@ class _Run:
         self.latency = LatencyRecorder()
         self.source_counts: dict[str, int] = {}
         self.sink_counts = [0] * len(flow.sinks)
+        self.ck: Any = None  # slack_checkpoint.SlackCheckpoints of a checkpointed run
 
     def _producer_ids(self, node: Node) -> list[Hashable]:
         if node.kind == "source":
@@ -252,9 +266,12 @@ class _Run:
     # -- threads --------------------------------------------------------------------------------
     def source_thread(self, node: Node) -> None:
         pusher = self.plan.pusher(node, node.name)
+        spec, push = node.spec, pusher.push
+        if self.ck is not None:  # barriers in the stream, skipping on resume
+            spec, push, _ = self.ck.pump_args(node, pusher, None)
         # a live source (paced, replayed) sends each tuple at once; a file or iterable in
         # batches of SOURCE_BATCH, the delay only bounding how long a slow one's tuples wait
-        pump = SourcePump(node.spec, pusher.push, self.control, clock=self.clock,
+        pump = SourcePump(spec, push, self.control, clock=self.clock,
                           batch=SOURCE_BATCH, delay=SOURCE_DELAY)
         try:
             pump.run()
@@ -265,8 +282,8 @@ class _Run:
             self.source_counts[node.name] = pump.count
 
     def reader_thread(self, o: _Operator, r: _Reader) -> None:
-        inst = SlackInstance(o.op, o.sigma, r.j, o.assign)
-        r.inst = inst
+        inst = r.inst
+        assert inst is not None
         ssg, name = o.ssg, r.name
         pusher = self.plan.pusher(o.node, name)
         clock = time.perf_counter
@@ -283,6 +300,9 @@ class _Run:
                 for (ts, p, i, t_in), _slack in got:
                     if p is WATERMARK:
                         advance(ts)
+                    elif type(p) is CheckpointBarrier:
+                        if self.ck.at_barrier(o, r, pusher, ts, p):
+                            last_wm = ts  # no punctuation below the barrier after it
                     else:
                         process(ts, p, i)
                     t1 = clock()
@@ -313,6 +333,8 @@ class _Run:
             raise user_error(o.name, ts, p, e) from e
 
     def sink_thread(self, k: int) -> None:
+        if self.ck is not None:  # output held per epoch, published at the end
+            return self.ck.sink(k)
         sink = self.flow.sinks[k][1]
         ssg = self.plan.inlets[("sink", k)].ssg
         reader = ("sink", k)
@@ -394,7 +416,8 @@ def end_to_end(per_op: Mapping[str, Mapping[str, Any]], paths: list[list[str]]) 
 def run(flow: Flow, parallelism: int | Mapping[str, int] = 1, key_groups: int = 64,
         capacity: int | None = DEFAULT_CAPACITY, metrics_interval: float = 0.5,
         controller: Controller | None = None, deadline: float | None = None,
-        slt: float | Mapping[str, float] = math.inf) -> RunResult:
+        slt: float | Mapping[str, float] = math.inf, checkpoint: str | None = None,
+        checkpoint_every: Any = None) -> RunResult:
     """Runs ``flow`` with every O+ reading its inputs through an SSG.
 
     Args:
@@ -414,6 +437,9 @@ def run(flow: Flow, parallelism: int | Mapping[str, int] = 1, key_groups: int = 
             ``Metrics.extras["deadline_ms"]``.
         slt: the initial SLT (event-time ms) of every O+, or a dict by operator name
             (``math.inf``: ready tuples only, deterministic).
+        checkpoint: a directory: checkpoints are written there, and a run given one that
+            holds a checkpoint resumes from it (docs/checkpoints.md; SLT = inf only).
+        checkpoint_every: how often: N input tuples, ``"Ns"`` or ``"Nms"`` (default 10 s).
 
     Returns a :class:`RunResult` whose ``extra`` follows :mod:`stretchflow.runtime.result`
     (``parallelism``, ``latency_ms`` and ``latency_series`` of the outputs at the sinks,
@@ -435,9 +461,15 @@ def run(flow: Flow, parallelism: int | Mapping[str, int] = 1, key_groups: int = 
         raise FlowDefinitionError(
             "the slack engine's controller is an SLT tuner object "
             f"(stretchflow.elastic.sltuner), got {controller!r}")
+    if checkpoint is None and checkpoint_every is not None:
+        raise ValueError("checkpoint_every needs checkpoint (the directory)")
+    if checkpoint is not None:
+        check(slt, controller)
     if controller is not None:
         controller.reset()
     R = _Run(flow, slt, parallelism, key_groups, capacity)
+    if checkpoint is not None:
+        R.ck = SlackCheckpoints(R, checkpoint, checkpoint_every)
     control = R.control
     paths = R.paths()
     threads = [control.thread(R.sink_thread, k, name=f"sink-{k}")
@@ -448,7 +480,9 @@ def run(flow: Flow, parallelism: int | Mapping[str, int] = 1, key_groups: int = 
                 for n in flow.nodes if n.kind == "source"]
     sinks = [s for _, s in flow.sinks]
     # the threads' errors are raised after the sinks end: the session asks the control
-    with sink_session(sinks, failed=lambda: control.error is not None):
+    # (checkpointed: the output is held as parts, published by R.ck.end)
+    with (sink_session(sinks, failed=lambda: control.error is not None) if R.ck is None
+          else nullcontext()):
         series: list[dict[str, Any]] = []
         decisions: list[dict[str, Any]] = []
         t0 = time.perf_counter()
@@ -465,12 +499,15 @@ def run(flow: Flow, parallelism: int | Mapping[str, int] = 1, key_groups: int = 
                 for t in threads:  # the aborted SSGs wake every blocked thread
                     if t.ident is not None:  # started
                         t.join(5)
+    if R.ck is not None:
+        R.ck.end(control.error is None)
     control.raise_error()
     elapsed = time.perf_counter() - t0
     return RunResult(
         engine="slack", elapsed=elapsed, tuples_in=dict(R.source_counts),
         tuples_out={s.name: s.count for s in sinks},
-        extra=_summary(R, series, decisions, deadline, controller),
+        extra={**_summary(R, series, decisions, deadline, controller),
+               **({"checkpoints": R.ck.ckpt.taken} if R.ck is not None else {})},
     )
 
 

@@ -22,7 +22,9 @@ tuple it takes after that); a controller given by name runs once per region.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import functools
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -50,7 +52,8 @@ def run(flow: Flow, parallelism: int = 1, max_parallelism: int | None = None,
         controller: str | Controller | None = None,
         controller_options: dict[str, Any] | None = None, metrics_interval: float = 1.0,
         channels: str = "threads", store: str | StateStore | None = None, batch: int = 256,
-        pulse_ms: float = 50, start_method: str = "forkserver") -> RunResult:
+        pulse_ms: float = 50, start_method: str = "forkserver", checkpoint: str | None = None,
+        checkpoint_every: Any = None) -> RunResult:
     """Runs ``flow`` with every O+ on ``parallelism`` shared-nothing channels.
 
     Args:
@@ -79,7 +82,13 @@ def run(flow: Flow, parallelism: int = 1, max_parallelism: int | None = None,
             flush, checked at each input tuple, so a slow source still gets its outputs out.
         start_method: multiprocessing start method of process channels (``"forkserver"`` or
             ``"spawn"``; never ``"fork"`` with threads running).
+        checkpoint: a directory: checkpoints are taken there every ``checkpoint_every`` (N
+            input tuples, ``"Ns"``, ``"Nms"``; default 10 s) and a run given a directory
+            holding one resumes from it, at any parallelism (:mod:`.sn_checkpoint`,
+            docs/checkpoints.md).
     """
+    if checkpoint_every is not None and checkpoint is None:
+        raise ValueError("checkpoint_every needs checkpoint (the directory)")
     if channels not in ("threads", "processes"):
         raise FlowDefinitionError(
             f"the sn engine runs channels as 'threads' or 'processes', got {channels!r}")
@@ -109,13 +118,22 @@ def run(flow: Flow, parallelism: int = 1, max_parallelism: int | None = None,
     state_store, own_store, state_dir = _open_store(store)
     sinks = [s for _, s in flow.sinks]
     t0 = time.perf_counter()
+    ck = (checkpoint, checkpoint_every) if checkpoint is not None else None
     try:
-        with sink_session(sinks):
+        # a checkpointed run holds its output and writes the sinks only at the end
+        with contextlib.nullcontext() if ck else sink_session(sinks):
             ex = _Executor(flow, state_store, parallelism=parallelism, n_groups=key_groups,
                            batch=batch, queue_size=queue_size, schedule=schedule, pulse=pulse,
                            make_controller=make_controller, max_parallelism=max_parallelism,
-                           interval=interval, channels=channels, start_method=start_method)
-            ex.execute()
+                           interval=interval, channels=channels, start_method=start_method,
+                           checkpoint=ck)
+            ok = False
+            try:
+                ex.execute()
+                ok = True
+            finally:
+                if ex.ck is not None:
+                    ex.ck.end(ok)
     finally:
         if own_store:
             state_store.close()
@@ -151,6 +169,7 @@ def run(flow: Flow, parallelism: int = 1, max_parallelism: int | None = None,
             "blocked_s": sum(reg.blocked_total for reg in regions),
             "startup_s": ex.startup_s,
             "regions": {reg.name: reg.stats() for reg in regions},
+            **({"checkpoints": ex.ck.taken} if ex.ck is not None else {}),
         },
     )
 
@@ -194,15 +213,33 @@ class _Executor:
     def __init__(self, flow: Flow, store: StateStore, *, parallelism: int, n_groups: int,
                  batch: int, queue_size: int, schedule: list[tuple[int, int]], pulse: float,
                  make_controller: Callable[[int], Controller | None], max_parallelism: int,
-                 interval: float, channels: str, start_method: str):
+                 interval: float, channels: str, start_method: str,
+                 checkpoint: tuple[str, Any] | None = None):
         self.run = RunControl()
         self.metrics = MetricsLog()
         self.threads: list[Any] = []
         self.counts: dict[str, list[int]] = {}
         self.batch, self.pulse, self.queue_size = batch, pulse, queue_size
         self.startup_s = 0.0  # until every initial channel runs (process start, imports)
+        self.ck: Any = None
         self._plan(flow)
         ops = [n for n in flow.nodes if n.kind == "oplus" and n in self.live]
+        if checkpoint is not None:
+            from .sn_checkpoint import SNCheckpoints
+
+            self.ck = SNCheckpoints(*checkpoint, flow, [n.name for n in ops])
+        try:
+            self._build(ops, store, parallelism, n_groups, batch, queue_size, schedule, pulse,
+                        make_controller, max_parallelism, interval, channels, start_method)
+        except BaseException:
+            if self.ck is not None:
+                self.ck.end(False)
+            raise
+
+    def _build(self, ops: list[Node], store: StateStore, parallelism: int, n_groups: int,
+               batch: int, queue_size: int, schedule: list[tuple[int, int]], pulse: float,
+               make_controller: Callable[[int], Controller | None], max_parallelism: int,
+               interval: float, channels: str, start_method: str) -> None:
         transports: list[Any] = [None] * len(ops)
         if channels == "processes" and ops:
             from . import sn_process  # only now: it is the module that imports multiprocessing
@@ -224,6 +261,12 @@ class _Executor:
                 n_regions=len(ops))
             self.region_of[node] = region
             self.regions.append(region)
+            if self.ck is not None:
+                region.checkpoints, region.node_name = self.ck, node.name
+                group_of = (transports[k].group_of if transports[k] is not None
+                            else functools.partial(_thread_group, n_groups))
+                blobs = self.ck.restore(node.name, region.assign, n_groups, group_of)
+                region.restore_blobs = dict(enumerate(blobs or ()))
         self._subscribe()
 
     # -- the plan ------------------------------------------------------------------------------
@@ -266,12 +309,18 @@ class _Executor:
                 _, consumer, idx = readers[node][0]
                 if consumer.kind == "oplus":
                     self.inline_sources.setdefault(consumer, set()).add(src)
-                    self.inputs[consumer][idx] = _inline_factory(src, chain, idx, counter)
+                    self.inputs[consumer][idx] = _inline_factory(self._items(src), chain, idx,
+                                                                 counter)
                     break
                 chain.append(consumer.spec)
                 node = consumer
             else:
                 self.taps.append(src)
+
+    def _items(self, src: Node) -> Callable[[], Iterator]:
+        """A source's items as its reader gets them (with checkpoints: with barriers, past
+        the restored cut); called when the reader starts, once ``self.ck`` exists."""
+        return lambda: self.ck.items(src) if self.ck is not None else src.spec.items()
 
     def _leaves(self, node: Node) -> int:
         n = 0
@@ -288,7 +337,7 @@ class _Executor:
         subs: list[Any] = []
         for r in self.readers[node]:
             if r[0] == "sink":
-                subs.append(SinkLink(r[1], []))
+                subs.append(SinkLink(r[1], [], self.ck))
                 continue
             _, consumer, idx = r
             if consumer.kind == "oplus":
@@ -314,8 +363,9 @@ class _Executor:
         for region in self.regions:  # the queues exist now: the region reads them
             region.inputs = self.inputs[self._node_of(region)]
         self.tap_threads = [
-            Tap(self.run, src.spec, self.source_counters[src],
-                self._links(src, self._leaves(src) == 1), self.batch, self.pulse)
+            Tap(self.run, src.spec if self.ck is None else self.ck.source(src),
+                self.source_counters[src], self._links(src, self._leaves(src) == 1),
+                self.batch, self.pulse, checkpoints=self.ck is not None)
             for src in self.taps]
 
     def _node_of(self, region: Region) -> Node:
@@ -362,9 +412,13 @@ class _Executor:
             joined += 1
 
 
-def _inline_factory(src: Node, chain: list, idx: int,
+def _inline_factory(items: Callable[[], Iterator], chain: list, idx: int,
                     counter: list[int]) -> Callable[[], Iterator]:
-    return lambda: inline_input(src.spec.items(), chain, idx, counter)
+    return lambda: inline_input(items(), chain, idx, counter)
+
+
+def _thread_group(n_groups: int, key: Any) -> int:
+    return hash(key) % n_groups  # a thread channel's key group (OPlusInstance's)
 
 
 def _queued_factory(run: RunControl, q: Any, idx: int) -> Callable[[], Iterator]:

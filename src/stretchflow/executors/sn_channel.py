@@ -19,6 +19,7 @@ from ..elastic.consistent_hash import ConsistentHashRing
 from ..elastic.migration import StateStore
 from ..operators.oplus import OPlus, OPlusInstance, SharedState
 from ..runtime import RunControl, raise_user_error, user_error
+from .sn_checkpoint import channel_restore, channel_snapshot
 
 __all__ = ["ChannelCore", "Migration", "ThreadChannel", "group_assignment", "migrate_threads"]
 
@@ -91,6 +92,14 @@ class ChannelCore:
                 raise
             raise err from e
         return ("final", self.j, self.inst.take(), time.perf_counter() - t0)
+
+    def snap(self, epoch: int) -> tuple:
+        """A checkpoint barrier (after the flush that advanced W to its cut): σ of this
+        channel's groups and its progress (sn_checkpoint)."""
+        return ("snap", self.j, epoch, channel_snapshot(self.op.name, self.inst))
+
+    def restore(self, blob: bytes) -> None:
+        channel_restore(self.op.name, self.inst, blob)
 
     def release(self) -> tuple | None:
         """Alg. 4, first step: f_U outputs held for later windows live in the instance, not in
@@ -168,6 +177,10 @@ class ThreadChannel:
             elif kind == "migrate":
                 if not self._migrate(msg[1]):
                     return
+            elif kind == "barrier":
+                run.put(self.outq, core.snap(msg[1]))
+            elif kind == "restore":
+                core.restore(msg[1])
             else:  # "end"
                 run.put(self.outq, core.end(msg[1]))
                 return

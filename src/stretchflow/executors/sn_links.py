@@ -26,6 +26,7 @@ from typing import Any
 from ..eventtime import WATERMARK
 from ..operators.stateless import Filter, FlatMap, Map, apply_batch
 from ..runtime import RunControl, SourcePump, drain_batch, is_live
+from ..runtime.checkpoint import CheckpointBarrier
 
 Stateless = Map | FlatMap | Filter
 Item = tuple[int, Any]
@@ -44,7 +45,7 @@ def inline_input(items: Iterator[Item], chain: list[Stateless], i: int,
     merged order, as ``reconfigure``'s COUNT means."""
     n = 0
     for ts, p in items:
-        if p is WATERMARK:
+        if p is WATERMARK or type(p) is CheckpointBarrier:  # not data: past the chain
             yield ts, i, p, 0
             continue
         n += 1
@@ -71,6 +72,9 @@ def queued_input(run: RunControl, q: Any, chain: list[Stateless],
         batch = get(q)
         if batch is _END:
             return
+        if len(batch) == 1 and type(batch[0][1]) is CheckpointBarrier:  # (alone: barrier())
+            yield batch[0][0], i, batch[0][1], 0
+            continue
         for op in chain:
             batch = apply_batch(op, batch)
         for ts, v in batch:
@@ -78,11 +82,16 @@ def queued_input(run: RunControl, q: Any, chain: list[Stateless],
 
 
 class SinkLink:
-    """A stateless chain into a sink (written from the producer's thread)."""
+    """A stateless chain into a sink (written from the producer's thread). With checkpoints
+    (``held``: the run's :class:`~.sn_checkpoint.SNCheckpoints`) the output is held as the
+    epoch's chunks and committed as a part at each barrier."""
 
-    def __init__(self, sink: Any, chain: list[Stateless]):
+    def __init__(self, sink: Any, chain: list[Stateless], held: Any = None):
         self.sink = sink
         self.chain = chain
+        self.held = held
+        self.chunks: list[Any] = []
+        self.epoch = 0
 
     def deliver(self, items: list[Item]) -> None:
         for op in self.chain:
@@ -91,10 +100,24 @@ class SinkLink:
                 return
         data = drain_batch(items)  # watermarks are the engine's, not output
         if data:
-            self.sink.write(data)
+            if self.held is not None:
+                self.chunks.append(data)
+            else:
+                self.sink.write(data)
+
+    def barrier(self, item: Item) -> None:
+        b = item[1]
+        if self.held is not None and b.epoch > self.epoch:  # the first copy of the epoch
+            self.epoch = b.epoch
+            self.held.sink_barrier(self.sink, b, self.chunks)
+            self.chunks = []
 
     def end(self) -> None:
-        """The sink is closed by the executor, after every thread ended."""
+        """The sink is closed by the executor, after every thread ended; held output after
+        the last barrier is the last part."""
+        if self.held is not None:
+            self.held.sink_end(self.sink, self.chunks)
+            self.chunks = []
 
 
 class QueueLink:
@@ -106,6 +129,9 @@ class QueueLink:
 
     def deliver(self, items: list[Item]) -> None:
         self.run.put(self.q, items)  # readers never mutate a batch: one list for all
+
+    def barrier(self, item: Item) -> None:
+        self.run.put(self.q, [item])  # alone in its batch: queued_input passes it on
 
     def end(self) -> None:
         self.run.put(self.q, _END)
@@ -124,6 +150,10 @@ class ChainLink:
             for sub in self.subscribers:
                 sub.deliver(out)
 
+    def barrier(self, item: Item) -> None:
+        for sub in self.subscribers:
+            sub.barrier(item)
+
     def end(self) -> None:
         for sub in self.subscribers:
             sub.end()
@@ -141,7 +171,7 @@ class _Counted:
     def items(self) -> Iterator[Item]:
         counter, n = self.counter, 0
         for item in self.source.items():
-            if item[1] is not WATERMARK:
+            if item[1] is not WATERMARK and type(item[1]) is not CheckpointBarrier:
                 n += 1
                 counter[0] = n
             yield item
@@ -152,13 +182,27 @@ class Tap:
     or by sinks only), handing its batches to its subscribers (the runtime's source pump)."""
 
     def __init__(self, run: RunControl, source: Any, counter: list[int], subscribers: list[Any],
-                 batch: int, delay: float):
+                 batch: int, delay: float, checkpoints: bool = False):
         self.subscribers = subscribers
+        self.checkpoints = checkpoints  # barriers among the items: split batches there
         self.pump = SourcePump(_Counted(source, counter), self._deliver, run, batch=batch,
                                delay=delay)
         self.thread = run.thread(self._run, name=f"sn-tap-{source.name}")
 
     def _deliver(self, items: list[Item]) -> None:
+        if self.checkpoints:
+            start = 0
+            for n, item in enumerate(items):
+                if type(item[1]) is CheckpointBarrier:
+                    if n > start:
+                        for sub in self.subscribers:
+                            sub.deliver(items[start:n])
+                    for sub in self.subscribers:
+                        sub.barrier(item)
+                    start = n + 1
+            items = items[start:]
+            if not items:
+                return
         for sub in self.subscribers:
             sub.deliver(items)
 

@@ -318,6 +318,10 @@ def _channel_main(blob: bytes, j: int, n_groups: int, assign: list[int], store_p
             kind = msg[0]
             if kind == "batch":
                 put(core.batch(msg))
+            elif kind == "barrier":  # a checkpoint: the snapshot goes back with the outputs
+                put(core.snap(msg[1]))
+            elif kind == "restore":
+                core.restore(msg[1])
             elif kind == "migrate":  # Alg. 4: release held outputs, donate, then wait
                 _, epoch, old, new = msg
                 out = core.release()

@@ -44,6 +44,7 @@ from ..elastic.migration import StateStore
 from ..eventtime import WATERMARK
 from ..operators.oplus import OPlus
 from ..runtime import MetricsLog, RunControl, Stopped, user_error
+from ..runtime.checkpoint import CheckpointBarrier
 from .sn_channel import ThreadChannel, group_assignment, migrate_threads
 from .sn_links import DROPPED
 
@@ -104,6 +105,11 @@ class Region:
         self.cum: dict[int, int] = {0: 0}  # batch seq -> tuples routed up to it
         self.blocked_total = 0.0  # seconds the splitter spent blocked on full channel queues
         self._blocked = 0.0
+        # checkpoints (sn_checkpoint): the run's SNCheckpoints, this O+'s node name, and
+        # the restore blob of each initial channel
+        self.checkpoints: Any = None
+        self.node_name = self.name
+        self.restore_blobs: dict[int, bytes] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start_channel(self, j: int) -> None:
@@ -116,6 +122,9 @@ class Region:
         self.all_channels.append(ch)
         ch.start()
         self.threads.extend(ch.threads)  # only started threads can be joined
+        blob = self.restore_blobs.pop(j, None)  # an initial channel of a resumed run
+        if blob is not None:
+            self.run.put(ch.q, ("restore", blob))
 
     def start(self) -> None:
         """Starts the splitter and the merger (the channels run already)."""
@@ -202,6 +211,7 @@ class Region:
         if ctl is not None:
             self._start_measuring()
         assign = self.assign
+        ck_epoch = 0
         for ts, i, v, new in self._merged():
             if stop.is_set():
                 raise Stopped
@@ -220,6 +230,17 @@ class Region:
                     wm = ts
                     dirty = True
                     flush()
+                continue
+            if type(v) is CheckpointBarrier:
+                if v.epoch > ck_epoch:  # the first copy: every tuple <= its cut is routed
+                    ck_epoch = v.epoch
+                    if v.cut > wm:
+                        wm = v.cut
+                    dirty = True
+                    flush()  # every channel advances W to the cut, then snapshots
+                    run.put(self.outq, ("barrier", v, ts, sorted(self.channels)))
+                    for ch in self.channels.values():
+                        run.put(ch.q, ("barrier", v.epoch))
                 continue
             try:
                 ks = keys(v, i)
@@ -343,9 +364,11 @@ class Region:
         deliver = self._deliver
         forward = self.forward_watermarks
         sent_wm = -math.inf
+        barriers: dict[int, tuple] = {}  # epoch -> (barrier item, its channels, snapshots)
         while True:
             msg = run.get(self.outq)
             kind = msg[0]
+            complete = None
             if kind == "out" or kind == "final":
                 j, outs = msg[1], msg[2]
                 for ts, p in outs:  # seq keeps each channel's order among equal timestamps
@@ -369,6 +392,13 @@ class Region:
                 done.pop(msg[1], None)
                 if done:
                     self.region_seq = min(done.values())
+            elif kind == "barrier":
+                barriers[msg[1].epoch] = ((msg[2], msg[1]), set(msg[3]), {})
+            elif kind == "snap":
+                item, need, got = barriers[msg[2]]
+                got[msg[1]] = msg[3]
+                if len(got) == len(need):
+                    complete = barriers.pop(msg[2])
             else:  # "eos": the channels that will send a final batch
                 eos = set(msg[1])
             lo = min(wms.values())
@@ -382,6 +412,8 @@ class Region:
                 ready.append((lo, WATERMARK))
             if ready:
                 deliver(ready)
+            if complete is not None:
+                self._checkpoint(heap, *complete)
             if eos is not None and eos <= finals:
                 break
         rest = [(ts, p) for ts, _, p in sorted(heap)]
@@ -389,6 +421,22 @@ class Region:
             deliver(rest)
         for sub in self.subscribers:
             sub.end()
+
+    def _checkpoint(self, heap: list, item: tuple, need: set[int],
+                    got: dict[int, bytes]) -> None:
+        """Every channel snapped at a barrier: its outputs <= the cut go out (all of them
+        are in: each channel's watermark is the cut), then the region's snapshot, then the
+        barrier downstream."""
+        b = item[1]
+        ready = []
+        while heap and heap[0][0] <= b.cut:
+            ts, _, p = heapq.heappop(heap)
+            ready.append((ts, p))
+        if ready:
+            self._deliver(ready)
+        self.checkpoints.region_snapshot(self.node_name, b.epoch, got)
+        for sub in self.subscribers:
+            sub.barrier(item)
 
     def _deliver(self, items: list[tuple[int, Any]]) -> None:
         for sub in self.subscribers:

@@ -147,7 +147,8 @@ def _last(b: Batch) -> Any:
     return b.last
 
 
-def _forward(pid: Hashable, inlets: list[Any], item: tuple[float, CheckpointBarrier]) -> None:
+def forward_barrier(pid: Hashable, inlets: list[Any],
+                    item: tuple[float, CheckpointBarrier]) -> None:
     """A barrier into every inlet a producer reaches, past any stateless operator."""
     seen: set[int] = set()
     for inlet in inlets:
@@ -201,7 +202,7 @@ class VSNCheckpoints:
             def gen() -> Iterator[Batch]:
                 for item in ckpt.batches(name, batches, counter):
                     if type(item[1]) is CheckpointBarrier:
-                        _forward(pid, inlets, item)  # the batches before it are pushed
+                        forward_barrier(pid, inlets, item)  # the batches before it are pushed
                     else:
                         yield item[1]
             return node.spec, pusher.push, gen()
@@ -216,7 +217,7 @@ class VSNCheckpoints:
                 if type(item[1]) is CheckpointBarrier:
                     pusher.push(seg)
                     seg = []
-                    _forward(pid, inlets, item)
+                    forward_barrier(pid, inlets, item)
                 else:
                     seg.append(item)
             pusher.push(seg)
@@ -248,7 +249,7 @@ class VSNCheckpoints:
             if vop.control.error is not None:
                 raise Stopped from None
             raise RuntimeError(f"{vop.name}: checkpoint barrier {b.epoch} broke") from None
-        _forward((vop.name, vi.j), vi.pusher.inlets(), (ts, b))
+        forward_barrier((vop.name, vi.j), vi.pusher.inlets(), (ts, b))
 
     def _act(self, vop: VSNOperator, epoch: int) -> None:
         try:

@@ -107,6 +107,23 @@ def is_temp(name: str) -> bool:
     return name.startswith(".") and ".tmp-" in name
 
 
+def sweep_spark_temps(checkpoint: str | os.PathLike) -> list[Path]:
+    """Removes the temporary files a killed Spark driver left in its streaming checkpoint and
+    returns them: Spark writes every offset, commit and state changelog file as
+    ``.NAME.UUID[.TIDn].tmp`` (with Hadoop's ``..NAME....tmp.crc``) and renames it into place;
+    a SIGKILL in between leaves it there and no later run removes it (bench kills found them).
+    Call it before the query starts, while no other run uses the checkpoint (the output
+    directory's lock: one run per query). A checkpoint that is not a local directory (a URI)
+    is left alone."""
+    root = Path(checkpoint)
+    if not root.is_dir():
+        return []
+    found = [f for pattern in (".*.tmp", ".*.tmp.crc") for f in root.rglob(pattern)]
+    for f in found:
+        f.unlink(missing_ok=True)
+    return found
+
+
 def fsync_dir(path: Path) -> None:
     """Makes a rename or a new file in directory ``path`` durable (fsync of the directory)."""
     fd = os.open(path, os.O_RDONLY)

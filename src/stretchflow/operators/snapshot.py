@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 import heapq
 import pickle
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import StretchflowError
@@ -65,7 +66,7 @@ def restore(name: str, insts: list[OPlusInstance], blob: bytes) -> None:
     if data["G"] == state.G == 1:
         regrouped = data["groups"]
     else:
-        regrouped = _regroup(data["groups"], state)
+        regrouped = regroup(data["groups"], state.G)
     for g, sg in enumerate(regrouped):
         state.groups[g].clear()
         state.groups[g].update(sg)
@@ -88,9 +89,10 @@ def restore(name: str, insts: list[OPlusInstance], blob: bytes) -> None:
         inst.set_assignment(inst.assign)  # the expiry heap, from the restored σ
 
 
-def _regroup(groups: list[dict], state: Any) -> list[dict]:
-    """σ's entries moved to the groups this process's hash and ``state.G`` give each key."""
-    G = state.G
+def regroup(groups: list[dict], G: int,
+            group_of: Callable[[Any], int] | None = None) -> list[dict]:
+    """σ's entries moved to the ``G`` groups ``group_of`` gives each key (default: this
+    process's ``hash`` mod G; SN process channels place keys by a stable hash)."""
     out: list[dict] = [{} for _ in range(G)]
     for sg in groups:
         nxt = sg.get(NEXT)
@@ -98,8 +100,7 @@ def _regroup(groups: list[dict], state: Any) -> list[dict]:
             if l == NEXT:
                 continue
             for k, v in d.items():
-                g = hash(k) % G
-                og = out[g]
+                og = out[hash(k) % G if group_of is None else group_of(k)]
                 e = og.get(l)
                 if e is None:
                     e = og[l] = {}

@@ -51,15 +51,18 @@ from ..batch import Batch
 from ..errors import FlowDefinitionError, StretchflowError
 from ..eventtime import WATERMARK
 from ..io.parts import MANIFEST as PARTS_MANIFEST
-from ..io.parts import PartWriter, fsync_dir, is_temp, part_name, take_lock, write_atomic
+from ..io.parts import fsync_dir, is_temp, take_lock, write_atomic
 from ..io.sinks import JsonLinesSink
 from .control import Barrier
+from .pump import EpochParts
 
 MANIFEST = "_checkpoint.json"
 FORMAT = "stretchflow-checkpoint/1"
 #: source tuples between two looks at the checkpoint schedule (per source): the cost of the
 #: look stays off the per-tuple path; a cut comes at most this many tuples late per source
 STEP = 1024
+#: sink items pulled (and written) at a time by :meth:`Checkpointer.drain`
+CHUNK = 4096
 
 
 class CheckpointBarrier(Barrier):
@@ -433,30 +436,91 @@ class Checkpointer:
     def drain(self, streams: list[Iterator[Any]]) -> None:
         """Pulls the sinks' streams (one per sink, in sink order) to their end, committing
         each sink's output per epoch and writing each checkpoint once every sink has its
-        part; the output after the last barrier becomes the last part."""
-        # an epoch's output per sink: batches kept whole (written by Arrow), tuples in lists
+        part; the output after the last barrier becomes the last part.
+
+        Each sink's output goes into its open part file as it comes (4096 records a write):
+        an epoch's output is never held in memory, which kept the whole epoch's tuples alive
+        and made the garbage collector walk them again and again (most of the cost of a
+        checkpointed run: issue #17)."""
+        try:
+            if len(streams) == 1:
+                self._drain_one(streams[0])
+            else:
+                self._drain_merged(streams)
+            last = self.plan.base + len(self.plan.cuts) + 1
+            for j in range(len(streams)):
+                self._commit(j, last)
+        except BaseException:
+            for w in self.writers:
+                w.abort_open()
+            raise
+
+    def _drain_one(self, stream: Iterator[Any]) -> None:
+        """One sink: data tuples are gathered into runs of :data:`CHUNK` and written; the one
+        test per item is its payload's type against the control types (watermarks, barriers,
+        batches). The items are pulled one by one, as the drain without checkpoints does: a
+        barrier is acted on as soon as it comes, however sparse the output (pulling a chunk
+        ahead would hold a checkpoint back until the chunk fills)."""
+        w = self.writers[0]
+        control = _CONTROL
+        buf: list[Any] = []
+        append = buf.append
+        for item in stream:
+            v = item[1]
+            if type(v) not in control:
+                append(item)
+                if len(buf) >= CHUNK:
+                    w.write(buf)
+                    buf = []
+                    append = buf.append
+                continue
+            if buf:
+                w.write(buf)
+                buf = []
+                append = buf.append
+            if type(v) is Batch:
+                w.write_batch(v)
+            elif type(v) is CheckpointBarrier:
+                self._at_barrier(0, v, 1)
+            # else a watermark: the engine's, not output (the part is not visible before
+            # publish, so nothing is gained by writing at every watermark)
+        if buf:
+            w.write(buf)
+
+    def _drain_merged(self, streams: list[Iterator[Any]]) -> None:
+        """Several sinks: their streams merged by timestamp (as the drain without checkpoints
+        does: the streams share upstream operators through tees, read in step), each sink's
+        data written in runs of :data:`CHUNK`."""
+        n = len(streams)
         bufs: list[list[Any]] = [[] for _ in streams]
         tagged = [_tag(s, j) for j, s in enumerate(streams)]
-        merged = tagged[0] if len(tagged) == 1 else heapq.merge(*tagged, key=itemgetter(0))
-        for ts, j, v in merged:
-            if type(v) is Batch:
-                bufs[j].append(v)
-            elif type(v) is CheckpointBarrier:
-                self._commit(j, v.epoch, bufs[j])
-                bufs[j] = []
-                if len(self.done.setdefault(v.epoch, set())) == len(streams):
-                    self._checkpoint(v.epoch, v.cut)
+        for ts, j, v in heapq.merge(*tagged, key=itemgetter(0)):
+            t = type(v)
+            if t is Batch or t is CheckpointBarrier:
+                if bufs[j]:
+                    self.writers[j].write(bufs[j])
+                    bufs[j] = []
+                if t is Batch:
+                    self.writers[j].write_batch(v)
+                else:
+                    self._at_barrier(j, v, n)
             elif v is not WATERMARK:
                 buf = bufs[j]
-                if not buf or type(buf[-1]) is not list:
-                    buf.append([])
-                buf[-1].append((ts, v))
-        last = self.plan.base + len(self.plan.cuts) + 1
+                buf.append((ts, v))
+                if len(buf) >= CHUNK:
+                    self.writers[j].write(buf)
+                    bufs[j] = []
         for j, buf in enumerate(bufs):
-            self._commit(j, last, buf)
+            if buf:
+                self.writers[j].write(buf)
 
-    def _commit(self, j: int, epoch: int, chunks: list[Any]) -> None:
-        self.writers[j].commit_chunks(epoch, chunks)
+    def _at_barrier(self, j: int, b: CheckpointBarrier, sinks: int) -> None:
+        self._commit(j, b.epoch)
+        if len(self.done[b.epoch]) == sinks:
+            self._checkpoint(b.epoch, b.cut)
+
+    def _commit(self, j: int, epoch: int) -> None:
+        self.writers[j].commit_open(epoch)
         self.done.setdefault(epoch, set()).add(j)
 
     def _checkpoint(self, epoch: int, cut: int) -> None:
@@ -469,7 +533,14 @@ class Checkpointer:
             return  # a branch has ended: its operators cannot snapshot this epoch
         state = pickle.dumps(snaps, protocol=5)
         name = f"state-{epoch:08d}.pkl"
-        write_atomic(self.path / name, state)
+        # written in place and fsynced, no rename nor directory fsync of its own: only the
+        # manifest names it, and the manifest's directory fsync (same directory, after) makes
+        # its entry durable too; a crash before leaves a file no manifest names (removed
+        # below by the next checkpoint), and its SHA-256 is checked on load
+        with open(self.path / name, "wb") as f:
+            f.write(state)
+            f.flush()
+            os.fsync(f.fileno())
         man = {"format": FORMAT, "epoch": epoch, "cut": cut, "state": name,
                "sha256": hashlib.sha256(state).hexdigest(), "offsets": offsets,
                "parts": [w.manifest["parts"] for w in self.writers],
@@ -533,36 +604,7 @@ class Checkpointer:
             self._lock = None
 
 
-class EpochParts(PartWriter):
-    """A :class:`~stretchflow.io.parts.PartWriter` of JSON Lines parts that also commits an
-    epoch given as chunks: lists of ``(ts, payload)`` and whole :class:`Batch` es, which its
-    sink writes from their Arrow tables (``write_batch``) instead of tuple by tuple."""
-
-    def commit_chunks(self, part_id: int, chunks: list[Any]) -> int:
-        n = sum(len(c) for c in chunks)
-        if not n:
-            return self.commit(part_id, [])
-        final = self.path / part_name(part_id, self.suffix)
-        tmp = self.path / f".{final.name}.tmp-{os.getpid()}"
-        sink = JsonLinesSink(tmp)
-        sink.open()
-        try:
-            for c in chunks:
-                if type(c) is Batch:
-                    sink.write_batch(c)
-                else:
-                    sink.write(c)
-        except BaseException:
-            sink.abort()
-            raise
-        sink.commit()
-        with open(tmp, "rb") as f:  # as PartWriter.commit: fsync, rename, then the manifest
-            os.fsync(f.fileno())
-        os.replace(tmp, final)
-        fsync_dir(self.path)
-        self.manifest["parts"][str(part_id)] = n
-        self._save()
-        return n
+_CONTROL = frozenset({type(WATERMARK), Batch, CheckpointBarrier})
 
 
 def _tag(items: Iterator[Any], j: int) -> Iterator[tuple[Any, int, Any]]:

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..errors import EngineUnavailableError
+from ..extras import require
 from . import errors
 
 #: Settings every session gets (a user's ``--spark-conf`` overrides them).
@@ -118,6 +119,9 @@ def get_session(master: str | None = None, conf: dict[str, str] | None = None,
                     f"--spark-conf {k}={v} cannot change in a running session: {e}"
                 ) from None
         return _session
+    # the spark extra first: without pyspark, Java's check would be beside the point
+    require("pyspark", "spark", "the spark engine")
+    require("pandas", "spark", "the spark engine")
     check_java()
     # workers must run this interpreter, where stretchflow and its dependencies are installed
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -132,6 +136,8 @@ def get_session(master: str | None = None, conf: dict[str, str] | None = None,
     settings["spark.driver.extraJavaOptions"] = (
         f"-Dlog4j2.configurationFile=file:{_log4j_file(level)}")
     settings.update(conf or {})
+    if want.startswith("local") and "spark.local.dir" not in settings:
+        settings["spark.local.dir"] = _scratch_dir()
     settings["spark.master"] = want
     settings["spark.app.name"] = app_name
     # the JVM is started here, its stdout and stderr going to the log file; getOrCreate then
@@ -151,6 +157,19 @@ def get_session(master: str | None = None, conf: dict[str, str] | None = None,
     _warm_up(spark)
     _session, _master = spark, want
     return spark
+
+
+def _scratch_dir() -> str:
+    """Spark's scratch space (its ``spark-*`` and ``blockmgr-*`` directories) for a local
+    master, in a pid-named directory: a SIGKILLed JVM cannot remove its own, and the next run
+    sweeps what a dead one left (runtime/tempdirs.py); removed at this process's exit."""
+    import atexit
+
+    from ..runtime.tempdirs import make_tempdir
+
+    d = str(make_tempdir("spark"))
+    atexit.register(shutil.rmtree, d, ignore_errors=True)
+    return d
 
 
 def _warm_up(spark: Any) -> None:

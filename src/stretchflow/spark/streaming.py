@@ -49,7 +49,7 @@ from typing import Any
 
 from ..errors import FlowDefinitionError, OperatorError, SourceError, StretchflowError
 from ..flow import Flow
-from ..io.parts import EpochOutputs
+from ..io.parts import EpochOutputs, sweep_spark_temps
 from ..io.sources import RateSource
 from ..operators.oplus import OPlus
 from ..operators.stateless import apply_batch
@@ -323,8 +323,7 @@ def make_processor(op: OPlus, n_groups: int, n_inputs: int) -> Any:
 
 
 def _behind(i: int, ts: int, w: Any, p: Any) -> SourceError:
-    return SourceError(
-        f"input {i}", f"ts {ts}",
+    return SourceError(f"input {i}", f"ts {ts}",
         f"timestamp {ts} is behind the watermark {w} (the input went back in time, or its "
         f"files were read out of order: give each new file a later modification time)", p)
 
@@ -550,6 +549,7 @@ class StreamRun:
             self.batches.append({"batch": batch_id, "outputs": n, "job_s": t1 - t0,
                                  "sink_s": time.perf_counter() - t1})
 
+        sweep_spark_temps(self.checkpoint)  # after the output's lock (EpochOutputs) is held
         w = df.writeStream.foreachBatch(write).option("checkpointLocation", self.checkpoint)
         if self.trigger is None and self.rate:
             w = w.trigger(processingTime="1 second")

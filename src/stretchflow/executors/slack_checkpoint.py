@@ -1,0 +1,146 @@
+"""Checkpoints and resume on the slack engine (issue #17): :mod:`.vsn_checkpoint`'s protocol on
+Slack ScaleGates (docs/checkpoints.md, "Ordered and slack engines").
+
+The slack engine is VSN's plan with SSGs for inlets, so the checkpoint is VSN's: each source
+thread puts ``(T + 0.5, CheckpointBarrier(e, T))`` after its last tuple <= T (the cut T at or
+after every timestamp any source has published, :class:`~.vsn_checkpoint.VSNCheckpointer`),
+straight into the inlets it reaches (past the stateless operators fused on its thread). An SSG
+with SLT = inf hands out ready tuples only, in timestamp order, so every processing thread of
+an O+ reads the first barrier of epoch e after every tuple <= T of every source. There
+(:meth:`SlackCheckpoints.at_barrier`) it advances W to T and pushes what that closes (its later
+outputs are > T), waits for the operator's other threads (a ``threading.Barrier``: they share
+σ), the last to arrive snapshots σ and every thread's instance, and each forwards the barrier
+to the inlets it writes. A sink commits its part e on the first barrier of epoch e it reads
+(readiness puts it after every output <= T of every producer); the checkpoint is written once
+every sink has.
+
+A finite SLT lets slack-ready tuples through out of timestamp order (a barrier before a slow
+source's tuples <= T), so no cut is consistent: a checkpointed run needs SLT = inf and no SLT
+tuner (:func:`check`), which is also what makes the engine deterministic (its output equals
+the reference engine's per timestamp) and a resumed run equal an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..buffers.esg import Aborted
+from ..buffers.ssg import END
+from ..errors import FlowDefinitionError
+from ..eventtime import WATERMARK
+from ..operators import snapshot
+from ..runtime import Stopped
+from ..runtime.checkpoint import CheckpointBarrier
+from .vsn_checkpoint import BARRIER_TIMEOUT, VSNCheckpointer, VSNCheckpoints, forward_barrier
+
+if TYPE_CHECKING:
+    from .slack import _Operator, _Reader, _Run
+
+SINK_BATCH = 4096
+
+
+def check(slt: Any, controller: Any) -> None:
+    """Refuses a checkpoint where the engine is not deterministic (see the module doc)."""
+    slts = list(slt.values()) if isinstance(slt, Mapping) else [slt]
+    if controller is not None or any(s != math.inf for s in slts):
+        raise FlowDefinitionError(
+            "checkpoint: the slack engine checkpoints only with slt=inf and no controller "
+            "(a finite SLT processes tuples out of timestamp order, so no cut is consistent "
+            "and a resumed run could not equal an uninterrupted one)")
+
+
+class SlackCheckpoints(VSNCheckpoints):
+    """One slack run's checkpoints: the sources' side is VSN's (:meth:`pump_args`), and so is
+    :meth:`end`; the operators' and sinks' are the slack threads'."""
+
+    def __init__(self, R: _Run, path: Any, every: Any):  # noqa: N803 - the engine's name
+        self.R = R
+        self.ckpt = VSNCheckpointer(path, every, R.flow, {"engine": "slack"},
+                                    [o.name for o in R.ops.values()])
+        self.passed: dict[str, int] = {}  # per processing thread: its latest barrier epoch
+        self.rendezvous: dict[str, threading.Barrier] = {}
+        self.epoch: dict[str, int] = {}  # per operator: the epoch being snapshotted
+        try:
+            for o in R.ops.values():
+                self.rendezvous[o.name] = threading.Barrier(o.k, self._act(o))
+                blob = self.ckpt.restored(o.name)
+                if blob is not None:
+                    snapshot.restore(o.name, [r.inst for r in o.readers], blob)
+            R.control.on_abort(self._abort)
+        except BaseException:
+            self.ckpt.close()
+            raise
+
+    def _abort(self, e: BaseException) -> None:
+        for bar in self.rendezvous.values():
+            bar.abort()
+
+    def _act(self, o: _Operator) -> Any:
+        def act() -> None:  # run by the last thread to arrive, the others waiting
+            try:
+                blob = snapshot.snapshot(o.name, [r.inst for r in o.readers])
+                self.ckpt.snapshot(o.name, self.epoch[o.name], blob)
+            except BaseException as e:  # recorded before the barrier breaks
+                self.R.control.record(e)
+                raise
+        return act
+
+    def at_barrier(self, o: _Operator, r: _Reader, pusher: Any, ts: float,  # type: ignore[override]
+                   b: CheckpointBarrier) -> bool:
+        """Thread ``r`` of ``o`` read barrier ``(ts, b)``: False for another source's copy
+        of a barrier it passed, else True once it forwarded it (see the module doc)."""
+        if b.epoch <= self.passed.get(r.name, self.ckpt.plan.base):
+            return False
+        self.passed[r.name] = b.epoch
+        inst = r.inst
+        assert inst is not None
+        inst.advance(b.cut)  # (a user error here is the reader's, as any of its calls)
+        if inst.out:
+            pusher.push(inst.take())
+        self.epoch[o.name] = b.epoch
+        try:
+            self.rendezvous[o.name].wait(BARRIER_TIMEOUT)
+        except threading.BrokenBarrierError:
+            if self.R.control.error is not None:
+                raise Stopped from None
+            raise RuntimeError(f"{o.name}: checkpoint barrier {b.epoch} broke") from None
+        forward_barrier(pusher.pid, pusher.inlets(), (ts, b))
+        return True
+
+    def sink(self, k: int, sink: Any = None) -> None:
+        """Sink thread ``k``: its output held per epoch as parts."""
+        R, ckpt = self.R, self.ckpt
+        ssg = R.plan.inlets[("sink", k)].ssg
+        reader = ("sink", k)
+        epoch = ckpt.plan.base
+        chunks: list[Any] = []
+        try:
+            while True:
+                got = ssg.get_batch(reader, SINK_BATCH)
+                if got is END:
+                    break
+                items: list[Any] = []
+                n = 0
+                for t, _ in got:
+                    p = t[1]
+                    if type(p) is CheckpointBarrier:
+                        if items:
+                            chunks.append(items)
+                            items = []
+                        if p.epoch > epoch:
+                            epoch = p.epoch
+                            ckpt.sink_barrier(k, p, chunks)
+                            chunks = []
+                    elif p is not WATERMARK:
+                        items.append((t[0], p))
+                        n += 1
+                if items:
+                    chunks.append(items)
+                    R.latency.measure_outputs(R.clock, items)
+                R.sink_counts[k] += n
+        except Aborted:
+            raise Stopped from None
+        ckpt.sink_end(k, chunks)
