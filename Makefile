@@ -4,20 +4,24 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test test-fast bench-smoke lint clean
+.PHONY: venv browser demo test test-fast bench-smoke lint clean
 
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,all]'
 	touch $(STAMP)
+
+# Debian's chromium for the live view's browser test (tests/test_web_browser.py); idempotent
+browser:
+	sh tools/install-browser.sh
 
 demo: venv
 	$(BIN)/stretchflow demo
 
-test: venv
+test: venv browser
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not bench" --doctest-modules src/stretchflow tests
 
 # every benchmark of `stretchflow bench all --quick` writes its JSON and plot (about 7 min; CI)

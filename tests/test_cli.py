@@ -192,7 +192,7 @@ def test_queries_lists_every_query_with_typed_params(capsys):
     out = capsys.readouterr().out
     listed = [line.split()[0] for line in out.splitlines() if not line.startswith(" ")]
     assert listed == list(QUERIES)
-    assert "size=120000 (int)" in out and "distance=3 (int or inf)" in out
+    assert "size=120000 (duration)" in out and "distance=3 (int or inf)" in out
     assert "categories=0,1,2,3 (ints, comma-separated)" in out
 
 

@@ -125,9 +125,41 @@ CONTROLLER = _opt("controller", "elasticity controller: threshold or level (or, 
                   "Controller object)", str, metavar="NAME")
 CONTROLLER_OPTIONS = _opt("controller_options", "keyword options of a controller given by "
                           "name, e.g. {'threshold': 0.2}", None)
+# the same meaning on every local engine (docs/checkpoints.md; the slack engine declares its own
+# CHECKPOINT to say it needs slt inf)
+CHECKPOINT = _opt("checkpoint", "the checkpoint directory: checkpoints are written there and a "
+                  "run given a directory that holds one resumes from it, at any parallelism "
+                  "(docs/checkpoints.md)", metavar="DIR")
+CHECKPOINT_EVERY = _opt("checkpoint_every", "how often to checkpoint: N (input tuples), Ns or "
+                        "Nms (seconds of processing time)", _checkpoint_every, _checkpoint_every,
+                        default="10s", metavar="EVERY")
+COLUMNAR = _opt("columnar", "batches through Arrow kernels for an O+ that has columnar forms "
+                "(on: at parallelism 1 on the reference engine, at any on vsn) or tuple at a "
+                "time (off)", choices=("on", "off"), default="on")
 METRICS_INTERVAL = _opt("metrics_interval", "seconds between two measurements (metrics, "
                         "controller calls)", float, _positive_number("metrics_interval"),
                         metavar="S")
+
+
+# -- run options: taken by engines.run for every local engine, never passed to an executor ------
+def _ui(v: Any) -> Any:
+    if v is True or v is False:
+        return v
+    if isinstance(v, int) and 0 <= v <= 65535:
+        return v
+    raise FlowDefinitionError(f"ui must be True, False or a port number 0-65535 (0: a free "
+                              f"port), got {v!r}")
+
+
+UI = _opt("ui", "serve a live web view of the run on 127.0.0.1 (True or 0: a free port; or "
+          "PORT) with a Prometheus /metrics endpoint (docs/live-view.md)", None, _ui,
+          default="off", metavar="PORT")
+UI_WAIT = _opt("ui_wait", "after the run, keep serving its final state until Ctrl-C (the "
+               "CLI's --ui does unless stdin is not a terminal)", None, default="False")
+REPORT = _opt("report", "write a self-contained HTML report of the run to FILE at its end",
+              str, metavar="FILE")
+RUN_OPTIONS = (UI, UI_WAIT, REPORT)
+LOCAL_ENGINES = ("reference", "vsn", "sn", "ordered", "slack")
 
 
 @dataclass(frozen=True)
@@ -217,15 +249,9 @@ ENGINES: dict[str, EngineSpec] = {e.name: e for e in (
         "reference", "stretchflow.executors.reference",
         "sequential and exact (STRETCH Alg. 2 on one thread): the oracle",
         (PARALLELISM, KEY_GROUPS,
-         _opt("columnar", "batches through Arrow kernels for an O+ that has columnar forms "
-              "(on: at parallelism 1 on the reference engine, at any on vsn) or tuple at a "
-              "time (off)", choices=("on", "off"), default="on"),
-         _opt("checkpoint", "the checkpoint directory: checkpoints are written there and a "
-              "run given a directory that holds one resumes from it (docs/checkpoints.md)",
-              metavar="DIR"),
-         _opt("checkpoint_every", "how often to checkpoint: N (input tuples), Ns or Nms "
-              "(seconds of processing time)", _checkpoint_every, _checkpoint_every,
-              default="10s", metavar="EVERY"))),
+         COLUMNAR,
+         CHECKPOINT,
+         CHECKPOINT_EVERY)),
     EngineSpec(
         "vsn", "stretchflow.executors.vsn",
         "STRETCH's virtual shared-nothing threads: shared input, output and state; elastic",
@@ -238,15 +264,9 @@ ENGINES: dict[str, EngineSpec] = {e.name: e for e in (
          _opt("max_spread", "tuples an instance may read ahead of the slowest instance of "
               "its operator (0: no bound); bounds how long a reconfiguration waits", int,
               default="64 (2048 for an O+ whose kernels take runs)", metavar="N"),
-         _opt("columnar", "batches through Arrow kernels for an O+ that has columnar forms "
-              "(on: at parallelism 1 on the reference engine, at any on vsn) or tuple at a "
-              "time (off)", choices=("on", "off"), default="on"),
-         _opt("checkpoint", "the checkpoint directory: checkpoints are written there and a "
-              "run given a directory that holds one resumes from it, at any parallelism "
-              "(docs/checkpoints.md)", metavar="DIR"),
-         _opt("checkpoint_every", "how often to checkpoint: N (input tuples), Ns or Nms "
-              "(seconds of processing time)", _checkpoint_every, _checkpoint_every,
-              default="10s", metavar="EVERY"))),
+         COLUMNAR,
+         CHECKPOINT,
+         CHECKPOINT_EVERY)),
     EngineSpec(
         "sn", "stretchflow.executors.sn",
         "shared-nothing channels (threads or processes), splitter/merger, state migration",
@@ -262,7 +282,9 @@ ENGINES: dict[str, EngineSpec] = {e.name: e for e in (
          _opt("pulse_ms", "also flush when this many ms passed since the last flush", float,
               _positive_number("pulse_ms"), default="50", metavar="MS"),
          _opt("start_method", "multiprocessing start method of process channels",
-              choices=("forkserver", "spawn"), default="forkserver"))),
+              choices=("forkserver", "spawn"), default="forkserver"),
+         CHECKPOINT,
+         CHECKPOINT_EVERY)),
     EngineSpec(
         "ordered", "stretchflow.executors.ordered",
         "a worker pool and a scheduler over the operators; order by serial numbers",
@@ -280,7 +302,9 @@ ENGINES: dict[str, EngineSpec] = {e.name: e for e in (
          _opt("ct_window", "seconds of the CT heuristic's window", float,
               _positive_number("ct_window"), default="0.05", metavar="S"),
          _opt("marker_every", "a latency marker every N tuples (0: none)", int,
-              default="0", metavar="N"))),
+              default="0", metavar="N"),
+         CHECKPOINT,
+         CHECKPOINT_EVERY)),
     EngineSpec(
         "slack", "stretchflow.executors.slack",
         "latency-bounded determinism: Slack ScaleGates, SLTuner under a deadline",
@@ -290,7 +314,11 @@ ENGINES: dict[str, EngineSpec] = {e.name: e for e in (
          _opt("deadline", "the query's latency deadline in ms (violations are counted)",
               float, _positive_number("deadline"), metavar="MS"),
          _opt("slt", "slack time of every SSG in event-time ms (default inf: exact)", float,
-              metavar="MS"))),
+              metavar="MS"),
+         _opt("checkpoint", "the checkpoint directory: checkpoints are written there and a "
+              "run given a directory that holds one resumes from it (slt inf only; "
+              "docs/checkpoints.md)", metavar="DIR"),
+         CHECKPOINT_EVERY)),
     EngineSpec(
         "spark", "stretchflow.executors.spark",
         "PySpark batch or Structured Streaming, on local[*] or a cluster",
@@ -321,5 +349,16 @@ def get_engine(name: str) -> Callable[..., Any]:
 def run(flow: Any, engine: str, options: Mapping[str, Any]) -> Any:
     """Checks ``options`` against ``engine``'s spec and runs ``flow`` on it."""
     spec = get_spec(engine)
-    checked = spec.check(options)
-    return spec.load()(flow, **checked)
+    web = {o.name: options[o.name] for o in RUN_OPTIONS if options.get(o.name) is not None}
+    checked = spec.check({k: v for k, v in options.items() if k not in web})
+    if not web or web.get("ui") is False and "report" not in web:
+        return spec.load()(flow, **checked)
+    if engine not in LOCAL_ENGINES:
+        raise FlowDefinitionError(f"ui and report watch a run in this process; the {engine} "
+                                  f"engine does not take them (local engines: "
+                                  f"{', '.join(LOCAL_ENGINES)})")
+    from .web import watch  # only now: the web package loads http.server and prometheus_client
+
+    with watch(flow, engine, ui=UI.check(web["ui"]) if "ui" in web else False,  # type: ignore[misc]
+               ui_wait=bool(web.get("ui_wait")), report=web.get("report")) as session:
+        return session.finish(spec.load()(flow, **checked))

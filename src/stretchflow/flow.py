@@ -14,14 +14,17 @@
 {'ts': 60, 'word': 'b', 'count': 1}
 {'ts': 120, 'word': 'b', 'count': 1}
 
-(``keys`` returning a list: keys are a set, so "a" counts once per tweet there; the built-in
-wordcount returns a ``Counter`` to count occurrences.)
+(``keys`` returning a list means several keys, a set of them, so "a" counts once per tweet
+there; the built-in wordcount returns a ``Counter`` to count occurrences. A str, number or
+tuple is one key: ``keys=lambda t: t["user"]`` groups by user.)
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +45,22 @@ from .operators.stateless import (
 )
 from .runtime.gc_hold import RUN_FREEZE
 from .runtime.result import RunResult
+
+#: the flow file ``stretchflow run FILE`` is loading (:func:`loading_app`), else None
+_LOADING_APP: ContextVar[str | None] = ContextVar("stretchflow_loading_app", default=None)
+
+
+@contextmanager
+def loading_app(path: str | os.PathLike) -> Iterator[None]:
+    """While a flow file is loaded to be run by the CLI: a ``flow.run()`` the file makes at
+    import is an error that says to guard it with ``if __name__ == "__main__":`` (the CLI runs
+    the flow it finds, so an unguarded call would run it twice, once with the file's own
+    options and once with the command line's)."""
+    token = _LOADING_APP.set(os.fspath(path))
+    try:
+        yield
+    finally:
+        _LOADING_APP.reset(token)
 
 
 @dataclass(eq=False)
@@ -113,7 +132,14 @@ class Stream:
                   name: str | None = None,
                   combine: Callable[[Any, Any], Any] | None = None) -> Stream:
         """An A+ (O+ with one input): per key and window, ``acc = update(acc, t)`` from
-        ``init()``; ``output(key, acc)`` when the window instance expires. With ``combine``
+        ``init()``; ``output(key, acc)`` when the window instance expires.
+
+        ``keys(t)`` returns one key — a str, bytes, number or tuple (``t["user"]`` groups by
+        user; ``(t["user"], t["page"])`` by the pair) — or several: a set, list or other
+        iterable (duplicates count once), or a dict mapping each key to the value ``update``
+        receives for it (a ``Counter`` counts occurrences); None or an empty set: no key.
+        ``size``/``slide``: ms, a ``timedelta`` or a string (``"2min"``, ``"10 seconds"``,
+        ``"1.5s"``). With ``combine``
         (associative, ``init()`` its identity, consistent with ``update``) a sliding window's
         state is sliced: each tuple updates one slice of width gcd(size, slide), and a window
         combines its slices when it expires
@@ -124,14 +150,19 @@ class Stream:
         return self.flow.oplus(op, self)
 
     def join(self, other: Stream, *, size: int | str, slide: int | str | None = None,
-             keys: Callable[[Any], Any], predicate: Callable[[Any, Any], bool] | None = None,
+             keys: Callable[[Any], Any] | None = None,
+             predicate: Callable[[Any, Any], bool] | None = None,
              output: Callable[[Any, Any], Any] | None = None, window_type: str = "multi",
              f_mu: Callable[[Hashable, int], int] | None = None,
-             name: str | None = None) -> Stream:
+             name: str | None = None, left_keys: Callable[[Any], Any] | None = None,
+             right_keys: Callable[[Any], Any] | None = None) -> Stream:
         """A J+ (O+ with two inputs): pairs (this, other) sharing a key in the same window
-        instance for which ``predicate`` holds, as ``output(left, right)``."""
+        instance for which ``predicate`` holds, as ``output(left, right)``. ``keys`` applies
+        to both sides; streams whose key fields differ give ``left_keys`` (this stream) and
+        ``right_keys`` (``other``) instead. Keys mean what they do in :meth:`aggregate`."""
         op = Join(size=size, slide=slide, keys=keys, predicate=predicate, output=output,
-                  window_type=window_type, f_mu=f_mu, name=self.flow._name(name, "join"))
+                  window_type=window_type, f_mu=f_mu, name=self.flow._name(name, "join"),
+                  left_keys=left_keys, right_keys=right_keys)
         return self.flow.oplus(op, self, other)
 
     # -- sinks --------------------------------------------------------------------------------
@@ -205,6 +236,12 @@ class Flow:
                   "reconfigure": reconfigure, "controller": controller}
         given = {k: v for k, v in common.items() if v is not None}
         given.update(options)
+        app = _LOADING_APP.get()
+        if app is not None:
+            raise FlowDefinitionError(
+                f"{app} calls flow.run() while `stretchflow run` loads it, so the flow would "
+                f"run twice; put the call under `if __name__ == \"__main__\":` (then the file "
+                f"runs as a script and as a flow file)")
         self.validate()
         with RUN_FREEZE:  # collections during the run skip the heap it started with
             return run_engine(self, engine, given)

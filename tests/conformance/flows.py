@@ -194,6 +194,27 @@ def _hashable_keys(ins: Inputs) -> Built:
     return flow, [out.collect()]
 
 
+def _one_key_results(ins: Inputs) -> Built:
+    """f_MK returning one key, not a set (issue #18): a str (the whole text, not its
+    letters), an int, a tuple; and a join whose sides key by different fields."""
+    flow = sf.Flow("one-key")
+    (s,) = _sources(flow, ins)
+    by_text = s.aggregate(size=6, slide=2, keys=lambda t: t["text"], init=int,
+                          update=lambda n, t: n + 1,
+                          output=lambda key, n: {"text": key, "n": n}, name="by-text")
+    by_int = s.aggregate(size=5, keys=lambda t: t["k"] % 3, init=int,
+                         update=lambda n, t: n + t["v"],
+                         output=lambda key, n: {"k": key, "sum": n}, name="by-int")
+    by_pair = s.aggregate(size=4, keys=lambda t: (t["k"] % 2, t["v"] > 3), init=int,
+                          update=lambda n, t: n + 1,
+                          output=lambda key, n: {"pair": key, "n": n}, name="by-pair")
+    named = s.map(lambda t: {"name": str(t["k"] % 3), "id": t["id"]}, name="named")
+    joined = s.join(named, size=4, left_keys=lambda t: str(t["k"] % 3),
+                    right_keys=lambda t: t["name"],
+                    output=lambda a, b: (a["id"], b["id"]), name="lr-join")
+    return flow, [by_text.collect(), by_int.collect(), by_pair.collect(), joined.collect()]
+
+
 FLOWS: list[FlowCase] = [
     *(_query_case(q) for q in QUERY_PARAMS),
     FlowCase("chain-two-oplus", _inputs(1), _chain),
@@ -204,6 +225,7 @@ FLOWS: list[FlowCase] = [
     FlowCase("two-consumers", _inputs(1), _two_consumers),
     FlowCase("self-join", _inputs(1), _self_join),
     FlowCase("hashable-keys", _inputs(1), _hashable_keys),
+    FlowCase("one-key-results", _inputs(1), _one_key_results),
 ]
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import repeat_probe, summarize, write_result
+from .plots import _pyplot
 
 HEURISTICS = ("qst", "lp", "et", "ct")
 
@@ -49,11 +50,7 @@ def _latency(lat: list[float]) -> dict[str, float]:
 
 
 def _plot(path: Path, draw: Callable[[Any], None], title: str) -> str:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7.2, 3.8), dpi=110)
     draw(ax)
     ax.set_title(title)

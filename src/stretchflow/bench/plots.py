@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..extras import require
+
 
 def _pyplot() -> Any:
-    import matplotlib
-
+    matplotlib = require("matplotlib", "plots", "the benchmark plots")
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
 

@@ -40,6 +40,7 @@ import stretchflow as sf
 
 from ..elastic.controller import Controller, Decision, Metrics
 from .common import repeat_probe, summarize, write_result
+from .plots import _pyplot
 
 KEYS = 1000
 
@@ -497,15 +498,6 @@ def _plot_migration(path: Path, m: dict[str, Any]) -> None:
 
 
 # -- plumbing --------------------------------------------------------------------------------
-def _pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def _save(fig: Any, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path)

@@ -247,10 +247,9 @@ def rate_load(rates: tuple[int, ...] = (5_000, 10_000, 20_000, 40_000), seconds:
 
 
 def _plot(path: Path, bars: dict[str, float], ylabel: str) -> None:
-    import matplotlib
+    from .plots import _pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     fig, ax = plt.subplots(figsize=(8.4, 3.8), dpi=110)
     ax.bar(list(bars), [v or 0 for v in bars.values()])

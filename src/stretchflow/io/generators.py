@@ -31,11 +31,15 @@ from pathlib import Path
 
 import numpy as np
 import orjson
-import pandas  # noqa: F401 - see below
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
+
+try:
+    import pandas  # noqa: F401 - see below
+except ImportError:  # a core install: pandas is the spark extra; pyarrow then never imports it
+    pass
 
 # pandas: pyarrow imports it at its first conversion of Python objects (pa.array of a list),
 # which for a generated source would happen inside the running flow — 37 000 new objects that

@@ -370,6 +370,8 @@ class IterableSource(Source):
             except Exception as e:
                 raise self._error(n + 1, f"the iterable raised {type(e).__name__}: {e}") from e
             n += 1
+            if not n & 4095:  # progress for the live view and progress bars, as files do
+                self.read = n
             if type(rec) is Watermark:
                 yield rec.ts, WATERMARK, n
                 continue

@@ -29,6 +29,7 @@ from typing import Any
 
 from ..errors import RunTupleError
 from .aggregate_instance import _MISSING, AggregateInstance
+from .keys import input_keys_fn, one_key_fn
 from .oplus import OPlus, OPlusInstance, SharedState, WindowSet
 from .slicing import SlicedAggregateInstance
 
@@ -68,7 +69,8 @@ class Aggregate(OPlus):
         combine: Callable[[Any, Any], Any] | None = None,
         output_columns: tuple[str, ...] | None = None,
     ):
-        self.user_keys = keys
+        # f_MK, its result read by one_key: a str/number/tuple is one key (issue #18)
+        self.user_keys = one_key_fn(keys)
         #: ``combine(a, b)``: the accumulator of the tuples of ``a`` followed by those of ``b``.
         #: Given, and with WT multi and WA < WS, the instances slice (:attr:`sliced`). It must
         #: be associative with ``init()`` as identity and consistent with ``update``:
@@ -108,7 +110,7 @@ class Aggregate(OPlus):
             size=size,
             slide=slide,
             inputs=1,
-            keys=lambda t, i: keys(t),
+            keys=input_keys_fn([keys]),
             window_type=window_type,
             f_mu=f_mu,
             output=self._fold_output,

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import Any
 
+from ..errors import FlowDefinitionError
+from .keys import input_keys_fn
 from .oplus import OPlus, WindowSet
 
 
@@ -24,6 +26,14 @@ class Join(OPlus):
     >>> inst.process(1, {"k": 1, "v": 1}, 0); inst.process(2, {"k": 1, "v": 5}, 1)
     >>> inst.finish(); inst.take()
     [(10, (1, 5))]
+
+    Streams whose key fields differ take ``left_keys`` and ``right_keys`` instead of ``keys``:
+
+    >>> j = Join(size=10, left_keys=lambda o: o["user"], right_keys=lambda c: c["uid"])
+    >>> inst = j.instance()
+    >>> inst.process(1, {"user": "ann"}, 0); inst.process(2, {"uid": "ann"}, 1)
+    >>> inst.finish(); inst.take()
+    [(10, {'left': {'user': 'ann'}, 'right': {'uid': 'ann'}})]
     """
 
     def __init__(
@@ -31,12 +41,14 @@ class Join(OPlus):
         *,
         size: int | str,
         slide: int | str | None = None,
-        keys: Callable[[Any], Any],
+        keys: Callable[[Any], Any] | None = None,
         predicate: Callable[[Any, Any], bool] | None = None,
         output: Callable[[Any, Any], Any] | None = None,
         window_type: str = "multi",
         f_mu: Callable[[Hashable, int], int] | None = None,
         name: str = "join",
+        left_keys: Callable[[Any], Any] | None = None,
+        right_keys: Callable[[Any], Any] | None = None,
     ):
         self.predicate = predicate
         self.pair_output = output if output is not None else _pair
@@ -44,7 +56,7 @@ class Join(OPlus):
             size=size,
             slide=slide,
             inputs=2,
-            keys=lambda t, i: keys(t),
+            keys=input_keys_fn(join_keys(name, keys, left_keys, right_keys)),
             window_type=window_type,
             f_mu=f_mu,
             update=self._match_and_store,
@@ -64,6 +76,25 @@ class Join(OPlus):
                     res.append(make(left, value))
         ws.states[i].append((ts, value))
         return res
+
+
+def join_keys(name: str, keys: Callable[[Any], Any] | None,
+              left_keys: Callable[[Any], Any] | None,
+              right_keys: Callable[[Any], Any] | None) -> list[Callable[[Any], Any]]:
+    """f_MK of the left and the right input: ``keys`` for both, or ``left_keys`` and
+    ``right_keys`` (streams whose key fields differ); exactly one of the two forms."""
+    if keys is not None:
+        if left_keys is not None or right_keys is not None:
+            raise FlowDefinitionError(
+                f"{name}: give keys= (both sides) or left_keys= and right_keys=, not both")
+        return [keys, keys]
+    if left_keys is None or right_keys is None:
+        missing = " and ".join(n for n, f in (("left_keys", left_keys),
+                                              ("right_keys", right_keys)) if f is None)
+        raise FlowDefinitionError(
+            f"{name}: a join needs keys= (both sides) or left_keys= and right_keys=; "
+            f"{missing} missing")
+    return [left_keys, right_keys]
 
 
 def _pair(left: Any, right: Any) -> dict:

@@ -2,10 +2,11 @@
 
 ``O+(WA, WS, I, f_MK, WT, S, f_μ, f_U, f_O, f_S)``:
 
-* f_MK (``keys``) returns the keys of a tuple: an iterable of distinct keys (a set), or a dict
-  mapping each key to the value f_U sees for it. The dict form is Corollary 1's Map fused into
-  f_MK: the per-key copy of the tuple that carries one extra attribute (e.g. how many times a
-  word occurs in a tweet) without a separate operator.
+* f_MK (``keys``) returns the keys of a tuple: one key (a str, bytes, number or tuple), an
+  iterable of distinct keys (a set, list ...), or a dict mapping each key to the value f_U
+  sees for it (:mod:`.keys` makes one key a set of one when the operator is built). The dict
+  form is Corollary 1's Map fused into f_MK: the per-key copy of the tuple that carries one
+  extra attribute (e.g. how many times a word occurs in a tweet) without a separate operator.
 * For each key the operator keeps one set of I window instances per window (WT ``multi``) or
   one set that slides by WA (WT ``single``). A :class:`WindowSet` is σ[k][ℓ] of the paper.
 * f_U (``update(ws, ts, value, i)``) runs on every (key, window) a tuple falls in; it updates
@@ -31,6 +32,7 @@ from typing import Any
 
 from ..errors import FlowDefinitionError, RunTupleError, StretchflowError
 from ..eventtime import parse_duration
+from .keys import key_pairs, one_key_fn2, wrap_keys_method
 
 Payloads = Iterable[Any] | None
 
@@ -56,16 +58,6 @@ class WindowSet:
 
     def __repr__(self) -> str:
         return f"WindowSet(key={self.key!r}, l={self.l}, states={self.states!r})"
-
-
-def key_pairs(ks: Any, value: Any) -> Any:
-    """(key, value f_U sees) for every key f_MK returned: a dict gives its own per-key values;
-    any other iterable is a set of keys (duplicates count once) that all see the tuple."""
-    if isinstance(ks, dict):
-        return ks.items()
-    if type(ks) is not set and type(ks) is not frozenset:
-        ks = dict.fromkeys(ks)
-    return [(k, value) for k in ks]
 
 
 def default_update(ws: WindowSet, ts: int, value: Any, i: int) -> None:
@@ -137,7 +129,7 @@ class OPlus:
         self.S = schema
         self.name = name
         if keys is not None:
-            self.keys = keys
+            self.keys = one_key_fn2(keys)  # type: ignore[method-assign]
         elif type(self).keys is OPlus.keys:
             raise FlowDefinitionError(f"{name}: an O+ needs f_MK (keys)")
         if f_mu is not None:
@@ -151,9 +143,19 @@ class OPlus:
         if slide_fn is not None:
             self.slide = slide_fn
 
+    #: True in a subclass whose own ``keys`` method always returns a set, list, dict or other
+    #: iterable of keys (never one bare key): it then skips the one-key check per tuple
+    #: (:func:`~.keys.wrap_keys_method`). Applies to the class that sets it only.
+    keys_iterable: bool = False
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        wrap_keys_method(cls)  # a subclass's f_MK means what a ``keys=`` function does
+
     # -- Table I hooks (overridable) ------------------------------------------------------
     def keys(self, t: Any, i: int) -> Any:  # pragma: no cover - replaced or overridden
-        """f_MK: the keys of payload ``t`` from input ``i`` (a set, or a dict key -> value)."""
+        """f_MK: the keys of payload ``t`` from input ``i``: one key (a str, bytes, number or
+        tuple), or several (a set, list or other iterable; a dict key -> value f_U sees)."""
         raise NotImplementedError
 
     def init(self) -> Any:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..eventtime import parse_duration
 from ..flow import Stream
 from ..workloads import tpcxbb
 from .hedge import Hedge
@@ -37,8 +38,19 @@ def _ints(v: str) -> tuple[int, ...]:
     return tuple(int(x) for x in v.split(","))
 
 
+def _duration(v: str) -> int:
+    """A window length or slide: ms, or a duration such as ``2min``, ``10s``, ``1.5s``,
+    ``"1 minute"`` (:func:`~stretchflow.eventtime.parse_duration`), as the API takes it."""
+    return parse_duration(v)
+
+
+#: parameters that are durations in every query that has them: parsed like the API's
+#: ``size=``/``slide=`` (``--param size=2min``), shown as ms
+DURATIONS = frozenset({"size", "slide", "window", "session"})
+
 TYPE_NAMES: dict[Callable[[str], Any], str] = {
-    int: "int", float: "float", _ints: "ints, comma-separated", _distance: "int or inf"}
+    int: "int", float: "float", _ints: "ints, comma-separated", _distance: "int or inf",
+    _duration: "duration"}
 
 
 def _show(v: Any) -> str:
@@ -62,7 +74,8 @@ class Query:
 
     ``params`` maps each parameter to its default and ``param_types`` to the function that
     parses it from a ``--param NAME=VALUE`` string (filled from the default's type when not
-    given: int, float, or a comma-separated tuple of ints). ``build(streams, **params)`` adds
+    given: a duration for ``size``, ``slide``, ``window`` and ``session`` (ms or ``2min``),
+    else int, float, or a comma-separated tuple of ints). ``build(streams, **params)`` adds
     the query over ``streams`` (input i is the i-th ``--input``) and returns its output.
     ``data`` names the ``stretchflow generate`` kind that writes its input ("" if none).
     """
@@ -79,7 +92,8 @@ class Query:
     data: str = ""
 
     def __post_init__(self) -> None:
-        types = {k: self.param_types.get(k) or _type_of(d) for k, d in self.params.items()}
+        types = {k: self.param_types.get(k) or (_duration if k in DURATIONS else _type_of(d))
+                 for k, d in self.params.items()}
         object.__setattr__(self, "param_types", types)  # frozen: completed once, here
 
     def parse_params(self, given: dict[str, str]) -> dict[str, Any]:

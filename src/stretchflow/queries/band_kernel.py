@@ -13,6 +13,10 @@ file (``cache=True``); later processes load it. numba itself (80 MB and tens of 
 objects) is imported only by :func:`warm_up` or the first call, so flows without a ScaleJoin
 never load it; :class:`~stretchflow.queries.scalejoin.ScaleJoin` warms up when it is built,
 before any run (whose collections then skip numba's objects, ``runtime/gc_hold.py``).
+
+numba is the ``kernels`` extra. Without it the same pairs come from :func:`_pairs_numpy`, one
+numpy comparison per query row: correct and in the same order, but holding the GIL between
+ufuncs, so VSN instances of a ScaleJoin then compare mostly one at a time.
 """
 
 from __future__ import annotations
@@ -25,9 +29,16 @@ import numpy as np
 
 @functools.cache
 def _kernel() -> Callable[..., int]:
-    from numba import njit
-
+    try:
+        from numba import njit
+    except ImportError:  # the core install: no 'kernels' extra
+        return _pairs_numpy
     return njit(nogil=True, cache=True)(_pairs)
+
+
+def has_numba_kernel() -> bool:
+    """Whether :func:`band_pairs` runs numba's compiled kernel (else the numpy fallback)."""
+    return _kernel() is not _pairs_numpy
 
 
 def warm_up() -> None:
@@ -51,6 +62,24 @@ def _pairs(u, v, lo, hi, qu, qv, band, out_r, out_c):  # pragma: no cover - comp
     return n
 
 
+def _pairs_numpy(u, v, lo, hi, qu, qv, band, out_r, out_c) -> int:
+    """:func:`_pairs` with numpy per query row, for installs without numba: the same count
+    and, when they fit, the same pairs in the same row-major order."""
+    n = 0
+    cap = out_r.shape[0]
+    for r in range(qu.shape[0]):
+        a, b = lo[r], hi[r]
+        if a >= b:
+            continue
+        c = np.flatnonzero((np.abs(u[a:b] - qu[r]) <= band)
+                           & (np.abs(v[a:b] - qv[r]) <= band)) + a
+        k = min(len(c), max(cap - n, 0))
+        out_r[n:n + k] = r
+        out_c[n:n + k] = c[:k]
+        n += len(c)
+    return n
+
+
 def band_pairs(u: np.ndarray, v: np.ndarray, lo: np.ndarray, hi: np.ndarray, qu: np.ndarray,
                qv: np.ndarray, band: float) -> tuple[np.ndarray, np.ndarray]:
     """Rows and columns of the pairs with |u[c] − qu[r]| <= band and |v[c] − qv[r]| <= band,
@@ -65,4 +94,4 @@ def band_pairs(u: np.ndarray, v: np.ndarray, lo: np.ndarray, hi: np.ndarray, qu:
         cap = n  # rare: more matches than room; the second pass has exactly enough
 
 
-__all__ = ["band_pairs", "warm_up"]
+__all__ = ["band_pairs", "has_numba_kernel", "warm_up"]

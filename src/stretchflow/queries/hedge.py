@@ -62,6 +62,8 @@ class Hedge(OPlus):
         self.n_keys = n_keys
         self._keys = frozenset(range(n_keys))
 
+    keys_iterable = True  # keys returns a frozenset: skip the one-key check per tuple
+
     def keys(self, t: Any, i: int) -> frozenset:
         return self._keys
 

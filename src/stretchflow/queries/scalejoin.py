@@ -211,6 +211,8 @@ class ScaleJoin(OPlus):
         self._keys = frozenset(range(n_keys))
         warm_up()  # numba's import and the kernel's load happen here, not in a running flow
 
+    keys_iterable = True  # keys returns a frozenset: skip the one-key check per tuple
+
     def keys(self, t: Any, i: int) -> frozenset:
         return self._keys
 
@@ -281,8 +283,10 @@ class Forward(OPlus):
         self.n_keys = n_keys
         self.init = list
 
-    def keys(self, t: Any, i: int) -> tuple:
-        return (t["ts"] % self.n_keys,)
+    keys_iterable = True  # keys returns a set: skip the one-key check per tuple
+
+    def keys(self, t: Any, i: int) -> set:
+        return {t["ts"] % self.n_keys}
 
     def update(self, ws: WindowSet, ts: int, value: Any, i: int) -> list:  # type: ignore[override]
         return [value]  # {∅, ∅, t.φ}: the states stay empty, so the window set is removed

@@ -28,7 +28,7 @@ def congestion_join(window: int = 5000, slide: int = 100, flow_threshold: float 
         return {"area": bus["area"], "bus": bus["bus"], "bus_ts": bus["ts"],
                 "sensor": sensor["sensor"], "sensor_ts": sensor["ts"], "flow": sensor["flow"]}
 
-    return Join(size=window, slide=slide, keys=lambda t: (t["area"],), predicate=predicate,
+    return Join(size=window, slide=slide, keys=lambda t: t["area"], predicate=predicate,
                 output=event, window_type="single", name=name)
 
 

@@ -66,6 +66,9 @@ class LatencyRecorder:
         self._series: list[tuple[float, float]] = []
         self._stride = 1
         self._skip = 0
+        from .metrics import announce  # the live view reads it while the run goes on
+
+        announce(self)
 
     def add(self, now: float, ms: float) -> None:
         """One sample: at wall-clock time ``now``, a latency of ``ms`` milliseconds."""

@@ -9,12 +9,38 @@ and applies; the loop, the log's shape and the controller calls are written once
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from .control import RunControl
+
+# Watchers of the runs started in this context (the live web view): each is called with every
+# MetricsLog made, and may add itself to its ``listeners``. A context variable, not a global:
+# two runs in two threads of one process (tests) do not see each other's logs.
+_WATCHERS: contextvars.ContextVar[tuple[Callable[[Any], None], ...]] = \
+    contextvars.ContextVar("stretchflow_metrics_watchers", default=())
+
+
+@contextmanager
+def watching(callback: Callable[[Any], None]) -> Iterator[None]:
+    """Calls ``callback(obj)`` for each :class:`MetricsLog` (or other run object passed to
+    :func:`announce`) made in this context while the block runs."""
+    token = _WATCHERS.set(_WATCHERS.get() + (callback,))
+    try:
+        yield
+    finally:
+        _WATCHERS.reset(token)
+
+
+def announce(obj: Any) -> None:
+    """Tells the watchers of this context about a run object (a MetricsLog, a
+    LatencyRecorder): what the live view reads while the run goes on."""
+    for cb in _WATCHERS.get():
+        cb(obj)
 
 
 class MetricsLog:
@@ -24,7 +50,13 @@ class MetricsLog:
         self.t0 = time.perf_counter() if t0 is None else t0
         self.rows: list[dict[str, Any]] = []
         self.parallelism: dict[str, list[tuple[float, int]]] = {}
+        # controller decisions: {"operator", "time", "parallelism", "reason"}
+        self.decisions: list[dict[str, Any]] = []
+        # objects with on_row(row), on_parallelism(operator, t, p), on_decision(event); called
+        # outside the lock, from the thread that logged
+        self.listeners: list[Any] = []
         self._lock = threading.Lock()
+        announce(self)
 
     def record(self, operator: str, m: Any) -> dict[str, Any]:
         """Logs a :class:`~stretchflow.elastic.controller.Metrics` of ``operator``."""
@@ -32,17 +64,38 @@ class MetricsLog:
                "parallelism": m.parallelism, "input_rate": m.input_rate,
                "throughput": m.throughput, "congestion": m.congestion,
                "loads": list(m.per_instance_load)}
+        backlog = (getattr(m, "extras", None) or {}).get("backlog")
+        if backlog is not None:  # tuples waiting in the operator's input (ESG, SSG, queues)
+            row["backlog"] = backlog
         with self._lock:
             self.rows.append(row)
+        for listener in self.listeners:
+            listener.on_row(row)
         return row
+
+    def decision(self, operator: str, decision: Any, now: float | None = None) -> None:
+        """Records a controller's decision for ``operator`` (applied or not: the executor
+        says by a parallelism change)."""
+        t = (time.perf_counter() if now is None else now) - self.t0
+        event = {"operator": operator, "time": round(max(t, 0.0), 4),
+                 "parallelism": getattr(decision, "parallelism", None),
+                 "reason": str(getattr(decision, "reason", "") or "")}
+        with self._lock:
+            self.decisions.append(event)
+        for listener in self.listeners:
+            listener.on_decision(event)
 
     def parallelism_changed(self, operator: str, p: int, now: float | None = None) -> None:
         """Records that ``operator`` runs ``p`` instances from now on."""
         t = (time.perf_counter() if now is None else now) - self.t0
         with self._lock:
             series = self.parallelism.setdefault(operator, [])
-            if not series or series[-1][1] != p:
+            changed = not series or series[-1][1] != p
+            if changed:
                 series.append((round(max(t, 0.0), 4), p))
+        if changed:
+            for listener in self.listeners:
+                listener.on_parallelism(operator, round(max(t, 0.0), 4), p)
 
 
 class MetricsSampler:
@@ -81,8 +134,10 @@ class MetricsSampler:
             if self.controller is None:
                 continue
             decision = self.controller.observe(m)
-            if decision is not None and self.apply is not None:
-                self.apply(operator, decision)
+            if decision is not None:
+                self.log.decision(operator, decision)
+                if self.apply is not None:
+                    self.apply(operator, decision)
 
     def _loop(self) -> None:
         while not self._stop.wait(self.period):

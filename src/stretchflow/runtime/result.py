@@ -55,8 +55,8 @@ class RunResult:
         return self.total_in / self.elapsed if self.elapsed > 0 else float("inf")
 
     def summary(self) -> str:
-        """A few lines: tuples in and out, time, throughput, parallelism, latency and
-        reconfigurations (what the CLI prints)."""
+        """A few lines: tuples in and out, time, throughput, latency, parallelism,
+        reconfigurations and checkpoints (what the CLI and ``print(result)`` show)."""
         lines = [f"{self.engine}: {self.total_in:,} tuples in, {self.total_out:,} out, "
                  f"{self.elapsed:.2f} s, {self.throughput:,.0f} tuples/s"]
         lat = self.extra.get("latency_ms")
@@ -72,12 +72,37 @@ class RunResult:
         recs = self.extra.get("reconfigurations") or []
         if recs:
             done = [r for r in recs if r.get("applied")]
-            lines.append(f"reconfigurations: {len(done)} applied of {len(recs)} requested")
+            line = f"reconfigurations: {len(done)} applied of {len(recs)} requested"
+            steps = [f"{r.get('parallelism_before')}→{r.get('parallelism_after')}"
+                     for r in done if r.get("parallelism_before") is not None
+                     and r.get("parallelism_after") is not None]
+            if steps:  # the first few changes say how the run scaled; all could be hundreds
+                more = f", +{len(steps) - 6} more" if len(steps) > 6 else ""
+                line += f" ({', '.join(steps[:6])}{more})"
+            lines.append(line)
+        ckpts = self.extra.get("checkpoints")
+        if ckpts is not None:
+            lines.append(f"checkpoints: {ckpts} taken")
         return "\n".join(lines)
 
-    def __repr__(self) -> str:  # a vsn result holds thousands of samples: print the summary
-        return (f"RunResult(engine={self.engine!r}, elapsed={self.elapsed:.3f}, "
-                f"tuples_in={self.tuples_in!r}, tuples_out={self.tuples_out!r}, "
-                f"extra=<{', '.join(self.extra)}>)")
+    def __repr__(self) -> str:
+        # a vsn result holds thousands of latency samples and a metrics series: a repr (what a
+        # REPL, a list of results or a debugger shows) is the summary on one line, never them
+        lat = self.extra.get("latency_ms") or {}
+        parts = [f"{self.total_in:,} in", f"{self.total_out:,} out", f"{self.elapsed:.3f} s",
+                 f"{self.throughput:,.0f}/s"]
+        if lat.get("samples"):
+            parts.append(f"p50 {lat['p50']:.1f} ms, p99 {lat['p99']:.1f} ms")
+        par = self.extra.get("parallelism")
+        if par:
+            parts.append("parallelism " + ", ".join(f"{k} {v}" for k, v in
+                                                    list(par.items())[:4])
+                         + (", ..." if len(par) > 4 else ""))
+        recs = self.extra.get("reconfigurations")
+        if recs:
+            parts.append(f"{sum(1 for r in recs if r.get('applied'))} reconfigurations")
+        if self.extra.get("checkpoints") is not None:
+            parts.append(f"{self.extra['checkpoints']} checkpoints")
+        return f"<RunResult {self.engine}: {'; '.join(parts)}>"
 
     __str__ = summary

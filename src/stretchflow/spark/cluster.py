@@ -19,13 +19,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import EngineUnavailableError
+from ..extras import require
 from .session import check_java
 
 
 def spark_home() -> Path:
     """The pyspark installation (it bundles Spark's jars and ``bin/spark-class``)."""
-    import pyspark
-
+    pyspark = require("pyspark", "spark", "a standalone Spark cluster")
     return Path(pyspark.__file__).parent
 
 

@@ -6,6 +6,9 @@ variance per prediction); its alternatives — linear regression, isotonic regre
 SLT alone: it fits one monotone function of one variable) and support-vector regression — are
 here too, all from scikit-learn. :class:`SLTModel` holds two models per operator (latency and
 slack-ready tuples, Eq. 7 and 8) and is saved and loaded with joblib.
+
+scikit-learn (with scipy and joblib) is the ``tuner`` extra: building an estimator without it
+is one error naming the extra (:func:`stretchflow.extras.require`), before any training.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from ...extras import require
 from .features import FEATURES, Samples
 
 __all__ = ["ESTIMATORS", "Estimator", "GaussianProcess", "Isotonic", "Linear", "SLTModel",
@@ -49,8 +53,13 @@ class Estimator(ABC):
         return X
 
 
+def _require_sklearn() -> None:
+    require("sklearn", "tuner", "the SLTuner's estimators")
+
+
 class _Sklearn(Estimator):
     def __init__(self) -> None:
+        _require_sklearn()  # here, not at fit: a missing extra shows before any training run
         self.model: Any = None
 
     def _make(self) -> Any:  # pragma: no cover - overridden
@@ -151,6 +160,7 @@ class Isotonic(Estimator):
     name = "isotonic"
 
     def __init__(self) -> None:
+        _require_sklearn()
         self.model: Any = None
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> Estimator:
@@ -242,14 +252,12 @@ class SLTModel:
         return lat, slr
 
     def save(self, path: str | os.PathLike) -> None:
-        import joblib
-
+        joblib = require("joblib", "tuner", "saving an SLTuner model")
         joblib.dump(self, path)
 
     @staticmethod
     def load(path: str | os.PathLike) -> SLTModel:
-        import joblib
-
+        joblib = require("joblib", "tuner", "loading an SLTuner model")
         model = joblib.load(path)
         if not isinstance(model, SLTModel):
             raise ValueError(f"{path}: not a saved SLTModel (got {type(model).__name__})")

@@ -1,0 +1,240 @@
+"""What ``stretchflow run`` does around a run: load a flow file or a built-in query, show
+progress (a spinner on a terminal; the live web view with ``--ui``), report reconfigurations
+and what a stopped run left behind. Split from :mod:`stretchflow.cli` (which parses the
+flags) to keep each module readable."""
+
+from __future__ import annotations
+
+import argparse
+import runpy
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from .errors import FlowDefinitionError, StretchflowError
+
+
+class _LazyConsole:
+    """rich's stderr Console, made on first use: importing rich.console costs ~50 ms of the
+    start-up of every command, and a ``run -q`` that succeeds never prints."""
+
+    _console: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        if _LazyConsole._console is None:
+            from rich.console import Console
+
+            _LazyConsole._console = Console(stderr=True)
+        return getattr(_LazyConsole._console, name)
+
+
+err: Any = _LazyConsole()
+
+
+def load_app(path: Path, params: dict[str, str]) -> Any:
+    """A user's flow file defines ``flow`` (a Flow) or ``build_flow(params) -> Flow``.
+
+    A file that does not compile, or raises while it runs or while ``build_flow`` builds the
+    flow, is one :class:`FlowDefinitionError` naming the file, the line and the exception
+    (the interpreter's traceback through runpy says nothing more a user needs)."""
+    from .flow import Flow, loading_app
+
+    try:
+        with loading_app(path):  # a flow.run() at import would run the flow twice
+            ns = runpy.run_path(str(path), run_name="__stretchflow_app__")
+    except (Exception, SystemExit) as e:  # SystemExit: a script-style file calling exit()
+        raise FlowDefinitionError(app_error(path, e, "fails to load")) from e
+    if "build_flow" in ns:
+        try:
+            flow = ns["build_flow"](params)
+        except (StretchflowError, ValueError) as e:  # already says what is wrong
+            raise FlowDefinitionError(f"{path.name}: build_flow: {e}") from e
+        except Exception as e:
+            raise FlowDefinitionError(app_error(path, e, "build_flow failed")) from e
+    elif isinstance(ns.get("flow"), Flow):
+        if params:
+            raise ValueError(f"{path} defines `flow`; --param needs a build_flow(params)")
+        flow = ns["flow"]
+    else:
+        raise ValueError(f"{path} must define `flow = stretchflow.Flow(...)` or "
+                         f"`def build_flow(params): ... return flow`")
+    if not isinstance(flow, Flow):
+        raise ValueError(f"{path}: build_flow returned {type(flow).__name__}, not a Flow")
+    return flow
+
+
+def app_error(path: Path, e: BaseException, what: str) -> str:
+    """``app.py: line 3: fails to load: ZeroDivisionError: division by zero``: the line is the
+    innermost frame in the flow file itself (a syntax error's own line), else none."""
+    line = None
+    if isinstance(e, SyntaxError) and e.filename and Path(e.filename) == path:
+        line = e.lineno
+    else:
+        tb = e.__traceback__
+        target = str(path.resolve())
+        while tb is not None:  # innermost frame of the file: where its code raised
+            if str(Path(tb.tb_frame.f_code.co_filename).resolve()) == target:
+                line = tb.tb_lineno
+            tb = tb.tb_next
+    if isinstance(e, SyntaxError):
+        detail = f"{type(e).__name__}: {e.msg}"
+    else:
+        detail = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+    detail = " ".join(detail.split())  # one line, whatever the message holds
+    where = f"{path.name}: line {line}" if line is not None else path.name
+    return f"{where}: {what}: {detail}"
+
+
+def _output_files(flow: Any) -> list[str]:
+    """The outputs of ``flow``'s sinks: file paths, and ``-`` for stdout."""
+    from .io.sinks import Stdout
+
+    names = []
+    for _, sink in flow.sinks:
+        if isinstance(sink, Stdout):
+            names.append("-")
+        elif isinstance(getattr(sink, "path", None), Path):
+            names.append(str(sink.path))
+    return names
+
+
+def _file_state(name: str) -> tuple | None:
+    """What tells whether a file was replaced or written: inode, size, mtime (None: none)."""
+    if name == "-":
+        return None
+    try:
+        st = Path(name).stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _stop_detail(flow: Any, outputs: dict[str, tuple | None], finished: bool) -> str:
+    """``after 123,456 tuples in: nothing committed, out.jsonl unchanged``: the tuples the
+    sources had read (their progress counters, updated every few thousand records) and, for
+    each output, whether it is as before the run (a sink commits only when the run succeeds,
+    so a stopped run leaves the previous file) or changed."""
+    parts = []
+    if flow is None:
+        return "before the run started"
+    counts = [getattr(n.spec, "read", None) for n in flow.nodes if n.kind == "source"]
+    if counts and all(isinstance(c, int) for c in counts):
+        parts.append(f"after {sum(counts):,} tuples in")
+    if finished:
+        parts.append("after the run completed")
+    told = []
+    for name, before in outputs.items():
+        label = "stdout" if name == "-" else Path(name).name
+        if name == "-":
+            told.append("what reached stdout stays")
+            continue
+        now = _file_state(name)
+        if now == before:
+            told.append(f"{label} unchanged" if before is not None else f"no {label} written")
+        else:
+            told.append(f"{label} {'committed' if finished else 'changed'}")
+    if not finished and all(_file_state(n) == b for n, b in outputs.items() if n != "-"):
+        told.insert(0, "nothing committed")
+    head = " ".join(parts)
+    return f"{head}: {', '.join(told)}" if told else head
+
+
+def query_flow(name: str, inputs: list[str], output: str | None, params: dict[str, str],
+               engine: str) -> Any:
+    """A flow of built-in query ``name`` (the one registry, :data:`queries.QUERIES`) from
+    ``inputs`` to ``output``; on the spark engine an input may also be a directory stream or
+    Spark's rate source (:func:`stretchflow.spark.sources.open_input`)."""
+    import stretchflow as sf
+
+    from .queries import QUERIES
+
+    q = QUERIES.get(name)
+    if q is None:
+        raise ValueError(f"unknown query {name!r}; queries: {', '.join(QUERIES)} (or a path "
+                         f"to a flow file ending in .py)")
+    if not inputs:
+        raise ValueError(f"query {name!r} needs --input")
+    if not output:
+        raise ValueError(f"query {name!r} needs --output (a path, or - for stdout)")
+    q.check_inputs(len(inputs))
+    typed = q.parse_params(params)
+    if engine == "spark":
+        from .spark.sources import open_input
+    else:
+        open_input = sf.io.open_source
+    flow = sf.Flow(name)
+    q.build([flow.source(open_input(p)) for p in inputs], **typed).sink(output)
+    return flow
+
+
+def print_reconfigurations(result: Any) -> None:
+    """Each reconfiguration of the run, one line (RunResult.summary() counts them)."""
+    for r in result.extra.get("reconfigurations", []):
+        at = f" (at ts {r['trigger_ts']})" if r.get("trigger_ts") is not None else ""
+        if r["applied"]:
+            err.print(f"reconfiguration {r['operator']} epoch {r['epoch']}: "
+                      f"{r['parallelism_before']} -> {r['parallelism_after']} in "
+                      f"{r['duration_ms']:.2f} ms{at}", markup=False, highlight=False)
+        else:
+            err.print(f"reconfiguration {r['operator']} epoch {r['epoch']} to "
+                      f"{r['parallelism_after']}: not applied ({r.get('note', '')})",
+                      markup=False, highlight=False)
+
+
+def _run_with_progress(flow: Any, engine: str, opts: dict[str, Any], quiet: bool) -> Any:
+    if quiet or not err.is_terminal:
+        return flow.run(engine=engine, **opts)
+    sources = [n.spec for n in flow.nodes if n.kind == "source"]
+    done = threading.Event()
+    with err.status("starting") as status:
+        def poll() -> None:
+            while not done.wait(0.5):
+                status.update(f"{flow.name}: {sum(s.read for s in sources):,} tuples read")
+
+        t = threading.Thread(target=poll, daemon=True)
+        t.start()
+        try:
+            return flow.run(engine=engine, **opts)
+        finally:
+            done.set()
+            t.join()
+
+
+def add_web_flags(parser: argparse.ArgumentParser) -> None:
+    """``--ui [PORT]``, ``--ui-wait``/``--no-ui-wait`` and ``--report FILE``: the run options
+    every local engine takes (:data:`stretchflow.engines.RUN_OPTIONS`; docs/live-view.md)."""
+    group = parser.add_argument_group(
+        "live view", "watch the run in a browser (local engines; docs/live-view.md)")
+    group.add_argument("--ui", nargs="?", const=0, type=_port, metavar="PORT",
+                       help="serve a live web view and Prometheus /metrics on 127.0.0.1:PORT "
+                            "(no PORT: a free one, printed)")
+    group.add_argument("--ui-wait", action=argparse.BooleanOptionalAction, default=None,
+                       help="after the run, keep serving its final state until Ctrl-C "
+                            "(default: when stdin is a terminal)")
+    group.add_argument("--report", metavar="FILE",
+                       help="write a self-contained HTML report of the run to FILE")
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--ui expects a port number, got {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"--ui expects a port 0-65535, got {port}")
+    return port
+
+
+def web_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The run options of ``--ui``, ``--ui-wait`` and ``--report`` (none when not given)."""
+    out: dict[str, Any] = {}
+    if args.ui is not None:
+        out["ui"] = args.ui
+        wait = args.ui_wait
+        out["ui_wait"] = sys.stdin.isatty() if wait is None else wait
+    elif args.ui_wait:
+        raise FlowDefinitionError("--ui-wait applies with --ui only")
+    if args.report:
+        out["report"] = args.report
+    return out
