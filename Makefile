@@ -22,7 +22,7 @@ demo: venv
 	$(BIN)/stretchflow demo
 
 test: venv browser
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not bench" --doctest-modules src/stretchflow tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not bench" --durations=15 --doctest-modules src/stretchflow tests
 
 # every benchmark of `stretchflow bench all --quick` writes its JSON and plot (about 7 min; CI)
 bench-smoke: venv

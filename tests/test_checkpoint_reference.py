@@ -32,9 +32,9 @@ from stretchflow.runtime.checkpoint import (
 )
 
 CLI = [sys.executable, "-m", "stretchflow.cli"]  # its __main__ runs main()
-#: cycles of the slow kill-and-resume tests: 25 in make test (its 15 minutes); KILL_CYCLES=100
+#: cycles of the slow kill-and-resume tests: 20 in make test (its 15 minutes); KILL_CYCLES=100
 #: for the issue's 100 (`stretchflow bench kills` records 100 per engine in kills.json)
-KILL_CYCLES = int(os.environ.get("KILL_CYCLES", "25"))
+KILL_CYCLES = int(os.environ.get("KILL_CYCLES", "20"))
 
 
 @pytest.fixture(scope="module")

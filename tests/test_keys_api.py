@@ -322,3 +322,32 @@ def test_an_unguarded_run_while_loading_is_a_clear_error(tmp_path, monkeypatch):
     assert str(path) in str(e.value) and 'if __name__ == "__main__":' in str(e.value)
     runpy.run_path(str(path), run_name="__main__")  # outside the loader it just runs
     assert len((tmp_path / "out.jsonl").read_text().splitlines()) == 4
+
+
+def test_a_wrapped_key_function_pickles_without_the_learnt_types(tmp_path):
+    """A key type learnt in this process (here from a module a worker cannot import) must not
+    travel with a pickled f_MK: Spark workers failed to unpickle every later task (CI)."""
+    import subprocess
+    import sys
+
+    import cloudpickle
+
+    from stretchflow.operators.keys import one_key, one_key_fn
+
+    mod = tmp_path / "helper_types_mod.py"
+    mod.write_text("class UserId(int):\n    pass\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import helper_types_mod
+
+        assert one_key(helper_types_mod.UserId(3)) == {3}  # learnt: UserId is one key
+        blob = cloudpickle.dumps(one_key_fn(lambda t: t["user"]))
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("helper_types_mod", None)
+    assert b"helper_types_mod" not in blob
+    code = ("import cloudpickle, sys; f = cloudpickle.loads(sys.stdin.buffer.read()); "
+            "print(sorted(f({'user': 'ann'})))")
+    r = subprocess.run([sys.executable, "-c", code], input=blob, capture_output=True,
+                       cwd="/", check=True)
+    assert r.stdout.decode().strip() == "['ann']"

@@ -2,7 +2,7 @@
 random kill-and-resume cycles per engine ... end with output identical to an uninterrupted
 run, and no leftover process or file").
 
-The tests run 25 cycles of the reference, vsn and sn engines (``tests/test_checkpoint_*.py``,
+The tests run 20 cycles of the reference, vsn and sn engines (``tests/test_checkpoint_*.py``,
 slow marker); a Spark streaming run starts a JVM (20-40 s on two cores), so its cycles cannot
 run inside ``make test`` and are recorded here instead. The harness is the same for every
 engine (``spark`` by default, ``reference``, ``vsn``, ``sn`` with process channels,

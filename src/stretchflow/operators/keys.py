@@ -17,14 +17,30 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+
 #: what f_MK's result means, by its type: True, one key (a str is one key, not a set of
 #: characters; a tuple is one composite key); False, several keys or none (a set, list, dict
 #: or any other iterable; None means no keys). Filled per type on first sight so the per-tuple
 #: check is one dict lookup; types are few, so the table stays small.
-_ONE_KEY: dict[type, bool] = {
+class _TypeTable(dict):
+    """The type table; pickled (with a wrapped f_MK's closure, to a Spark worker or an SN
+    process channel) as a reference to the receiving process's own table, never by value: by
+    value it would carry every type learnt so far, and a type from a module the receiver
+    cannot import (a test module, a user's helper module) made every later Spark task fail
+    to unpickle."""
+
+    def __reduce__(self) -> tuple[Any, tuple[()]]:
+        return (_type_table, ())
+
+
+def _type_table() -> dict[type, bool]:
+    return _ONE_KEY
+
+
+_ONE_KEY: dict[type, bool] = _TypeTable({
     str: True, bytes: True, int: True, float: True, tuple: True, bool: True, complex: True,
     set: False, frozenset: False, dict: False, list: False, type(None): False,
-}
+})
 
 
 def _learn_type(tp: type) -> bool:
