@@ -59,7 +59,7 @@ from typing import Any
 
 import orjson
 
-from .common import repeat_probe, summarize, write_result
+from .common import repeat_probe, results_dir, summarize, write_result
 
 NAME = "checkpoint"
 MANIFEST = "_checkpoint.json"  # stretchflow.runtime.checkpoint.MANIFEST (read, never written)
@@ -428,9 +428,7 @@ def run(quick: bool = False, out_dir: str | os.PathLike | None = None, seed: int
                       "parent's clock around the whole process",
         "order": "variants rotate: round r starts with variant r mod n",
     }
-    png_dir = Path(out_dir) if out_dir is not None else Path("benchmarks/results")
-    png_dir.mkdir(parents=True, exist_ok=True)
-    plot(metrics, png_dir / f"{NAME}.png", quick)
+    plot(metrics, results_dir(out_dir) / f"{NAME}.png", quick)
     path = write_result(NAME, params, metrics, out_dir, plot=f"{NAME}.png",
                         outputs_identical=ok)
     if not ok:
@@ -443,7 +441,7 @@ def plot(metrics: dict[str, Any], path: Path, quick: bool) -> Path:
     """Left: median throughput of each variant (min–max whiskers), its median number of
     checkpoints above the bar. Right: the restore's resumed run against a fresh run of the
     rest of the input, median (min–max)."""
-    from .plots import _pyplot
+    from .plots import _pyplot, save_figure
 
     plt = _pyplot()
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(10.5, 3.8), dpi=110,
@@ -474,12 +472,7 @@ def plot(metrics: dict[str, Any], path: Path, quick: bool) -> Path:
                  fontsize=9)
     for a in (ax, bx):
         a.grid(True, axis="y", alpha=0.3)
-    if quick:
-        fig.suptitle("QUICK (smoke test)", color="tab:red")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return save_figure(plt, fig, path, quick)
 
 
 if __name__ == "__main__":

@@ -195,14 +195,20 @@ def summarize(values: list[float]) -> dict[str, float]:
             "n": len(values)}
 
 
+def results_dir(out_dir: str | os.PathLike | None = None) -> Path:
+    """``out_dir`` (default :data:`RESULTS_DIR`), created if missing: where a result's JSON
+    and its figure go."""
+    d = Path(out_dir) if out_dir is not None else RESULTS_DIR
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
 def write_result(name: str, params: dict[str, Any], metrics: dict[str, Any],
                  out_dir: str | os.PathLike | None = None, **extra: Any) -> Path:
     """Writes ``<out_dir>/<name>.json`` and returns its path. The document records the git
     commit (``commit``, ``commit_dirty``) and ``quiet`` (:func:`quiet` over the probes found
     in ``metrics``; None when the benchmark does not probe its repeats)."""
-    d = Path(out_dir) if out_dir is not None else RESULTS_DIR
-    d.mkdir(parents=True, exist_ok=True)
-    path = d / f"{name}.json"
+    path = results_dir(out_dir) / f"{name}.json"
     commit, dirty = git_commit()
     doc = {
         "benchmark": name,

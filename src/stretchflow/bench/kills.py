@@ -47,7 +47,7 @@ from typing import Any
 
 import orjson
 
-from .common import repeat_probe, summarize, write_result
+from .common import repeat_probe, results_dir, summarize, write_result
 
 NAME = "kills"
 ENGINES = ("spark", "reference", "vsn", "sn", "ordered", "slack")
@@ -362,9 +362,7 @@ def run(quick: bool = False, out_dir: str | os.PathLike | None = None,
               "seed": seed, "query": "wordcount", **PARAMS, "delays": DELAYS,
               "settle_s": SETTLE_S, "max_kills_in_row": MAX_KILLS_IN_ROW,
               "kill": "SIGKILL to the run's process group (started in its own session)"}
-    png_dir = Path(out_dir) if out_dir is not None else Path("benchmarks/results")
-    png_dir.mkdir(parents=True, exist_ok=True)
-    plot(metrics, png_dir / f"{NAME}.png", quick)
+    plot(metrics, results_dir(out_dir) / f"{NAME}.png", quick)
     path = write_result(NAME, params, metrics, out_dir, plot=f"{NAME}.png",
                         outputs_identical=ok)
     if not ok:
@@ -375,7 +373,7 @@ def run(quick: bool = False, out_dir: str | os.PathLike | None = None,
 
 def plot(metrics: dict[str, Any], path: Path, quick: bool) -> Path:
     """Kills per cycle (bars), those that found a checkpoint on disk darker, per engine."""
-    from .plots import _pyplot
+    from .plots import _pyplot, save_figure
 
     plt = _pyplot()
     fig, axes = plt.subplots(len(metrics), 1, figsize=(6.4, 2.4 * len(metrics) + 0.6),
@@ -392,12 +390,7 @@ def plot(metrics: dict[str, Any], path: Path, quick: bool) -> Path:
         ax.grid(True, axis="y", alpha=0.3)
         ax.legend(fontsize=7)
     axes[-1, 0].set_xlabel("cycle")
-    if quick:
-        fig.suptitle("QUICK (smoke test)", color="tab:red")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return save_figure(plt, fig, path, quick)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,6 +16,17 @@ def _pyplot() -> Any:
     return plt
 
 
+def save_figure(plt: Any, fig: Any, path: Path, quick: bool) -> Path:
+    """Writes ``fig`` to ``path`` and closes it; a ``--quick`` run's figure says so in red
+    on top, so that it is never taken for a result."""
+    if quick:
+        fig.suptitle("QUICK (smoke test)", color="tab:red")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
 def plot(name: str, metrics: dict[str, Any], path: Path) -> Path | None:
     """Draws the figure of benchmark ``name`` into ``path``; None if it has no figure."""
     plt = _pyplot()

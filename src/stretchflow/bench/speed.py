@@ -29,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from .common import repeat_probe, summarize, write_result
+from .common import repeat_probe, results_dir, summarize, write_result
 from .onethread import BASELINE
 
 #: variant -> the ``stretchflow run`` engine flags (None: the hand-written pane loop)
@@ -212,10 +212,7 @@ def run(quick: bool = False, out_dir: str | os.PathLike | None = None, seed: int
         "times": "wall_s: parent's wall clock around the whole process; own_s: the run's own "
                  "time as the child reports it (CLI summary's elapsed, 10 ms resolution)",
     }
-    d = Path(out_dir) if out_dir is not None else None
-    png_dir = d if d is not None else Path("benchmarks/results")
-    png_dir.mkdir(parents=True, exist_ok=True)
-    plot(metrics, png_dir / "speed.png", quick)
+    plot(metrics, results_dir(out_dir) / "speed.png", quick)
     return write_result("speed", params_doc, metrics, out_dir, commit=_commit(),
                         plot="speed.png")
 
@@ -256,7 +253,7 @@ def _memory(tmp: Path, seed: int, progress: Any, rounds: int = 3) -> dict[str, A
 def plot(metrics: dict[str, Any], path: Path, quick: bool) -> Path:
     """Per query, bars of the median whole-process time of each variant with min–max whiskers,
     the run's own time beside it (``bench/plots.py``'s conventions)."""
-    from .plots import _pyplot
+    from .plots import _pyplot, save_figure
 
     plt = _pyplot()
     queries = [q for q in metrics if q != "memory"]
@@ -278,9 +275,4 @@ def plot(metrics: dict[str, Any], path: Path, quick: bool) -> Path:
         ax.set_title(title, fontsize=9)
         ax.grid(True, axis="y", alpha=0.3)
         ax.legend(fontsize=8)
-    if quick:
-        fig.suptitle("QUICK (smoke test)", color="tab:red")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return save_figure(plt, fig, path, quick)

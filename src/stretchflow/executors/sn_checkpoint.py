@@ -45,7 +45,7 @@ from typing import Any
 from ..errors import StretchflowError
 from ..operators import snapshot
 from ..runtime.checkpoint import CheckpointBarrier
-from .vsn_checkpoint import VSNCheckpointer
+from .vsn_checkpoint import SourceProxy, VSNCheckpointer
 
 __all__ = ["CheckpointBarrier", "SNCheckpoints", "channel_restore", "channel_snapshot",
            "split_restore"]
@@ -112,17 +112,6 @@ def split_restore(name: str, blob: bytes, assign: list[int], n_groups: int,
     return out
 
 
-class _Proxy:
-    """A source whose ``items()`` are the checkpointer's (a tap reads its attributes)."""
-
-    def __init__(self, spec: Any, items: Callable[[], Iterator[Any]]):
-        self._spec = spec
-        self.items = items
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._spec, name)
-
-
 class SNCheckpoints:
     """One SN run's checkpoints: sources with barriers, region snapshots, held sink output."""
 
@@ -140,7 +129,7 @@ class SNCheckpoints:
 
     def source(self, node: Any) -> Any:
         """Source ``node`` as a tap reads it: its items with barriers."""
-        return _Proxy(node.spec, lambda: self.items(node))
+        return SourceProxy(node.spec, lambda: self.items(node))
 
     def restore(self, name: str, assign: list[int], n_groups: int,
                 group_of: Callable[[Any], int]) -> list[bytes] | None:

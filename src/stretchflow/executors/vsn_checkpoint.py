@@ -160,8 +160,9 @@ def forward_barrier(pid: Hashable, inlets: list[Any],
             inlet.push(pid, [item])
 
 
-class _Proxy:
-    """A source whose ``items()`` are the checkpointer's (the pump reads its attributes)."""
+class SourceProxy:
+    """A source whose ``items()`` are the checkpointer's; every other attribute is the
+    source's own (the pump, or an SN tap, reads them)."""
 
     def __init__(self, spec: Any, items: Callable[[], Iterator[Any]]):
         self._spec = spec
@@ -222,7 +223,7 @@ class VSNCheckpoints:
                     seg.append(item)
             pusher.push(seg)
 
-        proxy = _Proxy(node.spec, lambda: ckpt.source(name, node.spec.items(), counter))
+        proxy = SourceProxy(node.spec, lambda: ckpt.source(name, node.spec.items(), counter))
         return proxy, push, None
 
     # -- operators -----------------------------------------------------------------------------
