@@ -145,3 +145,23 @@ def test_sweep_spark_temps_removes_a_killed_drivers_temp_files_only(tmp_path):
     assert sorted(sweep_spark_temps(ck)) == sorted(gone)
     assert all(f.exists() for f in keep) and not any(f.exists() for f in gone)
     assert sweep_spark_temps(tmp_path / "nowhere") == []
+
+
+def test_a_run_keeps_the_complete_entries_of_the_engines_it_does_not_run(tmp_path: Path):
+    """Spark's cycles take hours and run apart: a spark-only run keeps the local engines'
+    entries of the existing kills.json (each with its own commit), never a quick doc's, an
+    incomplete entry, or one made with another seed."""
+    doc = {"commit": "abc", "time": "t0", "parameters": {"quick": False, "seed": 1},
+           "metrics": {"vsn": {"cycles": 100, "complete": True, "rows": 8000},
+                       "sn": {"cycles": 40, "cycles_planned": 100, "complete": False},
+                       "spark": {"cycles": 100, "rows": 2000},
+                       "reference": {"cycles": 100, "rows": 8000}}}  # before "complete"
+    (tmp_path / "kills.json").write_text(json.dumps(doc))
+    kept = kills._previous(tmp_path, 1, ("spark",))
+    assert sorted(kept) == ["reference", "vsn"]
+    assert kept["vsn"]["commit"] == "abc" and kept["vsn"]["rows"] == 8000
+    assert kills._previous(tmp_path, 2, ("spark",)) == {}
+    doc["parameters"]["quick"] = True
+    (tmp_path / "kills.json").write_text(json.dumps(doc))
+    assert kills._previous(tmp_path, 1, ("spark",)) == {}
+    assert kills._previous(tmp_path / "none", 1, ("spark",)) == {}

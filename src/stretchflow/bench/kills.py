@@ -47,7 +47,7 @@ from typing import Any
 
 import orjson
 
-from .common import repeat_probe, results_dir, summarize, write_result
+from .common import git_commit, repeat_probe, results_dir, summarize, write_result
 
 NAME = "kills"
 ENGINES = ("spark", "reference", "vsn", "sn", "ordered", "slack")
@@ -264,8 +264,10 @@ def other_temp(tmpdir: Path) -> list[str]:
 
 # -- one engine -------------------------------------------------------------------------------
 def run_engine(engine: str, cycles: int, inputs: tuple[Path, Path], rows: int, tmp: Path,
-               seed: int, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """The uninterrupted run and ``cycles`` kill-and-resume cycles of ``engine``."""
+               seed: int, progress: Callable[[str], None] | None = None,
+               on_cycle: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """The uninterrupted run and ``cycles`` kill-and-resume cycles of ``engine``; after each
+    cycle ``on_cycle`` gets the summary of the cycles so far (a partial result to write)."""
     every = max(1, rows // 12)
     work = tmp / engine
     work.mkdir()
@@ -311,8 +313,24 @@ def run_engine(engine: str, cycles: int, inputs: tuple[Path, Path], rows: int, t
                      f"({stats['kills_with_checkpoint']} with a checkpoint), identical "
                      f"{identical}, leftovers {len(stats['leftovers'])}, "
                      f"{probe['wall_s']:.0f} s, load {probe['load_after']:.2f}")
+        if on_cycle is not None and c < cycles:
+            on_cycle(_summary(engine, per, cycles, rows, every, full, want, first, again,
+                              stats0))
+    return _summary(engine, per, cycles, rows, every, full, want, first, again, stats0)
+
+
+def _summary(engine: str, per: list[dict[str, Any]], cycles: int, rows: int, every: int,
+             full: float, want: Any, first: float, again: float, stats0: dict[str, Any]
+             ) -> dict[str, Any]:
+    """One engine's entry of kills.json over the cycles done (``per``) of ``cycles``."""
+    commit, dirty = git_commit()
     return {
-        "cycles": cycles,
+        "cycles": len(per),
+        "cycles_planned": cycles,
+        "complete": len(per) == cycles,
+        "commit": commit,  # an engine's entry may come from another run than the others'
+        "commit_dirty": dirty,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "rows": rows,
         "checkpoint_every": None if engine == "spark" else every,
         "uninterrupted_s": full,
@@ -351,24 +369,59 @@ def run(quick: bool = False, out_dir: str | os.PathLike | None = None,
     if rows < 100 or min(want.values()) < 1:
         raise ValueError(f"bench kills: rows must be >= 100 and cycles >= 1, got rows={rows}, "
                          f"cycles={want}")
+    # a full run keeps the entries of the engines it does not run (each entry says its own
+    # commit and time): the spark cycles take hours and are run apart from the local ones
+    kept = {} if quick else _previous(out_dir, seed, engines)
     metrics: dict[str, Any] = {}
+
+    def write(partial: dict[str, Any] | None = None, engine: str | None = None) -> Path:
+        m = {**kept, **metrics, **({engine: partial} if engine and partial else {})}
+        params = {"quick": quick, "engines": list(m), "cycles": {e: v["cycles"] for e, v in
+                                                                 m.items()},
+                  "cycles_planned": {e: v.get("cycles_planned", v["cycles"])
+                                     for e, v in m.items()},
+                  "rows": {e: v["rows"] for e, v in m.items()}, "seed": seed,
+                  "query": "wordcount", **PARAMS,
+                  "delays": DELAYS, "settle_s": SETTLE_S, "max_kills_in_row": MAX_KILLS_IN_ROW,
+                  "kill": "SIGKILL to the run's process group (started in its own session)"}
+        ok = all(v["identical"] and not v["leftovers"] for v in m.values())
+        plot(m, results_dir(out_dir) / f"{NAME}.png", quick)
+        return write_result(NAME, params, m, out_dir, plot=f"{NAME}.png",
+                            outputs_identical=ok, complete=all(v.get("complete", True)
+                                                               for v in m.values()))
+
     with tempfile.TemporaryDirectory(prefix="sf-bench-kills-") as tmp_s:
         tmp = Path(tmp_s)
         inputs = write_inputs(tmp, rows, seed, files=3 if quick else 8)
         for e in engines:
-            metrics[e] = run_engine(e, want[e], inputs, rows, tmp, seed, progress)
+            # the JSON is rewritten after every cycle: a run stopped early (hours of spark
+            # cycles) still records the cycles it did, marked incomplete
+            metrics[e] = run_engine(e, want[e], inputs, rows, tmp, seed, progress,
+                                    on_cycle=lambda part, e=e: write(part, e))
+            write()
+    path = write()
     ok = all(m["identical"] and not m["leftovers"] for m in metrics.values())
-    params = {"quick": quick, "engines": list(engines), "cycles": want, "rows": rows,
-              "seed": seed, "query": "wordcount", **PARAMS, "delays": DELAYS,
-              "settle_s": SETTLE_S, "max_kills_in_row": MAX_KILLS_IN_ROW,
-              "kill": "SIGKILL to the run's process group (started in its own session)"}
-    plot(metrics, results_dir(out_dir) / f"{NAME}.png", quick)
-    path = write_result(NAME, params, metrics, out_dir, plot=f"{NAME}.png",
-                        outputs_identical=ok)
     if not ok:
         raise KillsError(f"bench kills: a cycle's output differs or it left something behind "
                          f"(results in {path})")
     return path
+
+
+def _previous(out_dir: str | os.PathLike | None, seed: int,
+              engines: tuple[str, ...]) -> dict[str, Any]:
+    """The complete entries of other engines in an existing full-run kills.json with the
+    same seed (each entry records its own rows, commit and time)."""
+    path = results_dir(out_dir) / f"{NAME}.json"
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    p = doc.get("parameters", {})
+    if p.get("quick") or p.get("seed") != seed:
+        return {}
+    return {e: {"commit": doc.get("commit"), "time": doc.get("time"), **m}
+            for e, m in doc.get("metrics", {}).items()
+            if e not in engines and m.get("complete", True)}
 
 
 def plot(metrics: dict[str, Any], path: Path, quick: bool) -> Path:

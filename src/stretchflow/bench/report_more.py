@@ -442,12 +442,14 @@ def _kills(d: Doc) -> str:
         r = m.get(engine)
         if not isinstance(r, dict):
             continue
-        rows.append([engine, n0(r["cycles"]), n0(r["identical_cycles"]), n0(r["kills"]),
+        cycles = n0(r["cycles"]) if r.get("complete", True) else \
+            f"{n0(r['cycles'])} of {n0(r['cycles_planned'])} (stopped early)"
+        rows.append([engine, n0(r["rows"]), cycles, n0(r["identical_cycles"]), n0(r["kills"]),
                      n0(r["kills_with_checkpoint"]), n0(r["kills_with_jvm"]),
                      "none" if not r["leftovers"] else f"**{len(r['leftovers'])}**",
                      n0(r["spark_scratch_left"]), f2(r["uninterrupted_s"]),
                      spread(r["wall_s"], f2), spread(r["load_1min"], f2)])
-    head = (f"wordcount on {n0(p['rows'])} generated tweets per engine; per cycle the run "
+    head = ("wordcount on generated tweets (rows per engine in the table); per cycle the run "
             f"(with `--checkpoint`, in its own session) is SIGKILLed with its whole process "
             f"group after a random delay and re-run until one completes (delay bounds "
             f"widen 1.25x per kill in a row; {p['max_kills_in_row']} in a row fail); output "
@@ -456,7 +458,7 @@ def _kills(d: Doc) -> str:
             f"`stretchflow-*` directory in the cycle's TMPDIR. All outputs identical: "
             f"{'yes' if d.get('outputs_identical') else '**no**'}.")
     return (head + "\n\n"
-            + table(["engine", "cycles", "identical", "kills", "kills with a checkpoint on "
+            + table(["engine", "rows", "cycles", "identical", "kills", "kills with a checkpoint on "
                      "disk", "kills with the JVM alive", "leftovers", "Spark scratch dirs left",
                      "uninterrupted run, s", "cycle wall, s: median (min–max)",
                      "1-min load: median (min–max)"], rows))
