@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv browser demo test test-fast bench-smoke lint clean
+.PHONY: venv system demo test test-fast bench-smoke lint clean
 
 venv: $(STAMP)
 
@@ -14,14 +14,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev,all]'
 	touch $(STAMP)
 
-# Debian's chromium for the live view's browser test (tests/test_web_browser.py); idempotent
-browser:
-	sh tools/install-browser.sh
+# Debian packages the tests start: chromium (browser test), redis-server (Redis Streams); idempotent
+system:
+	sh tools/install-system.sh
 
 demo: venv
 	$(BIN)/stretchflow demo
 
-test: venv browser
+test: venv system
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not bench" --durations=15 --doctest-modules src/stretchflow tests
 
 # every benchmark of `stretchflow bench all --quick` writes its JSON and plot (about 7 min; CI)

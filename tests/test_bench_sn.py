@@ -74,3 +74,42 @@ def test_capacity_after_start_up_and_settle_repeats(tmp_path):
         assert all(1 <= x["settled"] <= 4 and "load_before" in x["probe"] for x in r["runs"])
         assert r["fixed_tuples_per_s"]["1"] > 0 and r["steady_tuples_per_s"]["n"] == 2
     json.dumps(out)  # what write_result stores
+
+
+def test_paced_source_records_how_late_a_blocked_engine_took_its_tuples():
+    """A consumer that stops pulling for 0.2 s (a congested splitter) makes the tuples owed
+    meanwhile at least that late, minus the interval they fell due in; a consumer that keeps
+    pulling sees no such delay. Lower bounds only: sleep never returns early."""
+    import time
+
+    def consume(stall_after: int | None) -> list[tuple[float, float]]:
+        delays: list[tuple[float, float]] = []
+        for n, t in enumerate(sn._paced(lambda el: 2000.0, 0.5, keys=10, delays=delays,
+                                        every=1)()):
+            assert 0 <= t["k"] < 10
+            if n == stall_after:
+                time.sleep(0.2)
+        return delays
+
+    stalled = consume(stall_after=50)
+    assert stalled and all(d >= 0 for _, d in stalled)
+    assert max(d for _, d in stalled) >= 150  # ms: owed during the stall, taken after it
+    times = [t for t, _ in stalled]
+    assert times == sorted(times)
+    every = []
+    sn._paced(lambda el: 2000.0, 0.1, delays=every, every=16)  # lazy: nothing yet
+    assert every == []
+
+
+def test_an_adaptive_run_carries_migrations_and_delay_per_period():
+    r = sn._adaptive_run(lambda el: 2000.0, 2.0, cost=0, period=0.4)
+    n = len(r["time"])
+    assert n >= 3 and len(r["admission_delay_p50_ms"]) == len(r["admission_delay_p99_ms"]) == n
+    got = [d for d in r["admission_delay_p50_ms"] if d is not None]
+    assert got and all(d >= 0 for d in got)
+    assert all(b is None or a is None or b >= a for a, b in
+               zip(r["admission_delay_p50_ms"], r["admission_delay_p99_ms"], strict=True))
+    (series,) = r["parallelism_series"].values()
+    # starts at one channel; a change per applied migration after it ("migrations" counts
+    # the requested ones)
+    assert series[0][1] == 1 and len(series) - 1 <= r["migrations"]

@@ -231,8 +231,10 @@ def _named_log(line: str, logs: Path) -> Path:
 def test_success_prints_only_the_summary(runs):
     code, stderr, logs = runs["ok"]
     assert code == 0, stderr[-3000:]
-    assert _one_line(stderr).startswith("wordcount on spark: 200 tuples in")
+    summary, named = stderr.strip().splitlines()  # the summary, and where Spark's log went
+    assert summary.startswith("wordcount on spark: 200 tuples in")
     (log,) = logs.glob("stretchflow-spark-*.log")
+    assert named == f"spark log: {log}"
     text = log.read_text()  # the JVM's start-up warning, Spark's own WARN lines
     assert "jdk.incubator.vector" in text or " WARN " in text, text[:2000]
 

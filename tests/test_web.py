@@ -237,3 +237,50 @@ def test_metrics_log_listeners_and_decisions():
     assert applied == [("op", 3)]
     assert log.rows[0]["backlog"] == 7
     assert log.decisions[0]["reason"] == "busy"
+
+
+def test_metrics_with_backlog_and_checkpoint_durations(tmp_path):
+    """A checkpointed paced run: /metrics mid-run parses with the backlog gauge and the
+    checkpoint histogram; at the end the histogram counts every checkpoint the run wrote and
+    the state's timeline marks each."""
+    flow = sf.Flow("ckpaced")
+    src = sf.io.iterable([{"ts": i, "k": i % 50} for i in range(8_000)])
+    src.at_rate(8_000)
+    flow.source(src).aggregate(size=100, slide=50, keys=lambda t: [t["k"]], init=lambda: 0,
+                               update=lambda s, t: s + 1,
+                               output=lambda k, s: {"k": k, "n": s}).sink(tmp_path / "o.jsonl")
+    t, out = run_in_thread(flow, engine="vsn", parallelism=1, metrics_interval=0.1,
+                           checkpoint=str(tmp_path / "ck"), checkpoint_every="150ms", ui=0)
+    session = live_session(out)
+    time.sleep(0.6)
+    assert t.is_alive(), "the paced run should still be going"
+    fams = families(get(session.url + "metrics"))
+    t.join(timeout=60)
+    assert "error" not in out, out.get("error")
+    backlog = fams["stretchflow_operator_backlog_tuples"]
+    assert backlog.type == "gauge"
+    assert [s.labels for s in backlog.samples] == [{"flow": "ckpaced", "operator": "aggregate"}]
+    assert fams["stretchflow_checkpoint_duration_seconds"].type == "histogram"
+    res = out["result"]
+    n = res.extra["checkpoints"]
+    assert n >= 2, n  # ~1 s paced, a cut every 150 ms
+    fams = families(get(res.extra["ui_url"] + "metrics"))
+    h = {s.name: s for s in fams["stretchflow_checkpoint_duration_seconds"].samples
+         if not s.name.endswith("_bucket")}
+    assert h["stretchflow_checkpoint_duration_seconds_count"].value == n
+    log = res.extra["checkpoint_log"]
+    assert h["stretchflow_checkpoint_duration_seconds_sum"].value == pytest.approx(
+        sum(r["duration_ms"] for r in log) / 1000)
+    inf = [s for s in fams["stretchflow_checkpoint_duration_seconds"].samples
+           if s.labels.get("le") == "+Inf"]
+    assert [s.value for s in inf] == [n]
+    total = [s.value for s in fams["stretchflow_checkpoints"].samples
+             if s.name.endswith("_total")]
+    assert total == [n]
+    written = [s.value for s in fams["stretchflow_checkpoint_written_bytes"].samples
+               if s.name.endswith("_total")]
+    assert written == [sum(r["bytes"] for r in log)]
+    state = json.loads(get(res.extra["ui_url"] + "api/state"))
+    marks = [e for e in state["events"] if e["kind"] == "checkpoint"]
+    assert len(marks) == n == len(state["checkpoint_log"])
+    assert all(0 <= e["t"] <= state["elapsed"] for e in marks)

@@ -2,7 +2,7 @@
 by Playwright, loads the page of a paced elastic vsn run, sees its charts update while the run
 goes on and the reconfiguration appear on the timeline.
 
-Chromium comes from the project's set-up (tools/install-browser.sh); a machine without it
+Chromium comes from the project's set-up (tools/install-system.sh); a machine without it
 fails here, loudly, rather than skipping: the view is a deliverable, not an extra.
 """
 
@@ -24,13 +24,13 @@ CHROMIUM = "/usr/bin/chromium"
 
 def _browser_or_fail():
     if not os.access(CHROMIUM, os.X_OK):
-        pytest.fail(f"{CHROMIUM} is missing: run tools/install-browser.sh (as root) to install "
+        pytest.fail(f"{CHROMIUM} is missing: run tools/install-system.sh (as root) to install "
                     f"Debian's chromium for the browser tests")
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
         pytest.fail("playwright is not installed in the venv: pip install playwright "
-                    "(the browser itself comes from tools/install-browser.sh)")
+                    "(the browser itself comes from tools/install-system.sh)")
     return sync_playwright
 
 
@@ -95,5 +95,5 @@ def test_live_view_updates_and_shows_the_reconfiguration(tmp_path):
 
 def test_a_missing_browser_fails_naming_the_install_script(monkeypatch):
     monkeypatch.setattr(__import__(__name__), "CHROMIUM", "/nonexistent/chromium")
-    with pytest.raises(pytest.fail.Exception, match="tools/install-browser.sh"):
+    with pytest.raises(pytest.fail.Exception, match="tools/install-system.sh"):
         _browser_or_fail()

@@ -3,7 +3,7 @@ after its reconfigurations (1 -> 3 -> 2 instances) reached the timeline.
 
     .venv/bin/python tools/screenshot.py [--out docs/img/live-view.png]
 
-Needs Debian's chromium (tools/install-browser.sh) and playwright in the venv.
+Needs Debian's chromium (tools/install-system.sh) and playwright in the venv.
 """
 
 from __future__ import annotations

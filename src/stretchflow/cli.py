@@ -16,13 +16,17 @@ from typing import Any
 
 from . import __version__
 from .cli_run import (
+    PROGRESS_EVERY,
     _file_state,
     _output_files,
     _run_with_progress,
     _stop_detail,
+    add_event_time_flags,
     add_web_flags,
     err,
+    event_time_options,
     load_app,
+    print_deadline,
     print_reconfigurations,
     query_flow,
     web_options,
@@ -37,6 +41,7 @@ from .engines import (
     unknown_option_message,
 )
 from .errors import FlowDefinitionError, StretchflowError
+from .logs import LEVELS, cli_logging
 from .runtime.signals import Interrupted, interrupt_on_signals
 
 __all__ = ["BENCH_SUITES", "build_parser", "load_app", "main", "query_flow"]
@@ -82,9 +87,10 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
         if not cli:
             continue
         choices = cli[0].choices if all(o.choices == cli[0].choices for o in cli) else None
+        bare = {"nargs": "?", "const": cli[0].const} if cli[0].const is not None else {}
         group.add_argument(cli[0].flag, dest=name, metavar=cli[0].metavar, choices=choices,
                            action="append" if cli[0].repeat else "store",
-                           help=_flag_help(decls))
+                           help=_flag_help(decls), **bare)
 
 
 def _parse(opt: Option, raw: str) -> Any:
@@ -131,22 +137,28 @@ def cmd_run(args: argparse.Namespace) -> int:
     with interrupt_on_signals() as watch:
         try:
             opts = engine_options(args)  # before anything is opened: a bad flag costs nothing
+            if args.engine == "spark" and args.until is not None and not args.follow:
+                opts["until"] = args.until  # directory streams (engines.py, spark's `until`)
             params = parse_params(args.param)
             target = args.query
             if target.endswith(".py") or Path(target).is_file():
-                if args.input or args.output:
+                if args.input or args.output or event_time_options(args):
                     raise ValueError("a flow file defines its own sources and sinks; "
-                                     "drop --input/--output")
+                                     "drop --input/--output/--max-delay/--late")
                 flow = load_app(Path(target), params)
             else:
-                flow = query_flow(target, args.input or [], args.output, params, args.engine)
+                flow = query_flow(target, args.input or [], args.output, params, args.engine,
+                                  source_options=event_time_options(args),
+                                  stdin_format=args.format)
             outputs = {name: _file_state(name) for name in _output_files(flow)}
             opts.update(web_options(args))
-            result = _run_with_progress(flow, args.engine, opts, quiet=args.quiet)
+            result = _run_with_progress(flow, args.engine, opts, quiet=args.quiet,
+                                        every=args.progress_every)
             finished = True
             if not args.quiet:
                 err.print(f"{flow.name} on {result.summary()}", markup=False, highlight=False)
                 print_reconfigurations(result)
+                print_deadline(result)
             return 0
         except BaseException as e:
             if watch.received is None:
@@ -343,21 +355,36 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog=_queries_epilog(),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     r.add_argument("query", help="a built-in query (listed below) or path/to/app.py")
-    r.add_argument("--input", action="append", help="input file (JSONL, CSV, Parquet); "
-                                                    "repeat for several inputs; with --engine "
-                                                    "spark also a directory (a stream) or "
-                                                    "rate:ROWS_PER_S[:ROWS] (Spark's rate "
-                                                    "source, tweet payloads)")
-    r.add_argument("--output", help="output file (.jsonl, .csv, .parquet) or - for stdout")
+    r.add_argument("--input", action="append",
+                   help="input file (JSONL, CSV, Parquet; .gz/.zst compressed), - for stdin, "
+                        "an s3:// URL, a Spark output directory or redis://HOST:PORT/DB?stream="
+                        "KEY (docs/inputs.md, docs/connectors.md); repeat for several inputs; "
+                        "with --engine spark also a directory (a stream) or "
+                        "rate:ROWS_PER_S[:ROWS] (Spark's rate source, tweet payloads)")
+    r.add_argument("--format", choices=("jsonl", "csv", "jsonl.gz", "csv.gz", "jsonl.zst",
+                                        "csv.zst"),
+                   help="the format of --input - (standard input; default jsonl)")
+    r.add_argument("--output", help="output file (.jsonl, .csv, .parquet), - for stdout, an "
+                                    "s3:// URL or redis://HOST:PORT/DB?stream=KEY")
     r.add_argument("--engine", default="reference", choices=ENGINES,
                    help="the executor (default reference): " + "; ".join(
                        f"{e.name}: {e.summary}" for e in ENGINES.values()).replace("%", "%%"))
     r.add_argument("--param", action="append", metavar="NAME=VALUE",
                    help="a query parameter (stretchflow queries lists them), or a string "
                         "build_flow(params) of a flow file receives")
+    add_event_time_flags(r)
     add_engine_flags(r)
     add_web_flags(r)
-    r.add_argument("-q", "--quiet", action="store_true")
+    r.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress, no summary (errors, and the live view's URL with --ui, "
+                        "still show)")
+    r.add_argument("--progress-every", type=_seconds, default=PROGRESS_EVERY,
+                   metavar="SECONDS",
+                   help="off a terminal, a progress log line every SECONDS (default "
+                        f"{PROGRESS_EVERY:g}; 0: none); on a terminal a progress bar shows")
+    r.add_argument("--log-level", choices=LEVELS, default="info",
+                   help="the library's log records shown on stderr (default info; debug "
+                        "also shows sinks, sources, controller decisions and stops)")
     r.set_defaults(fn=cmd_run)
 
     g = sub.add_parser("generate", help="generate a data set (tweets, bandjoin, trades)")
@@ -441,8 +468,23 @@ def _error_message(e: Exception) -> str | None:
     return None
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expects a number of seconds >= 0, got {text!r}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    with cli_logging(getattr(args, "log_level", "info")):
+        return _main(args)
+
+
+def _main(args: argparse.Namespace) -> int:
     try:
         return args.fn(args)
     except Exception as e:

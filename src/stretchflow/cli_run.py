@@ -1,6 +1,7 @@
 """What ``stretchflow run`` does around a run: load a flow file or a built-in query, show
-progress (a spinner on a terminal; the live web view with ``--ui``), report reconfigurations
-and what a stopped run left behind. Split from :mod:`stretchflow.cli` (which parses the
+progress (a rich bar on a terminal, a log line every few seconds off one; the live web view
+with ``--ui``), report reconfigurations, deadline violations and what a stopped run left
+behind. Split from :mod:`stretchflow.cli` (which parses the
 flags) to keep each module readable."""
 
 from __future__ import annotations
@@ -141,10 +142,13 @@ def _stop_detail(flow: Any, outputs: dict[str, tuple | None], finished: bool) ->
 
 
 def query_flow(name: str, inputs: list[str], output: str | None, params: dict[str, str],
-               engine: str) -> Any:
+               engine: str, source_options: dict[str, Any] | None = None,
+               stdin_format: str | None = None) -> Any:
     """A flow of built-in query ``name`` (the one registry, :data:`queries.QUERIES`) from
     ``inputs`` to ``output``; on the spark engine an input may also be a directory stream or
-    Spark's rate source (:func:`stretchflow.spark.sources.open_input`)."""
+    Spark's rate source (:func:`stretchflow.spark.sources.open_input`). ``source_options``
+    (``max_delay``, ``late``: :func:`event_time_options`) go to every input of a local
+    engine; ``stdin_format`` is the format of an input ``-`` (``--format``)."""
     import stretchflow as sf
 
     from .queries import QUERIES
@@ -159,13 +163,71 @@ def query_flow(name: str, inputs: list[str], output: str | None, params: dict[st
         raise ValueError(f"query {name!r} needs --output (a path, or - for stdout)")
     q.check_inputs(len(inputs))
     typed = q.parse_params(params)
+    source_options = source_options or {}
     if engine == "spark":
+        if source_options:
+            raise ValueError(f"--{next(iter(source_options)).replace('_', '-')} applies to the "
+                             f"local engines' inputs; on the spark engine a stream's lateness "
+                             f"is Spark's watermark (docs/spark.md)")
         from .spark.sources import open_input
     else:
-        open_input = sf.io.open_source
+        from .io.endpoints import open_input
+    if stdin_format is not None and "-" not in inputs:
+        raise ValueError("--format is the format of --input - (standard input)")
+
+    opts = dict(source_options)
+    if opts.pop("follow", False):
+        from .io.follow import follow as open_input  # a growing file or directory
+    else:
+        opts.pop("until", None)
+
+    def source(p: str) -> Any:
+        return open_input(p, format=stdin_format, **opts) if p == "-" else \
+            open_input(p, **opts)
+
     flow = sf.Flow(name)
-    q.build([flow.source(open_input(p)) for p in inputs], **typed).sink(output)
+    q.build([flow.source(source(p)) for p in inputs], **typed).sink(output)
     return flow
+
+
+def add_event_time_flags(parser: argparse.ArgumentParser) -> None:
+    """``--max-delay`` and ``--late``: how the inputs of a built-in query treat disorder
+    (docs/event-time.md)."""
+    group = parser.add_argument_group(
+        "event time", "disordered input (local engines; docs/event-time.md)")
+    group.add_argument("--max-delay", metavar="DURATION",
+                       help="bounded out-of-orderness of every input: tuples up to DURATION "
+                            "behind the latest timestamp are reordered (e.g. 5s, 250ms)")
+    group.add_argument("--late", choices=("error", "drop"),
+                       help="a tuple behind the watermark: error (default) or drop (counted "
+                            "and reported)")
+    group.add_argument("--follow", action="store_true",
+                       help="follow each --input as it grows: a JSON Lines file or a directory "
+                            "of them in name order (docs/inputs-live.md)")
+    group.add_argument("--until", default=None, metavar="marker|idle:SECONDS|never",
+                       help="with --follow (and for the spark engine's directory inputs), "
+                            "when the input ends: at an __end__ marker line (default), after "
+                            "SECONDS without new data, or never (Ctrl-C)")
+
+
+def event_time_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The source options ``--max-delay`` and ``--late`` give (none when not given)."""
+    out: dict[str, Any] = {}
+    spark = getattr(args, "engine", None) == "spark"
+    if getattr(args, "until", None) is not None and not getattr(args, "follow", False):
+        if spark:  # the spark engine's directory streams: its `until` option (cli.cmd_run)
+            return {}
+        raise ValueError("--until applies with --follow (or to the spark engine's directory "
+                         "inputs)")
+    if getattr(args, "follow", False):
+        out["follow"] = True
+        until = args.until or "marker"
+        out["until"] = None if until == "never" else until
+    if getattr(args, "max_delay", None) is not None:
+        out["max_delay"] = args.max_delay
+    if getattr(args, "late", None) is not None:
+        out["late"] = args.late
+    return out
 
 
 def print_reconfigurations(result: Any) -> None:
@@ -182,23 +244,135 @@ def print_reconfigurations(result: Any) -> None:
                       markup=False, highlight=False)
 
 
-def _run_with_progress(flow: Any, engine: str, opts: dict[str, Any], quiet: bool) -> Any:
-    if quiet or not err.is_terminal:
-        return flow.run(engine=engine, **opts)
-    sources = [n.spec for n in flow.nodes if n.kind == "source"]
-    done = threading.Event()
-    with err.status("starting") as status:
-        def poll() -> None:
-            while not done.wait(0.5):
-                status.update(f"{flow.name}: {sum(s.read for s in sources):,} tuples read")
+def print_deadline(result: Any) -> None:
+    """``deadline 50 ms: 12 of 3,400 intervals violated (0.35%), worst 81.2 ms``: the slack
+    engine's count of measuring intervals whose end-to-end latency reached the deadline
+    (``extra["violations"]`` of ``extra["intervals"]``; worst: ``e2e_latency_ms["max"]``).
+    Nothing for a run without a deadline."""
+    deadline = result.extra.get("deadline_ms")
+    if deadline is None or "violations" not in result.extra:
+        return
+    n, total = result.extra["violations"], result.extra.get("intervals", 0)
+    worst = (result.extra.get("e2e_latency_ms") or {}).get("max")
+    head = f"deadline {deadline:g} ms: "
+    if not total:
+        line = head + "no interval measured (the run ended before the first)"
+    elif n:
+        line = head + f"{n:,} of {total:,} intervals violated ({100 * n / total:.2f}%)"
+        if worst is not None:
+            line += f", worst {worst:.1f} ms"
+    else:
+        line = head + f"none of {total:,} intervals violated"
+        if worst is not None:
+            line += f" (worst {worst:.1f} ms)"
+    err.print(line, markup=False, highlight=False)
 
-        t = threading.Thread(target=poll, daemon=True)
+
+#: seconds between two progress log lines off a terminal (``--progress-every``)
+PROGRESS_EVERY = 5.0
+
+
+def _run_with_progress(flow: Any, engine: str, opts: dict[str, Any], quiet: bool,
+                       every: float = PROGRESS_EVERY) -> Any:
+    """Runs ``flow``, showing its progress (:mod:`stretchflow.runtime.progress`): on a
+    terminal a rich bar, refreshed twice a second; off one a log line every ``every``
+    seconds (none for a shorter run; none with ``every`` 0). ``quiet``: neither."""
+    from .engines import LOCAL_ENGINES
+
+    # a Spark run reads in the JVM: this process sees no counter to show (Spark's own UI
+    # does); a terminal still gets the bar's elapsed time
+    local = engine in LOCAL_ENGINES
+    if quiet or (not err.is_terminal and not (every > 0 and local)):
+        return flow.run(engine=engine, **opts)
+    from .runtime.progress import RunProgress
+
+    model = RunProgress(flow)
+    done = threading.Event()
+    if err.is_terminal:
+        view = _Bar(model, "starting" if local else f"running on {engine}")
+        period = 0.5
+    else:
+        view = _LogLines(model)
+        period = every
+
+    def poll() -> None:
+        while not done.wait(period):
+            if local:
+                view.update()
+
+    with view, model.watching():
+        t = threading.Thread(target=poll, name="progress", daemon=True)
         t.start()
         try:
             return flow.run(engine=engine, **opts)
         finally:
             done.set()
             t.join()
+
+
+class _LogLines:
+    """Off a terminal: each update is one INFO record ``progress: ...`` (the CLI's handler
+    writes it on stderr; ``--log-level warning`` hides it)."""
+
+    def __init__(self, model: Any):
+        import logging
+
+        self.model = model
+        self.log = logging.getLogger("stretchflow.progress")
+
+    def __enter__(self) -> _LogLines:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def update(self) -> None:
+        from .runtime.progress import format_line
+
+        self.log.info(format_line(self.model.sample()))
+
+
+class _Bar:
+    """On a terminal: a rich Progress line — flow name, tuples read, rate, a bar with the
+    percent of input and ETA when the input's size is known (a pulsing bar otherwise),
+    current parallelism, elapsed time."""
+
+    def __init__(self, model: Any, status: str):
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        err.is_terminal  # noqa: B018 - makes the console
+        self.model = model
+        self.progress = Progress(
+            # markup off: a flow's name or an operator's may hold [brackets]
+            TextColumn("{task.description}", style="bold", markup=False),
+            BarColumn(bar_width=20), TimeElapsedColumn(),  # before the status, which may be cut
+            TextColumn("{task.fields[status]}", markup=False),
+            console=_LazyConsole._console, transient=True)
+        self.task = self.progress.add_task(model.name, total=1000 if model.known else None,
+                                           status=status)
+
+    def __enter__(self) -> _Bar:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+    def update(self) -> None:
+        from .runtime.progress import format_eta, format_parallelism
+
+        s = self.model.sample()
+        parts = [f"{s.tuples:,} tuples"]
+        if s.fraction is not None:
+            parts.append(f"{100 * s.fraction:.1f}%")
+        if s.rate is not None:
+            parts.append(f"{s.rate:,.0f} t/s")
+        if s.eta is not None:
+            parts.append(f"ETA {format_eta(s.eta)}")
+        if s.parallelism:
+            parts.append(f"parallelism {format_parallelism(s.parallelism)}")
+        self.progress.update(self.task, status=", ".join(parts),
+                             completed=None if s.fraction is None else 1000 * s.fraction)
 
 
 def add_web_flags(parser: argparse.ArgumentParser) -> None:

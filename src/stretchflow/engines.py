@@ -20,11 +20,14 @@ One name per concept, on every engine that has it:
 from __future__ import annotations
 
 import importlib
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .errors import EngineUnavailableError, FlowDefinitionError
+
+log = logging.getLogger(__name__)
 
 
 def parse_schedule(text: str | list[tuple[int, int]] | None) -> list[tuple[int, int]]:
@@ -92,6 +95,7 @@ class Option:
     choices: tuple[str, ...] | None = None
     metavar: str | None = None
     repeat: bool = False  # on the command line: the flag may be given several times
+    const: str | None = None  # on the command line: the value of the bare flag (no value)
 
     @property
     def flag(self) -> str:
@@ -101,13 +105,13 @@ class Option:
 def _opt(name: str, help: str, parse: Callable[[str], Any] | None = str,  # noqa: A002
          check: Callable[[Any], Any] | None = None, default: str = "",
          choices: tuple[str, ...] | None = None, metavar: str | None = None,
-         repeat: bool = False) -> Option:
+         repeat: bool = False, const: str | None = None) -> Option:
     if choices is not None and check is None:
         def check(v: Any, _c: tuple[str, ...] = choices, _n: str = name) -> Any:
             if v not in _c:
                 raise FlowDefinitionError(f"{_n} must be one of {', '.join(_c)}; got {v!r}")
             return v
-    return Option(name, help, parse, check, default, choices, metavar, repeat)
+    return Option(name, help, parse, check, default, choices, metavar, repeat, const)
 
 
 # -- the common vocabulary ---------------------------------------------------------------------
@@ -244,6 +248,29 @@ def options_by_name() -> dict[str, list[tuple[EngineSpec, Option]]]:
     return out
 
 
+def _spark_on_off(v: Any) -> bool:
+    """The spark engine's ``spark_ui``: on/off from the command line, a bool from Python."""
+    if v is True or v is False:
+        return v
+    if v in ("on", "off"):
+        return v == "on"
+    raise FlowDefinitionError(f"spark_ui must be on or off (True or False), got {v!r}")
+
+
+def _spark_until(v: Any) -> Any:
+    """The spark engine's ``until``: io.follow's syntax (None: the files present now)."""
+    from .io.follow import parse_until
+
+    if v is not None:
+        try:
+            parse_until(v)
+        except ValueError:
+            raise FlowDefinitionError(
+                f"until must be 'marker', 'idle:SECONDS' (SECONDS > 0) or 'never' (unset: the "
+                f"files present at the start), got {v!r}") from None
+    return v
+
+
 ENGINES: dict[str, EngineSpec] = {e.name: e for e in (
     EngineSpec(
         "reference", "stretchflow.executors.reference",
@@ -330,7 +357,14 @@ ENGINES: dict[str, EngineSpec] = {e.name: e for e in (
          _opt("checkpoint", "directory inputs (streaming): the checkpoint directory (reuse "
               "it to resume)", metavar="DIR"),
          _opt("max_files_per_trigger", "files per micro-batch of a directory stream", int,
-              _positive("max_files_per_trigger"), default="1", metavar="N"))),
+              _positive("max_files_per_trigger"), default="1", metavar="N"),
+         _opt("spark_ui", "Spark's web UI, its URL printed at the start (it lives as long as "
+              "the session: the process); in Python True or False", _spark_on_off,
+              _spark_on_off, default="off", choices=("on", "off"), const="on"),
+         # API only: the CLI's --until (cli_run.add_event_time_flags) maps to it
+         _opt("until", "directory streams: when the input ends: marker, idle:SECONDS or never "
+              "(the query runs on, staging new files in name order); unset: the files present "
+              "at the start", None, _spark_until, metavar="marker|idle:SECONDS|never"))),
 )}
 
 
@@ -351,6 +385,14 @@ def run(flow: Any, engine: str, options: Mapping[str, Any]) -> Any:
     spec = get_spec(engine)
     web = {o.name: options[o.name] for o in RUN_OPTIONS if options.get(o.name) is not None}
     checked = spec.check({k: v for k, v in options.items() if k not in web})
+    log.debug("run %s on %s: options %s", flow.name, engine, checked)
+    result = _run_checked(flow, engine, spec, checked, web)
+    log.debug("run %s ended: %r", flow.name, result)
+    return result
+
+
+def _run_checked(flow: Any, engine: str, spec: EngineSpec, checked: dict[str, Any],
+                 web: dict[str, Any]) -> Any:
     if not web or web.get("ui") is False and "report" not in web:
         return spec.load()(flow, **checked)
     if engine not in LOCAL_ENGINES:

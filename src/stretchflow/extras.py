@@ -24,6 +24,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "tuner": ("sklearn", "joblib", "scipy"),
     "kernels": ("numba",),
     "plots": ("matplotlib",),
+    "redis": ("redis",),
 }
 
 

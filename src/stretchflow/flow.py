@@ -30,8 +30,10 @@ from typing import Any
 
 from .engines import run as run_engine
 from .errors import FlowDefinitionError
+from .io.endpoints import open_output
+from .io.late import LATE_POLICIES
 from .io.sinks import Collector, Sink, open_sink
-from .io.sources import Source
+from .io.sources import LateSource, Source
 from .operators.aggregate import Aggregate
 from .operators.join import Join
 from .operators.oplus import OPlus
@@ -165,11 +167,37 @@ class Stream:
                   left_keys=left_keys, right_keys=right_keys)
         return self.flow.oplus(op, self, other)
 
+    # -- late data ----------------------------------------------------------------------------
+    def late(self) -> Stream:
+        """The late-data stream of this source stream (declared ``late="side"``): the records
+        that arrived behind the source's watermark, unchanged, each at the timestamp of that
+        watermark (so the stream never goes back); sink or process it like any stream. The
+        same stream on every call. docs/event-time.md."""
+        node = self.node
+        if node.kind != "source" or isinstance(node.spec, LateSource):
+            raise FlowDefinitionError(f"late(): {node.name!r} is not a source stream; call "
+                                      f"late() on the stream flow.source() returned")
+        if node.spec.late != "side":
+            raise FlowDefinitionError(
+                f"late(): source {node.name!r} has late={node.spec.late!r}; declare it with "
+                f"late='side' (or Flow(..., late='side')) to get its late-data stream")
+        known = self.flow._late_streams.get(node.name)
+        if known is not None:
+            return known
+        try:
+            spec = LateSource(node.spec)
+        except ValueError as e:
+            raise FlowDefinitionError(str(e)) from None
+        stream = self.flow._add("source", spec, [], self.flow._name(spec.name, "late"))
+        self.flow._late_streams[node.name] = stream
+        return stream
+
     # -- sinks --------------------------------------------------------------------------------
     def sink(self, sink: Sink | Source | str | os.PathLike) -> Sink:
-        """Sends this stream to a sink (a file path, a file source object, or a Sink)."""
+        """Sends this stream to a sink (a file path or URL — ``s3://``, ``redis://…?stream=K``
+        — a file source object, or a Sink)."""
         if isinstance(sink, str | os.PathLike):
-            sink = open_sink(sink)
+            sink = open_output(sink)
         elif isinstance(sink, Source) and hasattr(sink, "path"):
             sink = open_sink(sink.path)
         if not isinstance(sink, Sink):
@@ -187,17 +215,26 @@ class Stream:
 class Flow:
     """A query: sources, operators and sinks. Build it once; run it on any engine."""
 
-    def __init__(self, name: str = "flow"):
+    def __init__(self, name: str = "flow", *, late: str | None = None):
+        """``late``: the default late-data policy of this flow's sources that do not declare
+        one (``"error"``, ``"drop"`` or ``"side"``; docs/event-time.md)."""
+        if late is not None and late not in LATE_POLICIES:
+            raise FlowDefinitionError(
+                f"flow {name!r}: late must be one of {', '.join(LATE_POLICIES)}, got {late!r}")
         self.name = name
+        self.late = late
         self.nodes: list[Node] = []
         self.sinks: list[tuple[Node, Sink]] = []
         self._names: set[str] = set()
+        self._late_streams: dict[str, Stream] = {}
 
     def source(self, source: Source, name: str | None = None) -> Stream:
         if not isinstance(source, Source):
             raise FlowDefinitionError(f"not a source: {source!r}")
         if name is not None:
             source.name = name
+        if self.late is not None and not source.late_given:
+            source.late = self.late
         return self._add("source", source, [], self._name(source.name, "source"))
 
     def oplus(self, op: OPlus, *inputs: Stream) -> Stream:
@@ -244,7 +281,14 @@ class Flow:
                 f"runs as a script and as a flow file)")
         self.validate()
         with RUN_FREEZE:  # collections during the run skip the heap it started with
-            return run_engine(self, engine, given)
+            result = run_engine(self, engine, given)
+        # every engine reads its sources in this process, so their counts are here
+        late = {n.name: n.spec.late_seen for n in self.nodes
+                if n.kind == "source" and not isinstance(n.spec, LateSource)
+                and n.spec.late != "error"}
+        if late:
+            result.extra["late"] = late
+        return result
 
     # -- internals ------------------------------------------------------------------------------
     def _add(self, kind: str, spec: Any, inputs: list[Stream], name: str | None = None) -> Stream:

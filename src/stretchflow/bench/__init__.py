@@ -14,7 +14,7 @@ def _reference(quick: bool, out_dir: str | None) -> Path:
     from . import reference
 
     return reference.run(rows=20_000 if quick else 200_000, repeats=1 if quick else 3,
-                         out_dir=out_dir)
+                         out_dir=out_dir, quick=quick)
 
 
 def _vsn(kind: str) -> Callable[[bool, str | None], Path]:
@@ -67,6 +67,12 @@ def _kills(quick: bool, out_dir: str | None) -> Path:
     return kills.run(quick=quick, out_dir=out_dir)
 
 
+def _live(quick: bool, out_dir: str | None) -> Path:
+    from . import live
+
+    return live.run(quick=quick, out_dir=out_dir)
+
+
 def _peers(quick: bool, out_dir: str | None) -> Path:
     from . import peers
 
@@ -99,6 +105,8 @@ BENCHMARKS: dict[str, tuple[str, str, Callable[[bool, str | None], Path]]] = {
                    "SIGKILL, whole processes", "issue #17", _checkpoint),
     "kills": ("random SIGKILL-and-resume cycles: output identical, nothing left behind "
               "(spark streaming; reference, vsn)", "issue #17", _kills),
+    "live": ("first-window latency of a followed file: a writer process, reference and vsn "
+             "vs a hand-written loop", "issue #19", _live),
     "peers": ("streamz, Bytewax, PyFlink, Spark DataFrames vs stretchflow, own venvs",
               "issue #20", _peers),
 }
@@ -119,4 +127,4 @@ _register_suites()
 
 #: experiments named after what they measure, not an engine (they compare engines, or measure
 #: a feature on every engine that has it: checkpoint); ``stretchflow bench NAME`` runs one
-CROSS_ENGINE: tuple[str, ...] = ("speed", "peers", "checkpoint", "kills")
+CROSS_ENGINE: tuple[str, ...] = ("speed", "peers", "checkpoint", "kills", "live")

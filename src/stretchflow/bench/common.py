@@ -224,7 +224,7 @@ def write_result(name: str, params: dict[str, Any], metrics: dict[str, Any],
     from .plots import plot
 
     png = path.with_suffix(".png")
-    if plot(name, metrics, png) is not None:
+    if plot(name, metrics, png, quick=bool(params.get("quick"))) is not None:
         doc["plot"] = png.name
     path.write_text(json.dumps(doc, indent=2) + "\n")
     return path

@@ -32,6 +32,7 @@ from ..io.generators import trades
 from ..io.sinks import Sink
 from ..queries import build_query
 from .common import repeat_probe
+from .timeline import downsample
 
 
 class _Count(Sink):
@@ -45,7 +46,9 @@ class _Count(Sink):
 
 def _timeline(res: Any, timestamps: list[int], wall: float) -> dict[str, Any]:
     """The run's series: input rate per second of event time (from the inputs themselves),
-    median latency per second of the run, and the controller's periods."""
+    p50 and p99 latency per second of the run, instances per operator at each change (the
+    time it was applied: one change per reconfiguration) and the controller's periods; each
+    series at most timeline.MAX_POINTS long."""
     first = min(timestamps)
     span_s = (max(timestamps) - first) / 1000
     per_s: dict[int, int] = {}
@@ -55,20 +58,26 @@ def _timeline(res: Any, timestamps: list[int], wall: float) -> dict[str, Any]:
     buckets: dict[int, list[float]] = {}
     for t, ms in res.extra["latency_series"]:
         buckets.setdefault(int(t), []).append(ms)
-    latency_per_s = {k: sorted(v)[len(v) // 2] for k, v in sorted(buckets.items())}
+    p50, p99 = [], []
+    for k, v in sorted(buckets.items()):
+        v.sort()
+        p50.append([k, v[len(v) // 2]])
+        p99.append([k, v[min(len(v) - 1, int(len(v) * 0.99))]])
     applied = [r for r in res.extra["reconfigurations"] if r["applied"]]
     return {
         "rows": len(timestamps), "event_time_span_s": span_s, "wall_s": wall,
         "latency_ms": res.extra["latency_ms"],
         "reconfigurations": len(applied),
         "reconfiguration_ms": sorted(r["duration_ms"] for r in applied),
-        "parallelism_series": res.extra["parallelism_series"],
+        "parallelism_series": {op: [[t, p] for t, p in s]
+                               for op, s in res.extra["parallelism_series"].items()},
         "input_rate_per_s": [per_s.get(k, 0) for k in range(int(span_s) + 1)],
-        "latency_p50_per_s": [[k, v] for k, v in latency_per_s.items()],
-        "metrics": [{"time": m["time"], "parallelism": m["parallelism"],
-                     "input_rate": m["input_rate"],
-                     "mean_load": sum(m["loads"]) / max(1, len(m["loads"]))}
-                    for m in res.extra["metrics"]],
+        "latency_p50_per_s": downsample(p50),
+        "latency_p99_per_s": downsample(p99),
+        "metrics": downsample([{"time": m["time"], "parallelism": m["parallelism"],
+                                "input_rate": m["input_rate"],
+                                "mean_load": sum(m["loads"]) / max(1, len(m["loads"]))}
+                               for m in res.extra["metrics"]]),
     }
 
 

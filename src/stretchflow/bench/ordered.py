@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import repeat_probe, summarize, write_result
-from .plots import _pyplot
+from .plots import _pyplot, save_figure
 
 HEURISTICS = ("qst", "lp", "et", "ct")
 
@@ -49,15 +49,13 @@ def _latency(lat: list[float]) -> dict[str, float]:
             "p80_ms": v[min(hi, n - 1)], "markers": n}
 
 
-def _plot(path: Path, draw: Callable[[Any], None], title: str) -> str:
+def _plot(path: Path, draw: Callable[[Any], None], title: str, quick: bool) -> str:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7.2, 3.8), dpi=110)
     draw(ax)
     ax.set_title(title)
     ax.grid(True, axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    save_figure(plt, fig, path, quick)
     return path.name
 
 
@@ -124,7 +122,7 @@ def _run_heuristics(quick: bool, out_dir: str | None) -> Path:
                for h in HEURISTICS}, "throughput / best heuristic")
 
     png = _plot(d / "ordered-heuristics.png", draw,
-                "ordered engine, 2 workers: heuristics on TPCx-BB (higher is better)")
+                "ordered engine, 2 workers: heuristics on TPCx-BB (higher is better)", quick)
     return write_result("ordered-heuristics",
                         {"rows": rows, "repeats": repeats, "workers": 2, "markers": 50}, m,
                         out_dir, plot=png)
@@ -205,7 +203,7 @@ def _run_queues(quick: bool, out_dir: str | None) -> Path:
                          for q in ("hybrid", "partitioned")}, "throughput (tuples/s)")
 
     png = _plot(_out(out_dir) / "ordered-queues.png", draw,
-                "L→PS (0.5 ms/tuple), 100 range buckets: hybrid vs partitioned queue")
+                "L→PS (0.5 ms/tuple), 100 range buckets: hybrid vs partitioned queue", quick)
     return write_result("ordered-queues", {"tuples": n, "sigmas": list(sigmas),
                                            "ps_cost_s": 0.0005, "repeats": repeats}, m,
                         out_dir, plot=png)
@@ -258,7 +256,7 @@ def _run_reorder(quick: bool, out_dir: str | None) -> Path:
         ax.set_yscale("log")
 
     png = _plot(_out(out_dir) / "ordered-reorder.png", draw,
-                "L→L→PS, 2 workers: lock-based vs non-blocking reorder buffers")
+                "L→L→PS, 2 workers: lock-based vs non-blocking reorder buffers", quick)
     return write_result("ordered-reorder", {"cheap_tuples": n_cheap, "heavy_tuples": n_heavy,
                                             "workers": 2, "max_batch": 8,
                                             "repeats": repeats}, m, out_dir, plot=png)
@@ -376,7 +374,7 @@ def _run_scaling(quick: bool, out_dir: str | None) -> Path:
 
     png = _plot(_out(out_dir) / "ordered-scaling.png", draw,
                 f"numpy micro-operators ({m['calibration']['cost_ms']:.2f} ms/tuple): "
-                "1 vs 2 workers")
+                "1 vs 2 workers", quick)
     return write_result("ordered-scaling", {"tuples": n, "cost_s": 0.0012, "repeats": repeats},
                         m, out_dir, plot=png)
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ..extras import require
+from .timeline import changes, from_rows
+from .timeline import draw as draw_timeline
 
 
 def _pyplot() -> Any:
@@ -16,21 +20,35 @@ def _pyplot() -> Any:
     return plt
 
 
+#: the words on top of a ``--quick`` run's figure
+QUICK_LABEL = "QUICK run — not a result"
+
+
 def save_figure(plt: Any, fig: Any, path: Path, quick: bool) -> Path:
     """Writes ``fig`` to ``path`` and closes it; a ``--quick`` run's figure says so in red
     on top, so that it is never taken for a result."""
     if quick:
-        fig.suptitle("QUICK (smoke test)", color="tab:red")
+        # keeps a figure's own suptitle, after the label
+        own = fig.get_suptitle()
+        fig.suptitle(QUICK_LABEL + (f"\n{own}" if own else ""), color="tab:red")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
     return path
 
 
-def plot(name: str, metrics: dict[str, Any], path: Path) -> Path | None:
-    """Draws the figure of benchmark ``name`` into ``path``; None if it has no figure."""
+def plot(name: str, metrics: dict[str, Any], path: Path, quick: bool = False) -> Path | None:
+    """Draws the figure of benchmark ``name`` into ``path``; None if it has no figure. A
+    ``quick`` run's figure is labelled as such (:func:`save_figure`)."""
     plt = _pyplot()
-    if name in _TIMELINES:
+    if name == "vsn-reconfiguration" and _step_timeline(metrics) is not None:
+        # results before the timeline was recorded keep the one-panel figure below
+        fig, axes = plt.subplots(3, 1, figsize=(6.4, 8.0), dpi=110, height_ratios=[3, 2, 2])
+        _reconfiguration(axes[0], metrics)
+        _reconfiguration_timeline(axes[1], axes[2], metrics)
+        for ax in axes:
+            ax.grid(True, axis="y", alpha=0.3)
+    elif name in _TIMELINES:
         draw_all = _TIMELINES[name]
         fig, axes = plt.subplots(3, 1, figsize=(6.4, 6.4), dpi=110, sharex=True)
         draw_all(axes, metrics)
@@ -43,10 +61,19 @@ def plot(name: str, metrics: dict[str, Any], path: Path) -> Path | None:
         fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=110)
         draw(ax, metrics)
         ax.grid(True, axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return save_figure(plt, fig, path, quick)
+
+
+def replot(json_path: Path, draw: Callable[[dict[str, Any], Path, bool], Any]) -> Path:
+    """Re-draws a committed result's figure from its JSON (``<name>.json`` -> ``<name>.png``
+    beside it) with ``draw(metrics, png, quick)``, quick read from the result's parameters:
+    a plot can change without re-running its benchmark."""
+    doc = json.loads(Path(json_path).read_text())
+    if "metrics" not in doc:
+        raise ValueError(f"{json_path}: not a benchmark result (no 'metrics' key)")
+    png = Path(json_path).with_suffix(".png")
+    draw(doc["metrics"], png, bool((doc.get("parameters") or {}).get("quick", False)))
+    return png
 
 
 def _reference(ax: Any, m: dict[str, Any]) -> None:
@@ -76,6 +103,27 @@ def _reconfiguration(ax: Any, m: dict[str, Any]) -> None:
     ax.set_title(f"VSN reconfiguration 1..8, wordcount, C = {cap:,.0f} t/s", fontsize=10)
     ax.axhline(5, color="gray", lw=0.8, ls="--")
     ax.legend(fontsize=7)
+
+
+def _step_timeline(m: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """The first variant's step run's timeline (``bench.timeline.from_result``), if any."""
+    for name, loads in (m.get("variants") or {}).items():
+        tl = (loads.get("step_run") or {}).get("timeline")
+        return (name, tl) if tl else None
+    return None
+
+
+def _reconfiguration_timeline(par_ax: Any, lat_ax: Any, m: dict[str, Any]) -> None:
+    found = _step_timeline(m)
+    assert found is not None  # plot() draws this panel only then
+    name, tl = found
+    par = tl["parallelism_series"]
+    marks = sorted(t for s in par.values() for t in changes(s))
+    lat_ax.sharex(par_ax)
+    draw_timeline(par_ax, lat_ax, par, {"p50": tl["latency_p50"], "p99": tl["latency_p99"]},
+                  marks, end=tl["end_s"], lat_label=f"latency per {tl['bin_s']:g} s (ms)")
+    par_ax.set_ylabel("instances")
+    par_ax.set_title(f"{name}: the step run (70 % then 120 % of C) over time", fontsize=9)
 
 
 def _forward(ax: Any, m: dict[str, Any]) -> None:
@@ -161,22 +209,45 @@ def _peers(ax: Any, m: dict[str, Any]) -> None:
 
 def _timeline(title: str) -> Any:
     def draw(axes: Any, m: dict[str, Any]) -> None:
-        """Input rate, instances and latency over time (the paper's Figure 12–13 panels)."""
+        """Input rate, then instances and latency over time with a mark at each
+        reconfiguration (the paper's Figure 12–13 panels)."""
         rate = m["input_rate_per_s"]
-        axes[0].plot(range(len(rate)), rate, lw=0.8)
+        # offered: per second of event time, which is run time only while the replay keeps
+        # its pace; operator input: its rate per period, in run time like the panels
+        # below (a gap between the two is the replay falling behind)
+        axes[0].plot(range(len(rate)), rate, lw=0.8, color="tab:gray",
+                     label="offered (per event-time s)")
+        axes[0].plot([r["time"] for r in m["metrics"]],
+                     [r["input_rate"] for r in m["metrics"]], lw=0.8, color="tab:blue",
+                     label="operator input (per period)")
         axes[0].set_ylabel("input (t/s)")
-        axes[0].set_title(f"{title}, WS {m['window_ms'] // 1000} s, threshold controller")
-        ts = [e["time"] for e in m["metrics"]]
-        axes[1].step(ts, [e["parallelism"] for e in m["metrics"]], where="post")
-        axes[1].set_ylabel("instances")
+        axes[0].legend(fontsize=7, loc="upper right")
+        axes[0].set_title(f"{title}, WS {m['window_ms'] // 1000} s, threshold controller",
+                          fontsize=10)
+        par, marks = _parallelism(m)
+        end = m["metrics"][-1]["time"] if m["metrics"] else None
+        lat = {"p50 per s": m["latency_p50_per_s"]}
+        if m.get("latency_p99_per_s"):  # results before it was recorded have the p50 only
+            lat["p99 per s"] = m["latency_p99_per_s"]
+        draw_timeline(axes[1], axes[2], par, lat, marks, end=end,
+                      lat_label="latency (ms)" if len(lat) > 1 else "latency p50 (ms)")
         axes[1].set_ylim(0, m["max_parallelism"] + 0.5)
-        lat = m["latency_p50_per_s"]
-        axes[2].plot([t for t, _ in lat], [v for _, v in lat], lw=0.8, color="tab:red")
-        axes[2].set_ylabel("latency p50 (ms)")
-        axes[2].set_yscale("log")
-        axes[2].set_xlabel("time (s)")
+        axes[1].set_ylabel("instances")
+        axes[1].legend(fontsize=7, loc="upper left")
 
     return draw
+
+
+def _parallelism(m: dict[str, Any]) -> tuple[dict[str, Any], list[float]]:
+    """Instances per operator over time and the reconfigurations' times: from the engine's
+    ``parallelism_series`` (each change at the time it was applied) where the result has it,
+    else from the per-period metric rows (results before it was recorded; a change then shows
+    at the first period that saw it)."""
+    series = m.get("parallelism_series")
+    if series:
+        return dict(series), sorted(t for s in series.values() for t in changes(s))
+    rows = from_rows(m["metrics"])
+    return {"instances": rows}, changes(rows)
 
 
 _TIMELINES = {

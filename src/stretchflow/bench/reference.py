@@ -150,7 +150,7 @@ def _measure(variant: str, query: str, data: Path, out: Path) -> tuple[dict[str,
 
 
 def run(query: str = "wordcount", rows: int = 200_000, seed: int = 1, repeats: int = 3,
-        out_dir: str | None = None, progress: Any = None) -> Path:
+        out_dir: str | None = None, progress: Any = None, quick: bool = False) -> Path:
     """Measures and writes ``reference-<query>.json``; returns its path. Raises
     :class:`OutputsDiffer` (after writing the JSON) when the two outputs differ."""
     from .onethread import BASELINE, LOOPS
@@ -203,7 +203,7 @@ def run(query: str = "wordcount", rows: int = 200_000, seed: int = 1, repeats: i
     metrics["probes"] = probes  # in metrics, where write_result looks for them ("quiet")
     path = write_result(
         f"reference-{query}",
-        {"query": query, "rows": rows, "seed": seed, "repeats": repeats,
+        {"query": query, "rows": rows, "seed": seed, "repeats": repeats, "quick": quick,
          "input": "generated tweets, JSON Lines", "output": "JSON Lines file",
          "baseline_1T": BASELINE,
          "order": "alternating: reference first in odd repeats (1, 3, ...), 1T first in even"},

@@ -378,8 +378,8 @@ def tuning(name: str, quick: bool = False, out_dir: str | None = None) -> dict[s
             "paper_checks": checks}
 
 
-def _plot_tuning(m: dict[str, Any], path: Path) -> None:
-    from .plots import _pyplot
+def _plot_tuning(m: dict[str, Any], path: Path, quick: bool = False) -> None:
+    from .plots import _pyplot, save_figure
 
     plt = _pyplot()
     fig, axes = plt.subplots(2, 2, figsize=(11, 6.5), dpi=100, sharex=True)
@@ -394,6 +394,16 @@ def _plot_tuning(m: dict[str, Any], path: Path) -> None:
             acc += p["events"]
             cum.append(acc)
         axes[1][1].plot(t, cum, label=pname)
+    # SLTuner's decisions: a mark where its SLT changes (the other policies are fixed or
+    # decide every interval: their SLT line shows it)
+    from .timeline import MARK_GID
+
+    tuner = m["policies"].get("sltuner", {}).get("series", [])
+    changes = [b["t"] for a, b in zip(tuner, tuner[1:], strict=False) if a["slt"] != b["slt"]]
+    for k, t in enumerate(changes):
+        for ax in (axes[0][0], axes[0][1]):
+            ax.axvline(t, color="tab:gray", lw=0.6, ls="--", alpha=0.7, gid=MARK_GID,
+                       label="SLTuner decision" if k == 0 else None)
     axes[0][0].axhline(m["deadline_ms"], color="k", ls="--", lw=1, label="deadline")
     axes[0][0].set_ylabel("latency (ms, Eq. 2)")
     axes[0][1].set_ylabel("SLT (event ms; gaps = ∞)")
@@ -406,13 +416,11 @@ def _plot_tuning(m: dict[str, Any], path: Path) -> None:
             ax.grid(True, alpha=0.3)
     axes[0][0].legend(fontsize=7)
     fig.suptitle(f"SLT tuning, {m['scenario']} delays (deadline {m['deadline_ms']} ms)")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    save_figure(plt, fig, path, quick)
 
 
-def _plot_overhead(m: dict[str, Any], path: Path) -> None:
-    from .plots import _pyplot
+def _plot_overhead(m: dict[str, Any], path: Path, quick: bool = False) -> None:
+    from .plots import _pyplot, save_figure
 
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=110)
@@ -427,9 +435,7 @@ def _plot_overhead(m: dict[str, Any], path: Path) -> None:
     ax.set_title("2 writers, reads only (Fig. 8)")
     ax.legend()
     ax.grid(True, alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    save_figure(plt, fig, path, quick)
 
 
 def _write(name: str, params: dict[str, Any], metrics: dict[str, Any], out_dir: str | None,
@@ -439,7 +445,7 @@ def _write(name: str, params: dict[str, Any], metrics: dict[str, Any], out_dir: 
     d = Path(out_dir) if out_dir is not None else RESULTS_DIR
     d.mkdir(parents=True, exist_ok=True)
     png = d / f"{name}.png"
-    draw(metrics, png)
+    draw(metrics, png, bool(params.get("quick")))
     return write_result(name, params, metrics, out_dir, plot=png.name)
 
 
@@ -448,9 +454,9 @@ def run_overhead(quick: bool, out_dir: str | None) -> Path:
                   _plot_overhead)
 
 
-def _plot_estimators(m: dict[str, Any], path: Path) -> None:
+def _plot_estimators(m: dict[str, Any], path: Path, quick: bool = False) -> None:
     """Table 1 as bars: NRMSE of each estimator, latency and slack-ready models, per scenario."""
-    from .plots import _pyplot
+    from .plots import _pyplot, save_figure
 
     plt = _pyplot()
     scenarios = list(m["table"])
@@ -469,9 +475,7 @@ def _plot_estimators(m: dict[str, Any], path: Path) -> None:
     axes_list = axes if len(scenarios) > 1 else [axes]
     axes_list[0].set_ylabel("NRMSE (%)")
     axes_list[0].legend()
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    save_figure(plt, fig, path, quick)
 
 
 def run_estimators(quick: bool, out_dir: str | None) -> Path:
@@ -493,6 +497,11 @@ def run_tuning_constant(quick: bool, out_dir: str | None) -> Path:
                                             **_finite(dict(sc))},
                   tuning("constant", quick, out_dir), out_dir, _plot_tuning)
 
+
+#: each result's figure, ``draw(metrics, png, quick)``: also re-draws a committed result
+#: (``bench.plots.replot``)
+PLOTS = {"slack-overhead": _plot_overhead, "slack-estimators": _plot_estimators,
+         "slack-tuning-zipf": _plot_tuning, "slack-tuning-constant": _plot_tuning}
 
 BENCHMARKS = {
     "slack-overhead": ("read time per tuple of ESG, SSG and a lock-based K-slack, 1-8 readers",

@@ -40,7 +40,9 @@ import stretchflow as sf
 
 from ..elastic.controller import Controller, Decision, Metrics
 from .common import repeat_probe, summarize, write_result
-from .plots import _pyplot
+from .plots import _pyplot, save_figure
+from .timeline import changes, downsample, from_rows, per_period
+from .timeline import draw as draw_timeline
 
 KEYS = 1000
 
@@ -71,27 +73,42 @@ def _costly_flow(source: Any, cost: int, size: int = 1000) -> tuple[sf.Flow, Any
     return flow, col
 
 
-def _paced(profile: Callable[[float], float], duration: float,
-           keys: int = KEYS) -> Callable[[], Iterator[dict[str, int]]]:
+def _paced(profile: Callable[[float], float], duration: float, keys: int = KEYS,
+           delays: list[tuple[float, float]] | None = None,
+           every: int = 16) -> Callable[[], Iterator[dict[str, int]]]:
     """A source whose rate (tuples/s) follows ``profile(seconds since start)``; it sleeps
     between small bursts, so the splitter waits for input (not blocked) when channels keep
-    up. Event time is wall time in ms since the start."""
+    up. Event time is wall time in ms since the start.
+
+    With ``delays``, every ``every``-th tuple appends ``(seconds since start, ms)``: how long
+    after the profile owed it the engine took it (its admission delay). A congested channel
+    blocks the splitter, which stops pulling from this source, so the delay is the queueing
+    the controller is there to avoid; the time a tuple was owed is interpolated within the
+    interval in which it fell due, not the (later) time the source noticed it."""
 
     def gen() -> Iterator[dict[str, int]]:
-        t0 = time.perf_counter()
+        clock = time.perf_counter
+        t0 = clock()
         sent = 0.0
         n = 0
         last = t0
         while True:
-            now = time.perf_counter()
+            now = clock()
             el = now - t0
             if el >= duration:
                 return
+            before = sent
             sent += profile(el) * (now - last)  # tuples owed so far
-            last = now
+            span = now - last
             while n < sent:
                 yield {"ts": int(el * 1000), "k": (n * 7919) % keys}
+                if delays is not None and n % every == 0:
+                    # n in [before, sent): it fell due at that fraction of the interval
+                    owed = last + span * (n - before) / (sent - before)
+                    took = clock()
+                    delays.append((took - t0, (took - owed) * 1000))
                 n += 1
+            last = now
             time.sleep(0.002)
 
     return gen
@@ -149,7 +166,7 @@ def q1(rows: int = 8_000, parallelisms: tuple[int, ...] = (1, 2, 4),
     return out
 
 
-def _plot_q1(path: Path, m: dict[str, Any]) -> None:
+def _plot_q1(path: Path, m: dict[str, Any], quick: bool = False) -> None:
     plt = _pyplot()
     labels = [k for k in m if k != "rows"]
     fig, ax = plt.subplots(figsize=(7.5, 3.8), dpi=110)
@@ -162,7 +179,7 @@ def _plot_q1(path: Path, m: dict[str, Any]) -> None:
     ax.set_ylabel("throughput (tuples/s)")
     ax.set_title("Q1: VSN vs SN (threads); SN duplicates tuples with multi-key f_MK")
     ax.legend(fontsize=7, ncol=2)
-    _save(fig, path)
+    save_figure(_pyplot(), fig, path, quick)
 
 
 # -- sn-speedup ------------------------------------------------------------------------------
@@ -203,7 +220,7 @@ def speedup(rows: int = 5_000, cost: int = 5_000, channels: tuple[int, ...] = (1
     return out
 
 
-def _plot_speedup(path: Path, m: dict[str, Any]) -> None:
+def _plot_speedup(path: Path, m: dict[str, Any], quick: bool = False) -> None:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=110)
     for transport in ("processes", "threads"):
@@ -216,7 +233,7 @@ def _plot_speedup(path: Path, m: dict[str, Any]) -> None:
     ax.set_ylabel("speed-up over 1 channel")
     ax.set_title(f"partitioned operator, {m['keys']} keys, cost {m['cost']}")
     ax.legend()
-    _save(fig, path)
+    save_figure(_pyplot(), fig, path, quick)
 
 
 # -- one channel's capacity, fixed-parallelism runs -------------------------------------------
@@ -330,7 +347,7 @@ def settle(costs: tuple[int, ...] = (0, 200, 2_000, 8_000), seconds: float = 12.
     return out
 
 
-def _plot_settle(path: Path, m: dict[str, Any]) -> None:
+def _plot_settle(path: Path, m: dict[str, Any], quick: bool = False) -> None:
     plt = _pyplot()
     costs = [c for c in m if isinstance(m[c], dict)]
     med = [m[c]["settled"]["median"] for c in costs]
@@ -341,7 +358,7 @@ def _plot_settle(path: Path, m: dict[str, Any]) -> None:
     ax.set_xlabel("per-tuple cost (multiplications)")
     ax.set_ylabel("settled channels (median, min-max)")
     ax.set_title("level controller, input at full speed, process channels")
-    _save(fig, path)
+    save_figure(_pyplot(), fig, path, quick)
 
 
 # -- sn-adapt / sn-thresholds ----------------------------------------------------------------
@@ -360,7 +377,9 @@ def _profiles(cap: float, phase: float) -> dict[str, Callable[[float], float]]:
 
 def _adaptive_run(profile: Callable[[float], float], seconds: float, cost: int,
                   period: float, threshold: float = 0.2) -> dict[str, Any]:
-    flow, _ = _costly_flow(sf.io.iterable(_paced(profile, seconds)), cost, size=10_000)
+    delays: list[tuple[float, float]] = []
+    flow, _ = _costly_flow(sf.io.iterable(_paced(profile, seconds, delays=delays)), cost,
+                           size=10_000)
     with repeat_probe() as probe:
         res = flow.run(engine="sn", parallelism=1, max_parallelism=4, channels="processes",
                        controller="level", batch=32, capacity=128,
@@ -372,8 +391,14 @@ def _adaptive_run(profile: Callable[[float], float], seconds: float, cost: int,
     # (a backlog drained after a rise may exceed the offer; it is capped at 1)
     handled = [min(1.0, m["throughput"] / o) if o > 0 else 1.0
                for o, m in zip(offered, ms, strict=True)]
+    # the source's clock starts with the run, as the metric rows' (up to start-up apart)
+    p50, p99 = per_period(delays, [m["time"] for m in ms])
     return {"time": [round(m["time"], 3) for m in ms],
             "channels": [m["parallelism"] for m in ms],
+            # channels per region at each change, when applied: one per migration
+            "parallelism_series": {op: downsample([[round(t, 3), p] for t, p in v])
+                                   for op, v in res.extra["parallelism_series"].items()},
+            "admission_delay_p50_ms": p50, "admission_delay_p99_ms": p99,
             "offered": [round(o, 1) for o in offered],
             "throughput": [round(m["throughput"], 1) for m in ms],
             "congestion": [round(m["congestion"], 3) for m in ms],
@@ -431,26 +456,42 @@ def thresholds(cost: int = 2_000, phase: float = 8.0, period: float = 1.0,
     return out
 
 
-def _plot_runs(path: Path, m: dict[str, Any], title: str) -> None:
-    """Each variant's run of median handled fraction (``median_run``), over time."""
+def _plot_runs(path: Path, m: dict[str, Any], title: str, quick: bool = False) -> None:
+    """Each variant's run of median handled fraction (``median_run``) over time: channels
+    (with offered and processed rate on a second axis), then the source's admission delay
+    per period, a mark at each migration in both (bench.timeline)."""
     plt = _pyplot()
     names = [k for k, v in m.items() if isinstance(v, dict) and "runs" in v]
-    fig, axes = plt.subplots(len(names), 1, figsize=(6.4, 2.4 * len(names)), dpi=110,
-                             squeeze=False)
-    for ax, name in zip(axes[:, 0], names, strict=True):
+    fig, axes = plt.subplots(2 * len(names), 1, figsize=(6.4, 3.6 * len(names)), dpi=110,
+                             squeeze=False, height_ratios=[3, 2] * len(names))
+    for k, name in enumerate(names):
+        ax, lat_ax = axes[2 * k, 0], axes[2 * k + 1, 0]
+        lat_ax.sharex(ax)
         v = m[name]
         r = v["runs"][v["median_run"]]
-        ax.step(r["time"], r["channels"], where="post", color="tab:red", label="channels")
+        par = r.get("parallelism_series") or {
+            "channels": from_rows([{"time": t, "parallelism": c} for t, c
+                                            in zip(r["time"], r["channels"], strict=True)])}
+        marks = sorted(t for s in par.values() for t in changes(s))
+        lat = {f"{q} per period": [[t, d] for t, d in zip(r["time"], r[key], strict=True)
+                                   if d is not None]
+               for q in ("p50", "p99") if (key := f"admission_delay_{q}_ms") in r}
+        draw_timeline(ax, lat_ax, par, lat, marks, end=r["time"][-1] if r["time"] else None,
+                      lat_label="admission delay (ms)")
+        if not lat:  # a result from before the delay was recorded
+            lat_ax.text(0.5, 0.5, "admission delay not recorded in this result",
+                        transform=lat_ax.transAxes, ha="center", va="center", fontsize=8)
         ax.set_ylabel("channels")
         ax2 = ax.twinx()
-        ax2.plot(r["time"], r["offered"], color="tab:gray", label="offered t/s")
-        ax2.plot(r["time"], r["throughput"], color="tab:blue", label="throughput t/s")
+        ax2.plot(r["time"], r["offered"], color="tab:gray", lw=0.8, label="offered t/s")
+        ax2.plot(r["time"], r["throughput"], color="tab:green", lw=0.8,
+                 label="throughput t/s")
         ax2.set_ylabel("tuples/s")
+        ax2.legend(fontsize=6, loc="upper right")
         hf = v["handled_fraction"]
         ax.set_title(f"{title} {name}: median run of {hf['n']}, handled {r['handled_fraction']:.2f}"
                      f" (all runs {hf['min']:.2f}-{hf['max']:.2f})", fontsize=9)
-    axes[-1, 0].set_xlabel("time (s)")
-    _save(fig, path)
+    save_figure(plt, fig, path, quick)
 
 
 # -- sn-migration ----------------------------------------------------------------------------
@@ -482,7 +523,7 @@ def migration(keys: tuple[int, ...] = (1_000, 10_000, 50_000),
     return out
 
 
-def _plot_migration(path: Path, m: dict[str, Any]) -> None:
+def _plot_migration(path: Path, m: dict[str, Any], quick: bool = False) -> None:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=110)
     for name, by_keys in m.items():
@@ -494,38 +535,31 @@ def _plot_migration(path: Path, m: dict[str, Any]) -> None:
     ax.set_yscale("log")
     ax.set_title("SN migration time")
     ax.legend(fontsize=7)
-    _save(fig, path)
+    save_figure(_pyplot(), fig, path, quick)
 
 
 # -- plumbing --------------------------------------------------------------------------------
-def _save(fig: Any, path: Path) -> None:
-    fig.tight_layout()
-    fig.savefig(path)
-    _pyplot().close(fig)
-
-
 def _write(name: str, params: dict[str, Any], metrics: dict[str, Any],
-           draw: Callable[[Path, dict[str, Any]], None], out_dir: str | None) -> Path:
-    from .common import RESULTS_DIR
+           draw: Callable[[dict[str, Any], Path, bool], None], out_dir: str | None,
+           quick: bool) -> Path:
+    from .common import results_dir
 
-    d = Path(out_dir) if out_dir is not None else RESULTS_DIR
-    d.mkdir(parents=True, exist_ok=True)
-    png = d / f"{name}.png"
-    draw(png, metrics)
-    return write_result(name, params, metrics, out_dir, plot=png.name)
+    png = results_dir(out_dir) / f"{name}.png"
+    draw(metrics, png, quick)
+    return write_result(name, {"quick": quick, **params}, metrics, out_dir, plot=png.name)
 
 
 def run_q1(quick: bool, out_dir: str | None = None) -> Path:
     params = (dict(rows=3_000, parallelisms=(1, 2), distances=(3,), repeats=1) if quick
               else dict(rows=8_000, parallelisms=(1, 2, 4), distances=(3, 10, None),
                         repeats=3))
-    return _write("sn-q1", params, q1(**params), _plot_q1, out_dir)
+    return _write("sn-q1", params, q1(**params), PLOTS["sn-q1"], out_dir, quick)
 
 
 def run_speedup(quick: bool, out_dir: str | None = None) -> Path:
     params = (dict(rows=1_000, cost=5_000, channels=(1, 2), repeats=1) if quick
               else dict(rows=5_000, cost=5_000, channels=(1, 2, 3, 4), repeats=3))
-    return _write("sn-speedup", params, speedup(**params), _plot_speedup, out_dir)
+    return _write("sn-speedup", params, speedup(**params), PLOTS["sn-speedup"], out_dir, quick)
 
 
 def run_settle(quick: bool, out_dir: str | None = None) -> Path:
@@ -533,15 +567,14 @@ def run_settle(quick: bool, out_dir: str | None = None) -> Path:
                    fixed_seconds=2.0) if quick
               else dict(costs=(0, 300, 1_000, 3_000, 10_000), seconds=10.0, period=1.0,
                         repeats=3, fixed=(1, 2, 4), fixed_seconds=3.0))
-    return _write("sn-settle", params, settle(**params), _plot_settle, out_dir)
+    return _write("sn-settle", params, settle(**params), PLOTS["sn-settle"], out_dir, quick)
 
 
 def run_adapt(quick: bool, out_dir: str | None = None) -> Path:
     params = (dict(cost=2_000, phase=2.0, period=0.4, repeats=2, capacity_seconds=2.0)
               if quick else dict(cost=2_000, phase=8.0, period=1.0, repeats=3,
                                  capacity_seconds=4.0))
-    return _write("sn-adapt", params, adapt(**params),
-                  lambda p, m: _plot_runs(p, m, "load"), out_dir)
+    return _write("sn-adapt", params, adapt(**params), PLOTS["sn-adapt"], out_dir, quick)
 
 
 def run_thresholds(quick: bool, out_dir: str | None = None) -> Path:
@@ -549,14 +582,26 @@ def run_thresholds(quick: bool, out_dir: str | None = None) -> Path:
               if quick else dict(cost=2_000, phase=8.0, period=1.0, repeats=3,
                                  capacity_seconds=4.0))
     return _write("sn-thresholds", params, thresholds(**params),
-                  lambda p, m: _plot_runs(p, m, "threshold"), out_dir)
+                  PLOTS["sn-thresholds"], out_dir, quick)
 
 
 def run_migration(quick: bool, out_dir: str | None = None) -> Path:
     params = (dict(keys=(1_000, 10_000), channels=(1, 2, 3)) if quick
               else dict(keys=(1_000, 10_000, 50_000), channels=(1, 2, 3, 4)))
-    return _write("sn-migration", params, migration(**params), _plot_migration, out_dir)
+    return _write("sn-migration", params, migration(**params), PLOTS["sn-migration"], out_dir,
+                  quick)
 
+
+#: each result's figure, ``draw(metrics, png, quick)``: also re-draws a committed result
+#: (``bench.plots.replot``)
+PLOTS: dict[str, Callable[[dict[str, Any], Path, bool], None]] = {
+    "sn-q1": lambda m, p, q: _plot_q1(p, m, q),
+    "sn-speedup": lambda m, p, q: _plot_speedup(p, m, q),
+    "sn-settle": lambda m, p, q: _plot_settle(p, m, q),
+    "sn-adapt": lambda m, p, q: _plot_runs(p, m, "load", q),
+    "sn-thresholds": lambda m, p, q: _plot_runs(p, m, "threshold", q),
+    "sn-migration": lambda m, p, q: _plot_migration(p, m, q),
+}
 
 #: merged by the lead into ``stretchflow.bench.BENCHMARKS``
 BENCHMARKS: dict[str, tuple[str, str, Callable[[bool, str | None], Path]]] = {
@@ -575,5 +620,5 @@ BENCHMARKS: dict[str, tuple[str, str, Callable[[bool, str | None], Path]]] = {
                      "elastic-scaling App. B.4, Fig. 18", run_migration),
 }
 
-__all__ = ["BENCHMARKS", "adapt", "burn", "migration", "q1", "settle", "speedup",
+__all__ = ["BENCHMARKS", "PLOTS", "adapt", "burn", "migration", "q1", "settle", "speedup",
            "thresholds"]

@@ -246,8 +246,8 @@ def rate_load(rates: tuple[int, ...] = (5_000, 10_000, 20_000, 40_000), seconds:
     return out
 
 
-def _plot(path: Path, bars: dict[str, float], ylabel: str) -> None:
-    from .plots import _pyplot
+def _plot(path: Path, bars: dict[str, float], ylabel: str, quick: bool) -> None:
+    from .plots import _pyplot, save_figure
 
     plt = _pyplot()
 
@@ -256,9 +256,7 @@ def _plot(path: Path, bars: dict[str, float], ylabel: str) -> None:
     ax.tick_params(axis="x", labelrotation=20)
     ax.set_ylabel(ylabel)
     ax.grid(True, axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    save_figure(plt, fig, path, quick)
 
 
 def run_wordcount(quick: bool, out_dir: str | None) -> Path:
@@ -272,7 +270,8 @@ def run_wordcount(quick: bool, out_dir: str | None) -> Path:
         "spark batch (2nd)": m["spark_batch_again"]["tweets_per_s"],
         "spark stream": m["spark_stream_key_groups"]["tweets_per_s_steady"],
         "spark stream (2nd)": m["spark_stream_key_groups_again"]["tweets_per_s_steady"],
-        "stream raw key": m["spark_stream_raw_key"]["tweets_per_s_steady"]}, "tweets/s")
+        "stream raw key": m["spark_stream_raw_key"]["tweets_per_s_steady"]}, "tweets/s",
+          quick)
     return path
 
 
@@ -285,7 +284,7 @@ def run_rate(quick: bool, out_dir: str | None) -> Path:
                         m, out_dir)
     _plot(path.with_suffix(".png"), {
         f"{r} rows/s": (m[str(r)]["micro_batch_ms"] or {}).get("median")
-        for r in params["rates"]}, "median micro-batch (ms), 1 s trigger")
+        for r in params["rates"]}, "median micro-batch (ms), 1 s trigger", quick)
     return path
 
 
@@ -297,7 +296,7 @@ def _run_side_by_side(name: str, fn: Callable[..., dict[str, Any]],
         path = write_result(name, {**kw, "master": "local[2]"}, m, out_dir)
         _plot(path.with_suffix(".png"), {k: m[k]["tuples_per_s"] for k in
                                          (*(e[0] for e in LOCAL_ENGINES), "spark_batch")},
-              ylabel)
+              ylabel, quick)
         return path
 
     return run

@@ -29,6 +29,7 @@ import stretchflow as sf
 from ..io.generators import bandjoin, tweets
 from ..queries import build_query
 from .common import repeat_probe, summarize
+from .timeline import from_result
 
 # Q4's schedule, scaled to this machine: one cycle doubles the parallelism up to 8 and halves
 # it back, then jumps 1 -> 8 -> 1 (provisioning and decommissioning seven instances at once).
@@ -136,7 +137,9 @@ def reconfiguration(cycles: int = 4, interval: float = 0.1, seed: int = 1,
     then steps to 120 % of C, and one at full speed. Each reconfiguration's time runs
     from the reconfigure call to the end of the barrier action: p50/p99/max per load, with
     each run's probe (the load average before and after, other processes' CPU time) and the
-    load average as each phase starts and ends (``loadavg_at_phases``)."""
+    load average as each phase starts and ends (``loadavg_at_phases``), and each run's
+    ``timeline`` (instances at each change, latency p50/p99 per 0.25 s: the figure's
+    over-time panels)."""
     from ..executors.vsn import MAX_SPREAD
 
     table = tweets(calib_rows, seed=seed)
@@ -159,11 +162,13 @@ def reconfiguration(cycles: int = 4, interval: float = 0.1, seed: int = 1,
             part = recs[k * len(steps):(k + 1) * len(steps)]
             loads[f"{round(f * 100)}%"] = _load_summary(
                 part, f * cap, probe["loadavg_at_phases"][k:k + 2])
-        loads["step_run"] = {"latency_ms": res.extra["latency_ms"], "probe": probe}
+        loads["step_run"] = {"latency_ms": res.extra["latency_ms"], "probe": probe,
+                             "timeline": from_result(res.extra, res.elapsed)}
         recs, res, probe = _phase_run(table, [(per_load + gap, None)], gap, steps, **vsn_kw)
         loads["full"] = _load_summary(recs, None, probe["loadavg_at_phases"])
         loads["full"]["tuples_per_s"] = (per_load + gap) / res.elapsed
-        loads["full_run"] = {"latency_ms": res.extra["latency_ms"], "probe": probe}
+        loads["full_run"] = {"latency_ms": res.extra["latency_ms"], "probe": probe,
+                             "timeline": from_result(res.extra, res.elapsed)}
         out[name] = loads
     return {"query": "wordcount", "steps": list(STEPS), "gap_tuples": gap,
             "capacity": cal, "variants": out}

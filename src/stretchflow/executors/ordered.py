@@ -75,6 +75,7 @@ from typing import Any
 
 from ..buffers.hybrid_queue import HybridQueue, Lease, PartitionedQueue
 from ..buffers.reorder import LockReorderBuffer, NonBlockingReorderBuffer
+from ..elastic.controller import Metrics
 from ..eventtime import WATERMARK
 from ..flow import Flow
 from ..io.sinks import Sink
@@ -82,6 +83,7 @@ from ..operators.stateless import apply_batch
 from ..runtime.checkpoint import CheckpointBarrier
 from ..runtime.control import RunControl
 from ..runtime.latency import LatencyRecorder
+from ..runtime.metrics import MetricsLog, MetricsSampler
 from ..runtime.result import RunResult
 from ..runtime.sinks import sink_session
 from .ordered_checkpoint import OrderedCheckpoints, apply_chain, deferred
@@ -109,6 +111,7 @@ from .scheduler import Candidate, OpStats, Scheduler
 __all__ = ["QUEUES", "REORDERS", "run"]
 
 _SINK_BATCH = 4096
+METRICS_PERIOD = 0.5  # seconds between two rows of each stage's rate and backlog (#18)
 REORDERS = ("nonblocking", "lock")
 QUEUES = ("hybrid", "partitioned")
 
@@ -574,16 +577,39 @@ class _Executor:
                 if t.ident is not None:  # started
                     t.join(timeout=5)
 
+    def _measure(self) -> list[tuple[str, Any]]:
+        """Each stage's period: tuples in per second and its backlog (inputs not yet released
+        downstream, :meth:`Stage.backlog`), for the run's MetricsLog and the live view."""
+        now, out = time.perf_counter(), []
+        for st in self.stages[1:]:
+            s = st.stats
+            t, n = self._m_last.get(st.name, (self._m_t0, 0.0))
+            self._m_last[st.name], dt = (now, s.tuples_in), max(now - t, 1e-9)
+            rate = max(0.0, s.tuples_in - n) / dt
+            out.append((st.name, Metrics(
+                time=now - self._m_t0, period=dt, parallelism=s.max_degree, throughput=rate,
+                input_rate=rate, max_parallelism=s.max_degree, extras={"backlog": st.backlog()})))
+        return out
+
     def run(self) -> RunResult:
-        t0 = time.perf_counter()
+        t0 = self._m_t0 = time.perf_counter()
         self.latency.t0 = t0
+        self._m_last: dict[str, tuple[float, float]] = {}
+        log = MetricsLog(t0)
+        sampler = MetricsSampler(self.ctl, log, METRICS_PERIOD, self._measure)
+        for st in self.stages[1:]:
+            log.parallelism_changed(st.name, st.stats.max_degree, t0)
         ck = self.ck
         # the workers' errors are raised after the sinks end: the session asks the control
         # (checkpointed: the output is held as parts, published to the sinks at the end)
         try:
             with (sink_session(self.sinks, failed=lambda: self.ctl.error is not None)
                   if ck is None else nullcontext()):
-                self._run_workers()
+                sampler.start()
+                try:
+                    self._run_workers()
+                finally:
+                    sampler.stop()
             self.ctl.raise_error()
             if ck is not None:
                 ck.publish()
@@ -599,7 +625,9 @@ class _Executor:
             "scheduler": self.sched.policy,
             "reorder": self.reorder,
             "queue": self.queue_kind,
-            **({"checkpoints": ck.taken} if ck is not None else {}),
+            "metrics": log.rows,
+            **({"checkpoints": ck.taken, "checkpoint_log": ck.ckpt.stats.log()}
+               if ck is not None else {}),
             "operators": [
                 {"name": st.name, "cost_us": st.cost * 1e6, "selectivity": st.selectivity,
                  "tuples_in": st.tuples_in, "tuples_out": st.tuples_out, "busy": st.busy}

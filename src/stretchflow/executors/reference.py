@@ -28,6 +28,10 @@ streams (:mod:`stretchflow.runtime.checkpoint`); a stateless operator forwards t
 the first barrier of an epoch processes what it gathered, advances its watermark to the cut,
 snapshots its instances (:mod:`stretchflow.operators.snapshot`) and forwards it; the sinks'
 drain commits each epoch's output as a part and writes the checkpoint.
+
+Live sources (issue #19): a paced source gets a watermark before each wait for its next tuple
+(:func:`_paced_live`; a followed file yields its own when it goes quiet), which flushes the
+O+'s run and the drain's buffer: outputs reach the sink as the watermark passes them.
 """
 
 from __future__ import annotations
@@ -110,7 +114,8 @@ def run(flow: Flow, parallelism: int = 1, key_groups: int | None = None,
         tuples_in={name: c[0] for name, c in counts.items()},
         tuples_out={s.name: s.count for s in sinks},
         extra={"paths": {name: insts[0].path for name, insts in instances.items() if insts},
-               **({"checkpoints": ckpt.taken} if ckpt is not None else {})},
+               **({"checkpoints": ckpt.taken, "checkpoint_log": ckpt.stats.log()}
+                  if ckpt is not None else {})},
     )
 
 
@@ -203,9 +208,10 @@ def _compile(flow: Flow, counts: dict[str, list[int]], P: int = 1, G: int = 1,
                     if ckpt is not None:
                         return ckpt.batches(node.name, bs, counter)
                     return _counted_batches(bs, counter)
+            items = _live_items(node.spec)
             if ckpt is not None:
-                return ckpt.source(node.name, node.spec.items(), counter)
-            return _counted(node.spec.items(), counter)
+                return ckpt.source(node.name, items, counter)
+            return _counted(items, counter)
         ups = [take(u, node) for u in node.inputs]
         if node.kind == "stateless":
             if node.inputs[0] in batchy and takes_batches(node):
@@ -231,6 +237,59 @@ def _counted_batches(batches: Iterator[Batch], counter: list[int]) -> Iterator[I
             counter[0] = n
             yield b.last, b
     counter[0] = n
+
+
+def _live_items(src: Any) -> Iterator[Item]:
+    """``src.items()``; for a paced source (``at_rate``, ``replay``) with a watermark at the
+    latest timestamp before each wait for the next tuple (:func:`_paced_live`)."""
+    rate, speed = getattr(src, "rate", None), getattr(src, "speed", None)
+    if not rate and not speed:
+        return src.items()
+    # the source's own items() unpaced (its order checks and reordering included), paced
+    # here instead; the attributes are put back at once: items() reads them when called
+    src.rate = src.speed = None
+    try:
+        items = src.items()
+    finally:
+        src.rate, src.speed = rate, speed
+    return _paced_live(items, rate, speed)
+
+
+#: a paced source's waits shorter than this, within this long of its last watermark, get
+#: no watermark of their own: a fast paced source keeps its runs (at most this much later)
+LIVE_MARK_S = 0.01
+
+
+def _paced_live(items: Iterator[Item], rate: float | None, speed: float | None
+                ) -> Iterator[Item]:
+    """``items`` paced as ``Source.items`` paces them (item n at n / ``rate`` s, or at
+    (ts − first ts) / ``speed`` ms), yielding ``(latest ts, WATERMARK)`` before a wait: without
+    it a window's output waited in the O+'s run (:data:`RUN`) and the drain's buffer for more
+    tuples or the end of input. ``items()`` is timestamp-ordered (sorted or reordered), so no
+    later tuple is before the latest one read: the watermark is safe."""
+    clock, sleep = time.perf_counter, time.sleep
+    t0 = clock()
+    first: int | None = None
+    last: Any = None  # the latest data timestamp yielded
+    marked: Any = None  # the latest watermark yielded
+    marked_at = t0
+    for n, item in enumerate(items):
+        if first is None:
+            t0, first = clock(), item[0]
+        due = n / rate if rate else (item[0] - first) / speed / 1000  # type: ignore[operator]
+        now = clock()
+        ahead = due - (now - t0)
+        if ahead > 0:
+            if last is not None and (marked is None or last > marked) and (
+                    ahead >= LIVE_MARK_S or now - marked_at >= LIVE_MARK_S):
+                marked, marked_at = last, now
+                yield last, WATERMARK
+            sleep(ahead)
+        if item[1] is not WATERMARK:
+            last = item[0]
+        else:
+            marked = item[0]
+        yield item
 
 
 def _explode(items: Iterator[Item]) -> Iterator[Item]:

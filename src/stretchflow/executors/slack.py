@@ -81,6 +81,7 @@ from ..operators.oplus import OPlus, OPlusInstance, SharedState
 from ..runtime import (
     IngestClock,
     LatencyRecorder,
+    MetricsLog,
     RunControl,
     RunResult,
     SourcePump,
@@ -368,6 +369,8 @@ class _Run:
                 per_thread.append(max(_p95(samples), age) * 1000.0)
             st = o.ssg.stats()
             slack = sum(st["slack_ready"].values())
+            # tuples handed to the readers so far (every reader gets every tuple once)
+            read = slack + sum(st["ready"].values()) + sum(st["late"].values())
             late = sum(r.inst.late for r in o.readers if r.inst is not None)
             lost = sum(r.inst.lost for r in o.readers if r.inst is not None)
             out[o.name] = {
@@ -384,6 +387,7 @@ class _Run:
                 if math.isfinite(o.ssg.merge_ts()) else 0.0,
                 "max_skew_ms": o.ssg.max_skew,
                 "held": st["held"],
+                "read_total": read,
             }
             o.prev_slack, o.prev_late, o.prev_lost = slack, late, lost
         return out
@@ -485,13 +489,14 @@ def run(flow: Flow, parallelism: int | Mapping[str, int] = 1, key_groups: int = 
           else nullcontext()):
         series: list[dict[str, Any]] = []
         decisions: list[dict[str, Any]] = []
+        log = MetricsLog()  # per-operator rows (backlog: the SSG's depth) for the live view
         t0 = time.perf_counter()
-        R.latency.t0 = t0
+        R.latency.t0 = log.t0 = t0
         try:  # a signal while the threads start stops them too
             for t in threads:
                 t.start()
             _monitor(R, threads, t0, metrics_interval, controller, deadline, paths, series,
-                     decisions)
+                     decisions, log)
         except BaseException as e:  # noqa: BLE001  # a tuner's error stops the run like any other
             control.fail(e)
         finally:
@@ -506,19 +511,25 @@ def run(flow: Flow, parallelism: int | Mapping[str, int] = 1, key_groups: int = 
     return RunResult(
         engine="slack", elapsed=elapsed, tuples_in=dict(R.source_counts),
         tuples_out={s.name: s.count for s in sinks},
-        extra={**_summary(R, series, decisions, deadline, controller),
-               **({"checkpoints": R.ck.ckpt.taken} if R.ck is not None else {})},
+        extra={**_summary(R, series, decisions, deadline, controller), "metrics": log.rows,
+               **({"checkpoints": R.ck.ckpt.taken, "checkpoint_log": R.ck.ckpt.stats.log()}
+                  if R.ck is not None else {})},
     )
 
 
 def _monitor(R: _Run, threads: list[threading.Thread], t0: float, interval: float,
              controller: Controller | None, deadline: float | None, paths: list[list[str]],
-             series: list[dict[str, Any]], decisions: list[dict[str, Any]]) -> None:
+             series: list[dict[str, Any]], decisions: list[dict[str, Any]],
+             log: MetricsLog) -> None:
     """The MThread and the SLT Setter (§4.2): measures every ``interval`` until the threads
-    end or the run stops, and applies the tuner's new SLTs."""
+    end or the run stops, and applies the tuner's new SLTs. Each operator's period goes to
+    ``log`` too (the runtime's schema: the live view and /metrics read it)."""
     prev_out = 0
     prev_t = t0
     k_total = sum(o.k for o in R.ops.values())
+    prev_read = {o.name: 0 for o in R.ops.values()}
+    for o in R.ops.values():
+        log.parallelism_changed(o.name, o.k, t0)
     while any(t.is_alive() for t in threads):
         _wait_any(threads, interval)
         if R.control.stopped:
@@ -531,6 +542,14 @@ def _monitor(R: _Run, threads: list[threading.Thread], t0: float, interval: floa
                  "slack_ready": sum(v["slack_ready"] for v in per_op.values())}
         prev_out = out_now
         series.append(point)
+        for o in R.ops.values():
+            v = per_op[o.name]
+            # tuples of the operator's input per second: each reader read each tuple once
+            rate = max(0, v["read_total"] - prev_read[o.name]) / o.k / max(now - prev_t, 1e-6)
+            prev_read[o.name] = v["read_total"]
+            log.record(o.name, Metrics(time=now - t0, period=max(now - prev_t, 1e-6),
+                                       parallelism=o.k, throughput=rate, input_rate=rate,
+                                       max_parallelism=o.k, extras={"backlog": v["held"]}))
         if controller is not None and per_op:
             period = max(now - prev_t, 1e-6)
             m = Metrics(time=now - t0, period=period, parallelism=k_total,

@@ -34,8 +34,16 @@ from typing import Any
 from ..elastic.controller import Controller
 from ..elastic.migration import SQLiteStateStore, StateStore, open_store
 from ..errors import FlowDefinitionError
+from ..eventtime import WATERMARK
 from ..flow import Flow, Node
-from ..runtime import MetricsLog, RunControl, RunResult, sink_session
+from ..runtime import (
+    IngestClock,
+    LatencyRecorder,
+    MetricsLog,
+    RunControl,
+    RunResult,
+    sink_session,
+)
 from ..runtime.tempdirs import make_tempdir
 from .sn_channel import ChannelCore, group_assignment
 from .sn_links import ChainLink, QueueLink, SinkLink, Tap, inline_input, queued_input
@@ -44,6 +52,9 @@ from .sn_region import Region
 __all__ = ["ChannelCore", "group_assignment", "run"]
 
 _QUEUE_BATCHES = 64  # default channel queue, in splitter batches (capacity = 64 × batch)
+#: source tuples between two entries of the ingest clock (latency): vsn's source pump records
+#: one per batch of 256 too; a sample is early by at most this many tuples' arrival time
+CLOCK_EVERY = 256
 
 
 def run(flow: Flow, parallelism: int = 1, max_parallelism: int | None = None,
@@ -169,7 +180,10 @@ def run(flow: Flow, parallelism: int = 1, max_parallelism: int | None = None,
             "blocked_s": sum(reg.blocked_total for reg in regions),
             "startup_s": ex.startup_s,
             "regions": {reg.name: reg.stats() for reg in regions},
-            **({"checkpoints": ex.ck.taken} if ex.ck is not None else {}),
+            "latency_ms": ex.latency.summary(),
+            "latency_series": ex.latency.series(),
+            **({"checkpoints": ex.ck.taken, "checkpoint_log": ex.ck.ckpt.stats.log()}
+               if ex.ck is not None else {}),
         },
     )
 
@@ -217,6 +231,9 @@ class _Executor:
                  checkpoint: tuple[str, Any] | None = None):
         self.run = RunControl()
         self.metrics = MetricsLog()
+        # latency (issue #18): when source tuples entered, measured at the sinks' links
+        self.clock = IngestClock()
+        self.latency = LatencyRecorder()
         self.threads: list[Any] = []
         self.counts: dict[str, list[int]] = {}
         self.batch, self.pulse, self.queue_size = batch, pulse, queue_size
@@ -320,7 +337,8 @@ class _Executor:
     def _items(self, src: Node) -> Callable[[], Iterator]:
         """A source's items as its reader gets them (with checkpoints: with barriers, past
         the restored cut); called when the reader starts, once ``self.ck`` exists."""
-        return lambda: self.ck.items(src) if self.ck is not None else src.spec.items()
+        return lambda: _clocked(self.ck.items(src) if self.ck is not None else src.spec.items(),
+                                self.clock)
 
     def _leaves(self, node: Node) -> int:
         n = 0
@@ -337,7 +355,7 @@ class _Executor:
         subs: list[Any] = []
         for r in self.readers[node]:
             if r[0] == "sink":
-                subs.append(SinkLink(r[1], [], self.ck))
+                subs.append(_MeasuredSink(r[1], [], self.ck, self.clock, self.latency))
                 continue
             _, consumer, idx = r
             if consumer.kind == "oplus":
@@ -367,6 +385,8 @@ class _Executor:
                 self.source_counters[src], self._links(src, self._leaves(src) == 1),
                 self.batch, self.pulse, checkpoints=self.ck is not None)
             for src in self.taps]
+        for tap in self.tap_threads:  # the tap's source pump records its batches' arrival
+            tap.pump.clock = self.clock
 
     def _node_of(self, region: Region) -> Node:
         return next(n for n, r in self.region_of.items() if r is region)
@@ -410,6 +430,37 @@ class _Executor:
         while joined < len(self.threads):
             self.threads[joined].join()
             joined += 1
+
+
+def _clocked(items: Iterator[Any], clock: IngestClock, every: int = CLOCK_EVERY
+             ) -> Iterator[Any]:
+    """``items``, recording in ``clock`` every ``every``-th item's timestamp as it enters
+    (the first one too): one counter test per tuple, one lock per ``every`` tuples."""
+    record = clock.record
+    n = every
+    for item in items:
+        n += 1
+        if n >= every:
+            n = 0
+            record(item[0])
+        yield item
+
+
+class _MeasuredSink(SinkLink):
+    """A sink's link sampling the latency of what it is handed (up to 16 outputs a batch,
+    one lock per batch: :meth:`LatencyRecorder.measure_outputs`)."""
+
+    def __init__(self, sink: Any, chain: list, held: Any, clock: IngestClock,
+                 latency: LatencyRecorder):
+        super().__init__(sink, chain, held)
+        self.clock, self.latency = clock, latency
+
+    def deliver(self, items: list[Any]) -> None:
+        super().deliver(items)
+        # a sample of at most ~16 outputs, watermarks left out: O(16) per batch, not O(batch)
+        data = [it for it in items[::max(1, len(items) // 16)] if it[1] is not WATERMARK]
+        if data:
+            self.latency.measure_outputs(self.clock, data)
 
 
 def _inline_factory(items: Callable[[], Iterator], chain: list, idx: int,

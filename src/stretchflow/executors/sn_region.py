@@ -309,7 +309,10 @@ class Region:
                     throughput=max(0.0, done - self._m_done) / dt,
                     input_rate=max(0.0, self.routed - self._m_routed) / dt,
                     per_instance_load=loads, congestion=min(1.0, blocked / dt),
-                    max_parallelism=self.max_p)
+                    max_parallelism=self.max_p,
+                    # backlog (issue #18): tuples routed to the channels (thread or process:
+                    # counted here, in the splitter) that the slowest channel has not finished
+                    extras={"backlog": max(0, self.routed - done)})
         decision = self.controller.observe(m)  # type: ignore[union-attr]
         p = None
         if decision is not None:

@@ -3,16 +3,24 @@
 ``run(flow, parallelism=None, key_groups=None, master=None, spark_conf=None)`` runs a flow with
 bounded inputs as a batch job; :func:`stretchflow.spark.streaming.run_stream` runs it as a
 Structured Streaming query over growing inputs.
+
+Spark's own output (the JVM's log, its Python workers' messages, Py4J's) goes to a log file,
+never to the terminal (:mod:`stretchflow.spark.errors`); the result's ``extra["spark_log"]``
+names it. The one line a run says itself is Spark's UI address when the UI is on.
 """
 
 from __future__ import annotations
 
+import logging
+import sys
 import time
 from typing import Any
 
 from ..errors import FlowDefinitionError
 from ..flow import Flow
 from ..runtime.result import RunResult
+
+log = logging.getLogger(__name__)
 
 
 def parse_conf(pairs: list[str] | dict[str, str] | None) -> dict[str, str]:
@@ -40,7 +48,8 @@ def is_streaming(flow: Flow) -> bool:
 
 def run(flow: Flow, parallelism: int | None = None, key_groups: int | None = None,
         master: str | None = None, spark_conf: Any = None, checkpoint: str | None = None,
-        max_files_per_trigger: int = 1) -> RunResult:
+        max_files_per_trigger: int = 1, spark_ui: bool | None = None,
+        until: str | None = None) -> RunResult:
     """Runs ``flow`` to the end of its inputs on Spark.
 
     ``master``: a Spark master URL (``local[*]`` by default, ``spark://host:7077``, ``yarn``,
@@ -55,7 +64,14 @@ def run(flow: Flow, parallelism: int | None = None, key_groups: int | None = Non
     ``max_files_per_trigger`` files per micro-batch), or over the rate source's ``rows`` rows
     (a micro-batch per second), checkpointed in ``checkpoint`` (a fresh temporary directory if
     None; reuse one to resume a stopped query). Its state has ``spark.sql.shuffle.partitions``
-    partitions.
+    partitions. Directory inputs are read in file-name order (:mod:`stretchflow.spark.
+    stream_files`); ``until``: ``"marker"``, ``"idle:SECONDS"`` or ``"never"`` keeps the query
+    running on new files until that end (None: the files present at the start). A run that
+    ends with windows open logs one WARNING saying how many and how to close them.
+
+    ``spark_ui``: Spark's web UI on (off by default: it costs memory and a port), its URL
+    said at the start (``spark UI: http://...``) and kept in ``extra["spark_ui"]``; it lives
+    as long as the session, i.e. the process.
 
     A failure of Spark itself (its JVM out of memory or dead, a Spark error) is one
     :class:`stretchflow.spark.errors.SparkFailure` naming the cause and Spark's log file
@@ -65,7 +81,7 @@ def run(flow: Flow, parallelism: int | None = None, key_groups: int | None = Non
 
     try:
         return _run(flow, parallelism, key_groups, master, spark_conf, checkpoint,
-                    max_files_per_trigger)
+                    max_files_per_trigger, bool(spark_ui), until)
     except Exception as e:
         failure = explain(e)
         if failure is None:
@@ -74,15 +90,19 @@ def run(flow: Flow, parallelism: int | None = None, key_groups: int | None = Non
 
 
 def _run(flow: Flow, parallelism: int | None, key_groups: int | None, master: str | None,
-         spark_conf: Any, checkpoint: str | None, max_files_per_trigger: int) -> RunResult:
+         spark_conf: Any, checkpoint: str | None, max_files_per_trigger: int,
+         spark_ui: bool, until: str | None = None) -> RunResult:
     from ..spark.batch import run_batch
     from ..spark.errors import log_path
-    from ..spark.session import get_session
+    from ..spark.session import get_session, ui_url
 
     flow.validate()
     t0 = time.perf_counter()
-    spark = get_session(master, parse_conf(spark_conf))
+    spark = get_session(master, parse_conf(spark_conf), ui=spark_ui)
     t_session = time.perf_counter() - t0
+    url = ui_url(spark)  # on when asked for, or by --spark-conf spark.ui.enabled=true
+    if url is not None:
+        _say(f"spark UI: {url}")
     streaming = is_streaming(flow)
     # batch: one partition per core — every partition a tuple's keys reach gets a copy, so
     # more partitions than cores only add copies; streaming: the state partitions
@@ -94,20 +114,35 @@ def _run(flow: Flow, parallelism: int | None, key_groups: int | None, master: st
     t1 = time.perf_counter()
     extra: dict[str, Any] = {"session_start_s": t_session, "partitions": P, "key_groups": G,
                              "master": spark.sparkContext.master,
-                             "spark_log": str(log_path())}  # Spark's own output
+                             "spark_log": str(log_path()),  # Spark's own output
+                             "spark_ui": url}
     if streaming:
         from ..spark.streaming import run_stream
 
         # without --checkpoint, run_stream uses a temporary one and removes it on every exit
-        info = run_stream(flow, spark, checkpoint, G, max_files_per_trigger)
+        info = run_stream(flow, spark, checkpoint, G, max_files_per_trigger, until=until)
         tuples_in = info["tuples_in"]  # records per input: no blank lines, no end markers
-        extra.update(mode="streaming", checkpoint=info["checkpoint"], batches=info["batches"])
+        extra.update(mode="streaming", checkpoint=info["checkpoint"], batches=info["batches"],
+                     open_windows=info["open_windows"])
     else:
-        if checkpoint is not None:
-            raise FlowDefinitionError("--checkpoint applies to streaming (directory) inputs")
+        if checkpoint is not None or until is not None:
+            raise FlowDefinitionError(f"--{'checkpoint' if until is None else 'until'} applies "
+                                      f"to streaming (directory) inputs")
         info = run_batch(flow, spark, G, P)
         tuples_in = info["tuples_in"]
         extra.update(mode="batch", driver_read_s=info["driver_read_s"])
     elapsed = time.perf_counter() - t1
     return RunResult(engine="spark", elapsed=elapsed, tuples_in=tuples_in,
                      tuples_out={s.name: s.count for _, s in flow.sinks}, extra=extra)
+
+
+def _say(line: str) -> None:
+    """Logs ``line`` at INFO, where the CLI's handler shows it. A library caller who asked
+    for the UI must see its URL too, yet unconfigured logging drops INFO records: then it goes
+    to stderr through a handler of its own (as the live view's URL does, stretchflow.web)."""
+    if log.hasHandlers():
+        log.info(line)
+    elif log.getEffectiveLevel() <= logging.WARNING:  # WARNING: the default, not a choice
+        handler = logging.StreamHandler(sys.stderr)
+        handler.handle(log.makeRecord(log.name, logging.INFO, __file__, 0, line, None, None))
+        handler.flush()

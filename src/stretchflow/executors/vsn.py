@@ -367,7 +367,7 @@ class VSNExecutor:
         self.on_start = on_start
         self.t_start = 0.0
         self._by_name = {vop.name: vop for vop in self.ops.values()}
-        self._last: dict[VSNOperator, tuple[float, list[float], int, float]] = {}
+        self._last: dict[VSNOperator, tuple[float, list[float], int, float, int]] = {}
         self.checkpoints = None  # checkpoints and resume (vsn_checkpoint, docs/checkpoints.md)
         if checkpoint is not None:
             from .vsn_checkpoint import VSNCheckpoints
@@ -430,11 +430,14 @@ class VSNExecutor:
                 latency.measure_outputs(clock, out)
 
     # -- metrics -------------------------------------------------------------------------------
-    def _sample(self, vop: VSNOperator, now: float) -> tuple[float, list[float], int, float]:
-        # congestion (elastic-scaling §5): time sources spent blocked on a full ESG_in
+    def _sample(self, vop: VSNOperator, now: float
+                ) -> tuple[float, list[float], int, float, int]:
+        # congestion (elastic-scaling §5): time sources spent blocked on a full ESG_in; backlog
+        # (issue #18): ESG_in's entries not yet read by its slowest instance, pending or ready
+        # (one stats() call per period, under the ESG's lock once: nothing per tuple)
+        st = vop.inlet.esg.stats()
         return (now, [vi.busy for vi in vop.instances],
-                sum(vi.processed for vi in vop.instances),
-                vop.inlet.esg.stats()["source_wait_s"])
+                sum(vi.processed for vi in vop.instances), st["source_wait_s"], st["buffered"])
 
     def _measure(self) -> list[tuple[str, Any]]:
         """One :class:`~stretchflow.elastic.controller.Metrics` per O+ since the last call."""
@@ -444,8 +447,8 @@ class VSNExecutor:
 
         out: list[tuple[str, Any]] = []
         for vop in self.ops.values():
-            t0, busy0, n0, b0 = self._last[vop]
-            now, busy, n, b = self._last[vop] = self._sample(vop, time.perf_counter())
+            t0, busy0, n0, b0, _ = self._last[vop]
+            now, busy, n, b, backlog = self._last[vop] = self._sample(vop, time.perf_counter())
             dt = max(now - t0, 1e-9)
             loads = tuple(min(1.0, (busy[j] - busy0[j]) / dt) for j in sorted(vop.O))
             # every connected instance reads every tuple: tuples of the operator's input
@@ -454,7 +457,8 @@ class VSNExecutor:
             out.append((vop.name, Metrics(
                 time=now - self.t_start, period=dt, parallelism=vop.parallelism,
                 throughput=rate, input_rate=rate, per_instance_load=loads,
-                congestion=min(1.0, (b - b0) / dt), max_parallelism=vop.n)))
+                congestion=min(1.0, (b - b0) / dt), max_parallelism=vop.n,
+                extras={"backlog": backlog})))
         return out
 
     def _apply_decision(self, operator: str, decision: Any) -> None:
@@ -534,7 +538,8 @@ class VSNExecutor:
                 "instances": {v.name: [{"j": vi.j, "tuples": vi.processed,
                                         "busy_s": round(vi.busy, 4)} for vi in v.instances]
                               for v in ops},
-                **({"checkpoints": self.checkpoints.ckpt.taken}
+                **({"checkpoints": self.checkpoints.ckpt.taken,
+                    "checkpoint_log": self.checkpoints.ckpt.stats.log()}
                    if self.checkpoints is not None else {}),
             },
         )

@@ -16,7 +16,8 @@ at the same position of ESG_in, after every tuple <= T of every source. There
 (:meth:`VSNCheckpoints.at_barrier`) the instance advances W to T and emits what that closes,
 waits with the other connected instances (a barrier of the operator, like a reconfiguration's:
 exactly one acts), the acting one snapshots σ and every connected instance's progress, then
-each forwards the barrier into ESG_out. A sink thread commits its part e on the first barrier
+each forwards the barrier into ESG_out. A sink thread writes its output into its open part as
+it reads it (:meth:`VSNCheckpoints.sink`) and commits the part as part e on the first barrier
 of epoch e it reads (ESG_out's readiness puts it after every output <= T of every producer);
 the checkpoint is written once every sink has (:meth:`Checkpointer._checkpoint`).
 
@@ -41,7 +42,7 @@ from __future__ import annotations
 import math
 import pickle
 import threading
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..batch import Batch
@@ -121,9 +122,10 @@ class VSNCheckpointer(Checkpointer):
         with self.lock:
             super().snapshot(node, epoch, data)
 
-    def sink_barrier(self, j: int, b: CheckpointBarrier, chunks: list[Any]) -> None:
-        """Sink ``j`` read the first barrier of epoch ``b.epoch``: its part, and the
-        checkpoint if every sink has committed its part of it."""
+    def sink_barrier(self, j: int, b: CheckpointBarrier, chunks: Sequence[Any] = ()) -> None:
+        """Sink ``j`` read the first barrier of epoch ``b.epoch``: its part (what was
+        written into the open part, then ``chunks``: lists of ``(ts, payload)`` and
+        :class:`Batch` es), and the checkpoint if every sink has committed its part of it."""
         self.writers[j].commit_chunks(b.epoch, chunks)
         with self.lock:
             done = self.done.setdefault(b.epoch, set())
@@ -133,10 +135,19 @@ class VSNCheckpointer(Checkpointer):
             with self.lock:
                 self._checkpoint(b.epoch, b.cut)
 
-    def sink_end(self, j: int, chunks: list[Any]) -> None:
+    def sink_end(self, j: int, chunks: Sequence[Any] = ()) -> None:
         """Sink ``j``'s input ended: the output after its last barrier is the last part
         (every source has ended, so no cut comes any more)."""
         self.writers[j].commit_chunks(self.plan.base + len(self.plan.cuts) + 1, chunks)
+
+
+def _flush(w: Any, run: Any, batches: list[Batch]) -> None:
+    """A run of data tuples, then a run of batches (joined: one write), into part writer
+    ``w``'s open part."""
+    if run:
+        w.write(run)
+    if batches:
+        w.write_batch(batches[0] if len(batches) == 1 else Batch.concat(batches))
 
 
 def _first(item: Any) -> Any:
@@ -276,41 +287,51 @@ class VSNCheckpoints:
 
     # -- sinks ---------------------------------------------------------------------------------
     def sink(self, k: int, sink: Any) -> None:
-        """Sink thread ``k``: its output held per epoch as parts (see the module doc)."""
+        """Sink thread ``k``: its output written into the open part as it comes, the part
+        committed at each epoch's first barrier (see the module doc)."""
         ex, ckpt = self.ex, self.ckpt
         esg = ex.plan.inlets[("sink", k)].esg
         reader = ("sink", k)
         control, clock, latency = ex.control, ex.clock, ex.latency
+        w = ckpt.writers[k]
         epoch = ckpt.plan.base
-        chunks: list[Any] = []
         while True:
             items = esg.get_batch(reader, SINK_BATCH)
             if control.error is not None:
                 raise Stopped
             if items is END:
                 break
-            data = []
+            # written now, not held until the barrier (issue #17's overhead): holding an
+            # epoch left the sink idle for the epoch, then serializing all of it at once, and
+            # the last epoch's output serialized only after the operators had ended
+            data: list[Any] = []
+            run: list[Any] = []  # consecutive data tuples
+            batches: list[Batch] = []  # consecutive batches: one write, as write_items does
             for item in items:
                 p = item[1]
                 kind = type(p)
-                if kind is CheckpointBarrier:
+                if kind is Batch:
+                    if run:
+                        w.write(run)
+                        run = []
+                    batches.append(p)
+                    data.append(item)
+                elif kind is CheckpointBarrier:
+                    _flush(w, run, batches)
+                    run, batches = [], []
                     if p.epoch > epoch:
                         epoch = p.epoch
-                        ckpt.sink_barrier(k, p, chunks)
-                        chunks = []
-                    continue
-                if p is WATERMARK:
-                    continue
-                data.append(item)
-                if kind is Batch:
-                    chunks.append(p)
-                else:
-                    if not chunks or type(chunks[-1]) is not list:
-                        chunks.append([])
-                    chunks[-1].append(item)
+                        ckpt.sink_barrier(k, p, ())
+                elif p is not WATERMARK:
+                    if batches:
+                        _flush(w, (), batches)
+                        batches = []
+                    run.append(item)
+                    data.append(item)
+            _flush(w, run, batches)
             if data:
                 latency.measure_outputs(clock, data)
-        ckpt.sink_end(k, chunks)
+        ckpt.sink_end(k, ())
 
     def end(self, ok: bool) -> None:
         """The run ended: on success the held output goes to the sinks (then the checkpoint

@@ -6,6 +6,9 @@ import os
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from .endpoints import open_input, open_output
+from .follow import Followed, follow
+from .redis_streams import RedisStream, RedisStreamSink
 from .sinks import (
     Callback,
     Collector,
@@ -22,6 +25,7 @@ from .sources import (
     Generated,
     IterableSource,
     JsonLines,
+    LateSource,
     Parquet,
     RateSource,
     Source,
@@ -30,7 +34,8 @@ from .sources import (
 
 
 def jsonl(path: str | os.PathLike, **kw: Any) -> JsonLines:
-    """A JSON Lines file source (sorted by ``ts`` unless ``sorted=False``)."""
+    """A JSON Lines file source (sorted by ``ts`` unless ``sorted=False`` or ``max_delay``;
+    every source takes ``max_delay``, ``idle_timeout`` and ``late``: docs/event-time.md)."""
     return JsonLines(path, **kw)
 
 
@@ -80,7 +85,8 @@ def jsonl_sink(path: str | os.PathLike) -> JsonLinesSink:
 
 __all__ = [
     "Callback", "Collector", "Csv", "CsvSink", "Generated", "IterableSource", "JsonLines",
-    "JsonLinesSink", "Parquet", "ParquetSink", "RateSource", "Sink", "Source", "Stdout",
-    "callback", "collect", "csv", "generated", "iterable", "jsonl", "jsonl_sink", "open_sink",
-    "open_source", "parquet", "rate", "stdout", "to_record",
+    "JsonLinesSink", "LateSource", "Parquet", "ParquetSink", "RateSource", "Sink", "Source",
+    "Stdout", "callback", "collect", "csv", "generated", "iterable", "jsonl", "jsonl_sink",
+    "open_sink", "open_source", "open_input", "open_output", "follow", "Followed",
+    "RedisStream", "RedisStreamSink", "parquet", "rate", "stdout", "to_record",
 ]

@@ -46,7 +46,7 @@ from typing import Any
 import orjson
 
 from ..errors import SourceError, StretchflowError
-from .sinks import CsvSink, JsonLinesSink, ParquetSink, Sink
+from .sinks import CsvSink, JsonLinesSink, ObjectSink, ParquetSink, Sink
 
 MANIFEST = "_manifest.json"
 LOCK = "_lock"
@@ -142,6 +142,30 @@ def write_atomic(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())
     os.replace(tmp, path)
     fsync_dir(path.parent)
+
+
+def copy_file(src: Path, out: Any) -> int:
+    """Appends the bytes of file ``src`` to ``out`` (an open binary file: a sink's, or
+    stdout's buffer) and returns how many. The copy is the kernel's (``copy_file_range``):
+    through Python (``shutil.copyfileobj``) a checkpointed run's publish of a 250 MB output
+    took about 1 s under load, in the kernel 0.07 s (a measurement on this machine,
+    docs/checkpoints.md "Cost"). Where the kernel cannot (a pipe or terminal, a file opened
+    for append, another file system on an old kernel) the rest is copied through Python."""
+    out.flush()  # what ``out`` buffered goes before
+    n = 0
+    with open(src, "rb", buffering=0) as fh:
+        if hasattr(os, "copy_file_range"):
+            ifd, ofd = fh.fileno(), out.fileno()
+            try:
+                while k := os.copy_file_range(ifd, ofd, 1 << 30):
+                    n += k
+                return n
+            except OSError:  # from where the kernel stopped (both offsets moved with it)
+                pass
+        while chunk := fh.read(1 << 20):
+            out.write(chunk)
+            n += len(chunk)
+    return n
 
 
 def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
@@ -320,6 +344,11 @@ class EpochOutputs:
 
     def __init__(self, sinks: list[Sink]):
         self.sinks = sinks
+        for s in sinks:
+            if isinstance(s, ObjectSink):  # S3 has no rename: no part directory there (yet)
+                raise StretchflowError(
+                    f"--output {s.path}: a streaming run writes a part directory, which an "
+                    f"object store cannot hold; write to a local directory and copy it")
         # checked before anything runs: a plain file in the way is an error at once
         self.writers: list[PartWriter | None] = []
         try:

@@ -542,10 +542,87 @@ def _umask() -> int:
     return mask
 
 
+class ObjectSink(Sink):
+    """A file sink whose target is an object store URL (``s3://bucket/out.jsonl``): the sink
+    of its format writes a local temporary file, published at commit as one object
+    (:func:`stretchflow.io.objectstore.publish`: temporary key, then a copy onto the target);
+    a failed run leaves the previous object as it was."""
+
+    def __init__(self, url: str):
+        self.path = self.name = url
+        ext = Path(url.split("?", 1)[0]).suffix.lower()
+        self._cls = {".jsonl": JsonLinesSink, ".json": JsonLinesSink, ".ndjson": JsonLinesSink,
+                     ".csv": CsvSink, ".parquet": ParquetSink}.get(ext)
+        if self._cls is None:
+            raise ValueError(f"{url}: unknown output format {ext!r}; use .jsonl, .csv or "
+                             f".parquet")
+        self._inner: Sink | None = None
+        self._dir: str | None = None
+        self.state = "new"
+
+    def open(self) -> None:
+        from .objectstore import check_writable
+
+        self.count = 0
+        check_writable(self.path, self.name)  # before the run: an unreachable bucket costs nothing
+        self._dir = tempfile.mkdtemp(prefix="stretchflow-object-")
+        self._inner = self._cls(Path(self._dir) / ("out" + Path(self.path).suffix.lower()))
+        self._inner.open()
+        self.state = "open"
+
+    def write(self, items: list[tuple[int, Any]]) -> None:
+        self._inner.write(items)
+        self.count = self._inner.count
+
+    def write_batch(self, batch: Batch) -> None:
+        self._inner.write_batch(batch)
+        self.count = self._inner.count
+
+    def prepare(self) -> None:
+        if self.state == "open":
+            self._inner.prepare()
+
+    def commit(self) -> None:
+        from .objectstore import publish
+
+        if self.state != "open":
+            return
+        try:
+            self._inner.commit()  # the complete local file, then one upload
+            publish(self._inner.path, self.path, self.name)
+        finally:
+            self._cleanup("committed")
+
+    def abort(self) -> None:
+        if self.state == "open":
+            try:
+                self._inner.abort()
+            finally:
+                self._cleanup("aborted")
+
+    def _cleanup(self, state: str) -> None:
+        import shutil
+
+        self.state = state
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+    def close(self) -> None:
+        _commit_or_abort(self)
+
+
 def open_sink(path: str | os.PathLike) -> Sink:
-    """A file sink chosen by extension: .jsonl/.json/.ndjson, .csv or .parquet; ``-`` is stdout."""
+    """A file sink chosen by extension: .jsonl/.json/.ndjson, .csv or .parquet; ``-`` is stdout;
+    a URL (``s3://``) an :class:`ObjectSink`, ``file://`` the local file. Message buses:
+    :func:`stretchflow.io.endpoints.open_output`."""
     if str(path) == "-":
         return Stdout()
+    from .files import is_url, local_path
+
+    path = local_path(path)
+    if is_url(path):
+        return ObjectSink(str(path))
     p = Path(path)
     ext = p.suffix.lower()
     if ext in (".jsonl", ".json", ".ndjson"):

@@ -5,8 +5,10 @@ watermarks (journal §2.3, Definition 3) and a record whose timestamp goes back 
 :class:`~stretchflow.errors.SourceError` naming the source, the record and both timestamps.
 An unsorted source may carry explicit watermarks (records holding only a watermark field, or
 :class:`~stretchflow.eventtime.Watermark` objects in an iterable); its tuples are held back and
-released in timestamp order once a watermark covers them, and a tuple that arrives behind a
-watermark it promised to respect is an error, never silently dropped. Without watermarks an
+released in timestamp order once a watermark covers them. ``max_delay`` (watermark = max ts
+seen − max_delay) and ``idle_timeout`` move the same watermark, and ``late`` says what a tuple
+behind it does: an error (the default), dropped and counted, or sent to a late-data stream
+(:class:`LateSource`; :mod:`stretchflow.io.late`, docs/event-time.md). Without watermarks an
 unsorted source is sorted when its input ends (bounded inputs only).
 
 ``Source.items()`` yields ``(ts, payload)`` tuples in timestamp order, with explicit watermarks
@@ -21,10 +23,10 @@ tuples and any error are those of ``items()``.
 
 from __future__ import annotations
 
-import heapq
 import math
 import os
 from collections.abc import Callable, Iterable, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +34,8 @@ import orjson
 
 from ..errors import SourceError
 from ..eventtime import WATERMARK, Watermark
+from .files import FileInput, arrow_stream, ms_timestamps, name_of, open_random, path_of
+from .late import check_event_time, idle_marked, reorder, to_ms
 
 if TYPE_CHECKING:
     from ..batch import Batch
@@ -42,13 +46,28 @@ Item = tuple[int, Any]
 class Source:
     """Base class: a named stream of records with an integer timestamp field."""
 
-    def __init__(self, name: str, ts: str = "ts", sorted: bool = True,  # noqa: A002
-                 watermark: str | None = None):
+    def __init__(self, name: str, ts: str | Callable[[Any], Any] = "ts",
+                 sorted: bool = True, watermark: str | None = None, *,  # noqa: A002
+                 max_delay: int | str | timedelta | None = None,
+                 idle_timeout: int | str | timedelta | None = None, late: str | None = None):
         self.name = name
-        self.ts_field = ts
-        self.sorted = sorted
+        # ts: a field (int ms, ISO-8601 string or datetime) or a function record -> timestamp
+        self.ts_fn = ts if callable(ts) else None
+        self.ts_field = "<ts function>" if callable(ts) else ts
+        self.max_delay, self.idle_timeout, late = check_event_time(name, max_delay,
+                                                                   idle_timeout, late)
+        # bounded out-of-orderness means the input is not sorted (and not batch-readable)
+        self.sorted = sorted and self.max_delay is None
         self.watermark_field = watermark
+        #: what a tuple behind the watermark does: "error", "drop" or "side" (io/late.py);
+        #: a Flow's ``late=`` default applies to sources that did not say
+        self.late = late or "error"
+        self.late_given = late is not None
+        self.late_seen = 0  # late tuples of the last pass (dropped, or sent to the side)
         self.read = 0  # records read so far, updated every few thousand (for progress bars)
+
+    #: whether the input can be read again (a late="side" stream re-reads it)
+    rereadable = True
 
     #: replay speed in tuples per second of wall-clock time (None: as fast as possible)
     rate: float | None = None
@@ -58,7 +77,11 @@ class Source:
     def items(self) -> Iterator[Item]:
         """The source's tuples in timestamp order (explicit watermarks included)."""
         raw = self._raw()
-        out = _check_sorted(self, raw) if self.sorted else _reorder(self, raw)
+        self.late_seen = 0
+        if self.sorted and self.late == "error":
+            out = _check_sorted(self, raw)
+        else:
+            out = _reorder(self, raw)
         if self.speed:
             return _replayed(out, self.speed)
         return _paced(out, self.rate) if self.rate else out
@@ -74,7 +97,8 @@ class Source:
         """Whether :meth:`batches` may read batches: sorted and unpaced (and a sane ``rows``)."""
         if type(rows) is not int or rows < 1:
             raise ValueError(f"batches: rows must be a positive integer, got {rows!r}")
-        return self.sorted and not self.rate and not self.speed
+        return (self.sorted and self.late == "error" and self.ts_fn is None and not self.rate
+                and not self.speed)
 
     def _checked(self, raw: Iterator[tuple[Any, Any, Any]], prev: float = -math.inf
                  ) -> Iterator[Item]:
@@ -110,18 +134,27 @@ class Source:
         return SourceError(self.name, self.describe_where(where), reason, record)
 
     def _ts_of(self, rec: Any, where: Any) -> int:
-        """The timestamp of a record, or a clear error (missing, not an integer)."""
-        try:
-            ts = rec[self.ts_field]
-        except (KeyError, TypeError, IndexError):
-            if not isinstance(rec, dict):
-                raise self._error(where, "record is not an object", rec) from None
-            raise self._error(where, f"missing timestamp field {self.ts_field!r}", rec) from None
-        if type(ts) is not int:
+        """The timestamp of a record in ms (from an int, an ISO-8601 string or a datetime:
+        :func:`~stretchflow.io.late.to_ms`), or a clear error (missing, not a timestamp)."""
+        if self.ts_fn is not None:
+            try:
+                ts = self.ts_fn(rec)
+            except Exception as e:
+                raise self._error(where, f"timestamp function failed: {e!r}", rec) from e
+        else:
+            try:
+                ts = rec[self.ts_field]
+            except (KeyError, TypeError, IndexError):
+                if not isinstance(rec, dict):
+                    raise self._error(where, "record is not an object", rec) from None
+                raise self._error(where, f"missing timestamp field {self.ts_field!r}",
+                                  rec) from None
+        ms = to_ms(ts)
+        if ms is None:
             raise self._error(
-                where, f"timestamp {self.ts_field!r} must be an integer (ms), got {ts!r}", rec
-            )
-        return ts
+                where, f"timestamp {self.ts_field!r} must be an integer (ms), an ISO-8601 "
+                f"string or a datetime, got {ts!r}", rec)
+        return ms
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r}, sorted={self.sorted})"
@@ -168,47 +201,61 @@ def _replayed(items: Iterator[Item], speed: float) -> Iterator[Item]:
         yield item
 
 
-def _reorder(src: Source, raw: Iterator[tuple[Any, Any, Any]]) -> Iterator[Item]:
-    """Hold tuples until an explicit watermark covers them, then release them sorted (ties
-    in arrival order)."""
-    heap: list[tuple[int, int, Any]] = []
-    seq = 0
-    wm = -math.inf
-    for ts, payload, where in raw:
-        if payload is WATERMARK:
-            if ts <= wm:
-                continue  # watermarks only move forward; a repeated one says nothing new
-            wm = ts
-            while heap and heap[0][0] <= wm:
-                t, _, p = heapq.heappop(heap)
-                yield t, p
-            yield wm, WATERMARK
-        else:
-            if ts < wm:
-                raise src._error(
-                    where, f"late tuple: timestamp {ts} is behind the watermark {wm}", payload
-                )
-            seq += 1
-            heapq.heappush(heap, (ts, seq, payload))
-    while heap:
-        t, _, p = heapq.heappop(heap)
-        yield t, p
+def _reorder(src: Source, raw: Iterator[tuple[Any, Any, Any]], side: bool = False
+             ) -> Iterator[Item]:
+    """Hold tuples until the watermark covers them, then release them sorted (ties in arrival
+    order): :func:`~stretchflow.io.late.reorder`, W from explicit watermarks, ``max_delay``
+    (0 for a sorted source: it only gets here with a late policy) and the idle timeout."""
+    delay = src.max_delay if src.max_delay is not None else (0 if src.sorted else None)
+    if src.idle_timeout is not None and delay != 0:
+        raw = idle_marked(raw, src.idle_timeout, src.name)
+    return reorder(src, raw, delay=delay, side=side)
 
 
-class JsonLines(Source):
+class LateSource(Source):
+    """The late-data stream of a ``late="side"`` source (``flow.source(src).late()``): the
+    same input read again through the same reordering, yielding only the tuples found behind
+    the watermark, each as ``(W, record)`` with W that watermark, plus the watermarks. It
+    needs an input that can be read again and a deterministic watermark (no idle timeout),
+    so that both passes find the same late tuples; anything else is an error here."""
+
+    def __init__(self, source: Source):
+        why = ("its input cannot be read twice (a one-shot iterator or stream; give a list "
+               "or a function returning a new iterator)" if not source.rereadable
+               else "its idle timeout makes lateness depend on wall-clock time, so a second "
+               "pass would not find the same late tuples" if source.idle_timeout is not None
+               else None)
+        if why:
+            raise ValueError(f"source {source.name!r}: late='side' cannot be used: {why}")
+        self.source = source
+        super().__init__(f"{source.name}-late", "ts", True)
+
+    def _raw(self) -> Iterator[tuple[Any, Any, Any]]:
+        return self.source._raw()
+
+    def describe_where(self, where: Any) -> str:
+        return self.source.describe_where(where)
+
+    def items(self) -> Iterator[Item]:
+        src = self.source
+        return _reorder(src, src._raw(), side=True)
+
+
+class JsonLines(FileInput, Source):
     """One JSON object per line. Blank lines are skipped; anything else that is not a JSON
     object with an integer timestamp is an error naming the file and line."""
 
-    def __init__(self, path: str | os.PathLike, *, ts: str = "ts", sorted: bool = True,  # noqa: A002
-                 watermark: str | None = None, name: str | None = None):
-        self.path = Path(path)
-        super().__init__(name or self.path.name, ts, sorted, watermark)
+    def __init__(self, path: str | os.PathLike, *, ts: str | Callable[[Any], Any] = "ts",
+                 sorted: bool = True, watermark: str | None = None,  # noqa: A002
+                 name: str | None = None, **event_time: Any):
+        self.path, self.spec = path_of(path)  # a URL, stdin (-) or a local path
+        super().__init__(name or name_of(self.spec), ts, sorted, watermark, **event_time)
 
     #: a batch holds at most about this many bytes of lines (unless one line is longer)
     batch_bytes = 8 << 20
 
     def describe_where(self, where: Any) -> str:
-        return f"{self.path}:{where}"
+        return self._where(where)
 
     def batches(self, rows: int = 65536) -> Iterator[Batch] | None:
         """Batches read by Arrow's multithreaded JSON parser; None with a watermark field
@@ -220,10 +267,7 @@ class JsonLines(Source):
         return jsonl_batches(self, rows, self.batch_bytes)
 
     def _open(self) -> Any:
-        try:
-            return open(self.path, "rb")  # noqa: SIM115
-        except OSError as e:
-            raise SourceError(self.name, str(self.path), f"cannot open: {e.strerror}") from e
+        return self._open_stream()  # decompressed; a part directory's parts one after another
 
     def _raw(self) -> Iterator[tuple[Any, Any, Any]]:
         f = self._open()
@@ -260,16 +304,17 @@ class JsonLines(Source):
         self.read = n
 
 
-class _Arrow(Source):
+class _Arrow(FileInput, Source):
     """Files pyarrow reads in record batches (CSV, Parquet); rows are dicts."""
 
-    def __init__(self, path: str | os.PathLike, *, ts: str = "ts", sorted: bool = True,  # noqa: A002
-                 name: str | None = None):
-        self.path = Path(path)
-        super().__init__(name or self.path.name, ts, sorted, None)
+    def __init__(self, path: str | os.PathLike, *, ts: str | Callable[[Any], Any] = "ts",
+                 sorted: bool = True, name: str | None = None,  # noqa: A002
+                 **event_time: Any):
+        self.path, self.spec = path_of(path)
+        super().__init__(name or name_of(self.spec), ts, sorted, None, **event_time)
 
     def describe_where(self, where: Any) -> str:
-        return f"{self.path} row {where}"
+        return self._where(where, row=True)
 
     def _batches(self) -> Iterator[Any]:
         raise NotImplementedError
@@ -287,15 +332,14 @@ class _Arrow(Source):
         """``(rows before it, record batch)`` pairs, with the tuple path's errors for a missing
         file, a missing timestamp column and a file pyarrow cannot read (shared by
         :meth:`_raw` and the batch reader, so both fail alike)."""
-        if not self.path.exists():
-            raise SourceError(self.name, str(self.path), "cannot open: no such file")
         ts_f = self.ts_field
         row = 0
         try:
             for batch in self._batches():
-                if ts_f not in batch.schema.names:
+                if self.ts_fn is None and ts_f not in batch.schema.names:
                     raise self._error(row + 1, f"missing timestamp column {ts_f!r}")
-                yield row, batch
+                # a timestamp[unit, tz] column as int64 ms here, so both paths see the same
+                yield row, ms_timestamps(batch, ts_f)
                 row += batch.num_rows
         except SourceError:
             raise
@@ -314,9 +358,10 @@ class _Arrow(Source):
         ts_f = self.ts_field
         for rec in self._pylist(batch, row):
             row += 1
-            ts = rec[ts_f]
+            ts = rec.get(ts_f)
             if type(ts) is not int:
-                ts = self._ts_of(rec, row) if ts is not None else self._null_ts(row, rec)
+                ts = (self._ts_of(rec, row) if ts is not None or self.ts_fn is not None
+                      else self._null_ts(row, rec))
             yield ts, rec, row
 
     def _raw(self) -> Iterator[tuple[Any, Any, Any]]:
@@ -334,7 +379,7 @@ class Csv(_Arrow):
     def _batches(self) -> Iterator[Any]:
         import pyarrow.csv as pcsv
 
-        return iter(pcsv.open_csv(str(self.path)))
+        return self._part_batches(lambda f: pcsv.open_csv(arrow_stream(f, self.name)))
 
 
 class Parquet(_Arrow):
@@ -343,7 +388,8 @@ class Parquet(_Arrow):
     def _batches(self) -> Iterator[Any]:
         import pyarrow.parquet as pq
 
-        return pq.ParquetFile(str(self.path)).iter_batches(batch_size=8192)
+        return self._part_batches(lambda f: pq.ParquetFile(open_random(f, self.name))
+                                  .iter_batches(batch_size=8192))
 
 
 class IterableSource(Source):
@@ -352,15 +398,18 @@ class IterableSource(Source):
     is a function of the record; :class:`Watermark` objects are explicit watermarks."""
 
     def __init__(self, data: Iterable[Any] | Callable[[], Iterable[Any]], *,
-                 ts: str | Callable[[Any], int] = "ts", sorted: bool = True,  # noqa: A002
-                 name: str = "iterable"):
+                 ts: str | Callable[[Any], Any] = "ts", sorted: bool = True,  # noqa: A002
+                 name: str = "iterable", **event_time: Any):
         self.data = data
-        self.ts_fn = ts if callable(ts) else None
-        super().__init__(name, ts if isinstance(ts, str) else "<ts function>", sorted, None)
+        super().__init__(name, ts, sorted, None, **event_time)
+
+    @property
+    def rereadable(self) -> bool:  # type: ignore[override]
+        """A callable or a collection can be read again; a one-shot iterator cannot."""
+        return callable(self.data) or iter(self.data) is not self.data
 
     def _raw(self) -> Iterator[tuple[Any, Any, Any]]:
         data = iter(self.data() if callable(self.data) else self.data)
-        ts_fn = self.ts_fn
         n = 0
         while True:
             try:
@@ -375,16 +424,7 @@ class IterableSource(Source):
             if type(rec) is Watermark:
                 yield rec.ts, WATERMARK, n
                 continue
-            if ts_fn is not None:
-                try:
-                    ts = ts_fn(rec)
-                except Exception as e:
-                    raise self._error(n, f"timestamp function failed: {e!r}", rec) from e
-                if type(ts) is not int:
-                    raise self._error(n, f"timestamp must be an integer (ms), got {ts!r}", rec)
-            else:
-                ts = self._ts_of(rec, n)
-            yield ts, rec, n
+            yield self._ts_of(rec, n), rec, n
         self.read = n
 
 
@@ -501,10 +541,11 @@ class PartDirectory(Source):
     run writes for ``--output``) as one source, parts in id order; each part is read by the
     file source of its format, and an error names the part."""
 
-    def __init__(self, path: str | os.PathLike, *, ts: str = "ts", sorted: bool = True,  # noqa: A002
-                 name: str | None = None):
+    def __init__(self, path: str | os.PathLike, *, ts: str | Callable[[Any], Any] = "ts",
+                 sorted: bool = True, name: str | None = None,  # noqa: A002
+                 **event_time: Any):
         self.path = Path(path)
-        super().__init__(name or self.path.name, ts, sorted, None)
+        super().__init__(name or self.path.name, ts, sorted, None, **event_time)
 
     def describe_where(self, where: Any) -> str:
         part, w = where
@@ -514,24 +555,27 @@ class PartDirectory(Source):
         from .parts import committed_parts
 
         for _, f in committed_parts(self.path):
-            part = open_source(f, ts=self.ts_field)
+            part = open_source(f, ts=self.ts_fn or self.ts_field)
             for ts, rec, w in part._raw():
                 yield ts, rec, (part, w)
 
 
-def open_source(path: str | os.PathLike, **kw: Any) -> Source:
-    """A file source chosen by extension: .jsonl/.json/.ndjson, .csv or .parquet; a part
-    directory (:mod:`stretchflow.io.parts`) whatever its name."""
+def open_source(path: str | os.PathLike, *, format: str | None = None,  # noqa: A002
+                **kw: Any) -> Source:
+    """A file source chosen by name (:mod:`stretchflow.io.files`): .jsonl/.json/.ndjson, .csv
+    or .parquet, optionally gzip/zstd compressed (.jsonl.gz, .csv.zst); ``-`` for standard
+    input (JSON Lines unless ``format`` says, e.g. ``"csv"``, ``"jsonl.gz"``); an
+    ``s3://`` (or other pyarrow.fs) URL; a Spark output directory (``part-*`` files and
+    ``_SUCCESS``); a stretchflow part directory (:mod:`stretchflow.io.parts`). Message buses:
+    :func:`stretchflow.io.endpoints.open_input`."""
+    from .files import is_url, resolve
     from .parts import is_part_dir
 
-    p = Path(path)
-    if is_part_dir(p):
-        return PartDirectory(p, **kw)
-    ext = p.suffix.lower()
-    if ext in (".jsonl", ".json", ".ndjson"):
-        return JsonLines(p, **kw)
-    if ext == ".csv":
-        return Csv(p, **kw)
-    if ext == ".parquet":
-        return Parquet(p, **kw)
-    raise ValueError(f"{p}: unknown input format {ext!r}; use .jsonl, .csv or .parquet")
+    spec = path_of(path)[1]
+    if spec != "-" and not is_url(spec) and is_part_dir(spec):
+        return PartDirectory(spec, **kw)
+    inp = resolve(spec, kw.get("name") or name_of(spec), format)
+    cls = {".jsonl": JsonLines, ".csv": Csv, ".parquet": Parquet}[inp.fmt]
+    src = cls(spec, **kw)
+    src.input_format, src._inp = format, inp
+    return src

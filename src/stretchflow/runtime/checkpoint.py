@@ -53,6 +53,7 @@ from ..eventtime import WATERMARK
 from ..io.parts import MANIFEST as PARTS_MANIFEST
 from ..io.parts import fsync_dir, is_temp, take_lock, write_atomic
 from ..io.sinks import JsonLinesSink
+from .checkpoint_stats import CheckpointStats
 from .control import Barrier
 from .pump import EpochParts
 
@@ -237,6 +238,7 @@ class Checkpointer:
         self.sources = [n.name for n in flow.nodes if n.kind == "source"]
         self.sinks = [s for _, s in flow.sinks]
         self.fingerprint = fingerprint(flow, options)
+        self.stats = CheckpointStats()  # each checkpoint's duration and bytes (issue #18)
         self._check_sinks()
         if self.path.exists() and not self.path.is_dir():
             raise StretchflowError(f"--checkpoint {self.path}: not a directory")
@@ -414,6 +416,7 @@ class Checkpointer:
     def _barrier(self, name: str, k: int, n: int) -> tuple[float, CheckpointBarrier]:
         epoch = self.plan.base + 1 + k
         self.offsets.setdefault(epoch, {})[name] = n
+        self.stats.injected(epoch)
         cut = self.plan.cuts[k]
         return cut + 0.5, CheckpointBarrier(epoch, cut)
 
@@ -530,7 +533,9 @@ class Checkpointer:
             if name not in offsets and name in self.ended:
                 offsets[name] = self.ended[name]  # ended before the cut: read it all
         if set(snaps) != self.stateful or set(offsets) != set(self.sources):
+            self.stats.dropped(epoch)
             return  # a branch has ended: its operators cannot snapshot this epoch
+        write_start = time.perf_counter()
         state = pickle.dumps(snaps, protocol=5)
         name = f"state-{epoch:08d}.pkl"
         # written in place and fsynced, no rename nor directory fsync of its own: only the
@@ -545,7 +550,9 @@ class Checkpointer:
                "sha256": hashlib.sha256(state).hexdigest(), "offsets": offsets,
                "parts": [w.manifest["parts"] for w in self.writers],
                "fingerprint": self.fingerprint, "written": time.time()}
-        write_atomic(self.path / MANIFEST, json.dumps(man).encode())
+        manifest = json.dumps(man).encode()
+        write_atomic(self.path / MANIFEST, manifest)
+        self.stats.committed(epoch, cut, write_start, len(state) + len(manifest))
         for old in self.path.glob("state-*.pkl"):  # the manifest no longer names them
             if old.name != name:
                 old.unlink(missing_ok=True)
@@ -556,9 +563,7 @@ class Checkpointer:
     def publish(self) -> None:
         """The held output, every part in epoch order, to the sinks' own files at once (a
         temporary file beside each, renamed on commit); then the checkpoint is cleared."""
-        import shutil
-
-        from ..io.parts import committed_parts, read_parts
+        from ..io.parts import committed_parts, copy_file, read_parts
         from ..io.sinks import Stdout
         from .sinks import sink_session
 
@@ -569,8 +574,7 @@ class Checkpointer:
                 if raw is not None:
                     # the parts are what this sink writes, byte for byte: copied
                     for _, f in committed_parts(w.path):
-                        with open(f, "rb") as fh:
-                            shutil.copyfileobj(fh, raw, 1 << 20)
+                        copy_file(f, raw)  # in the kernel where it can
                     if type(s) is Stdout:
                         sys.stdout.flush()  # (text printed through sys.stdout goes first)
                         raw.flush()

@@ -10,12 +10,15 @@ the hooks are read and written under a lock, and hooks run outside it.
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 from collections.abc import Callable
 from typing import Any, NoReturn
 
 from ..errors import OperatorError, RunTupleError, StretchflowError
+
+log = logging.getLogger(__name__)
 
 _SLICE = 0.1  # seconds a blocking put/get waits before checking whether the run stopped
 
@@ -100,6 +103,10 @@ class RunControl:
             self.stop.set()
             hooks, self._hooks = self._hooks, []
             err = self.error if self.error is not None else e
+        # DEBUG: the run raises this error to its caller, who reports it; the record says
+        # when the stop began and which thread saw it first
+        log.debug("run stopping (%s, in thread %s): %s", type(err).__name__,
+                  threading.current_thread().name, err)
         for hook in hooks:
             try:
                 hook(err)

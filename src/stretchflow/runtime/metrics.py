@@ -10,6 +10,7 @@ and applies; the loop, the log's shape and the controller calls are written once
 from __future__ import annotations
 
 import contextvars
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -17,6 +18,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from .control import RunControl
+
+log = logging.getLogger(__name__)
 
 # Watchers of the runs started in this context (the live web view): each is called with every
 # MetricsLog made, and may add itself to its ``listeners``. A context variable, not a global:
@@ -82,6 +85,8 @@ class MetricsLog:
                  "reason": str(getattr(decision, "reason", "") or "")}
         with self._lock:
             self.decisions.append(event)
+        log.debug("controller decision for %s at %.1f s: parallelism %s (%s)", operator,
+                  event["time"], event["parallelism"], event["reason"] or "no reason given")
         for listener in self.listeners:
             listener.on_decision(event)
 
@@ -94,6 +99,7 @@ class MetricsLog:
             if changed:
                 series.append((round(max(t, 0.0), 4), p))
         if changed:
+            log.debug("%s runs %d instance(s) from %.1f s", operator, p, max(t, 0.0))
             for listener in self.listeners:
                 listener.on_parallelism(operator, round(max(t, 0.0), 4), p)
 

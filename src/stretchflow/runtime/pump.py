@@ -11,6 +11,7 @@ follows exactly that tuple.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -26,6 +27,8 @@ from .control import RunControl, Stopped
 from .latency import IngestClock
 
 Item = tuple[int, Any]
+
+log = logging.getLogger(__name__)
 
 
 def is_live(source: Any) -> bool:
@@ -134,6 +137,7 @@ class SourcePump:
         if batch:
             self._out(batch)
         self.count = count
+        log.debug("source %s ended: %s tuples", getattr(self.source, "name", "?"), f"{count:,}")
         if schedule is not None:
             rest = schedule.source_ended()
             if rest and self.on_due is not None:
@@ -166,6 +170,8 @@ class SourcePump:
                 self._out([(b.last, b)])
                 count += n
         self.count = count
+        log.debug("source %s ended: %s tuples (in batches)", getattr(self.source, "name", "?"),
+                  f"{count:,}")
         if schedule is not None:
             rest = schedule.source_ended()
             if rest and self.on_due is not None:

@@ -82,7 +82,16 @@ class RunResult:
             lines.append(line)
         ckpts = self.extra.get("checkpoints")
         if ckpts is not None:
-            lines.append(f"checkpoints: {ckpts} taken")
+            durations = sorted(r["duration_ms"] for r in self.extra.get("checkpoint_log") or []
+                               if r.get("duration_ms") is not None)
+            took = (f" (barrier to commit: median {durations[len(durations) // 2]:.0f} ms, "
+                    f"max {durations[-1]:.0f} ms)") if durations else ""
+            lines.append(f"checkpoints: {ckpts} taken{took}")
+        late = self.extra.get("late")
+        if late:  # sources whose late tuples are dropped or sent to a side stream
+            lines.append("late: " + ", ".join(f"{s} {n:,}" for s, n in late.items()))
+        if self.extra.get("spark_log"):  # Spark's own log lines went there, not to stderr
+            lines.append(f"spark log: {self.extra['spark_log']}")
         return "\n".join(lines)
 
     def __repr__(self) -> str:

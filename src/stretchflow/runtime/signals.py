@@ -16,6 +16,7 @@ engine sweeps its own stale directories on its next run, and its channels watch 
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -27,6 +28,8 @@ from types import FrameType
 __all__ = ["Interrupted", "interrupt_on_signals"]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+log = logging.getLogger(__name__)
 
 
 class Interrupted(BaseException):
@@ -65,6 +68,7 @@ class SignalWatch:
             finally:
                 os._exit(128 + signum)
         self.received = signum
+        log.debug("%s received: stopping the run", signal.Signals(signum).name)
         raise Interrupted(signum)
 
 

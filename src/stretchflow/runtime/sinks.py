@@ -14,12 +14,15 @@ others' succeeded) can leave some published and not the rest.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..io.sinks import Sink
+
+log = logging.getLogger(__name__)
 
 
 class SinkSession:
@@ -48,6 +51,7 @@ class SinkSession:
             except BaseException as e:
                 self._abort(e)
                 raise
+        log.debug("sinks opened: %s", _names(self.sinks))
         return self
 
     def end(self, error: BaseException | None = None) -> None:
@@ -74,6 +78,7 @@ class SinkSession:
             self._abort(e)  # a sink already committed ignores its abort
             raise
         self._ended = True
+        log.debug("sinks committed: %s", _names(self._opened))
 
     def abort(self) -> None:
         """Aborts every sink (errors removing temporary files are raised after all were
@@ -86,6 +91,8 @@ class SinkSession:
         # every sink is aborted even if one fails to; the run's own error (cause) stays the
         # one raised, with what could not be cleaned up in its notes
         self._ended = True
+        log.debug("sinks aborted (%s): %s", "no error" if cause is None else
+                  type(cause).__name__, _names(self._opened))
         errors: list[Exception] = []
         for s in self._opened:
             try:
@@ -105,6 +112,10 @@ class SinkSession:
             self.end()
         else:
             self._abort(exc)
+
+
+def _names(sinks: Sequence[Sink]) -> str:
+    return ", ".join(str(getattr(s, "name", s)) for s in sinks) or "none"
 
 
 def sink_session(sinks: Sequence[Sink],

@@ -97,12 +97,14 @@ def default_partitions(master: str) -> int:
 
 
 def get_session(master: str | None = None, conf: dict[str, str] | None = None,
-                app_name: str = "stretchflow") -> Any:
+                app_name: str = "stretchflow", ui: bool = False) -> Any:
     """The process's SparkSession, started on first use with :data:`DEFAULT_CONF` + ``conf``.
 
     ``master`` defaults to ``$SPARK_MASTER`` or ``local[*]``. Later calls with the same (or no)
     master return the running session; ``conf`` given then is applied when it is a runtime SQL
-    setting, else it is an error to ask for it (it needs a new JVM)."""
+    setting, else it is an error to ask for it (it needs a new JVM). ``ui``: Spark's web UI
+    on (``spark.ui.enabled``, off by default; :func:`ui_url` says where), which a running
+    session started without it cannot turn on."""
     global _session, _master
     want = master or os.environ.get("SPARK_MASTER") or "local[*]"
     if _session is not None:
@@ -111,6 +113,11 @@ def get_session(master: str | None = None, conf: dict[str, str] | None = None,
                 f"a Spark session on {_master!r} is already running in this process; one "
                 f"session per process: cannot also start one on {want!r}"
             )
+        if ui and ui_url(_session) is None:
+            raise EngineUnavailableError(
+                "spark_ui: the Spark session running in this process was started with its UI "
+                "off, and the UI starts only with a session (one per process): ask for it in "
+                "the process's first Spark run")
         for k, v in (conf or {}).items():
             try:
                 _session.conf.set(k, v)
@@ -136,6 +143,13 @@ def get_session(master: str | None = None, conf: dict[str, str] | None = None,
     settings["spark.driver.extraJavaOptions"] = (
         f"-Dlog4j2.configurationFile=file:{_log4j_file(level)}")
     settings.update(conf or {})
+    if ui:  # asked for by name: wins over a --spark-conf spark.ui.enabled=false
+        settings["spark.ui.enabled"] = "true"
+        if want.startswith("local"):
+            # Spark's UI listens on $SPARK_LOCAL_IP, else on every interface: a local run's
+            # UI is for this machine only, like the live view (--ui). An address already set
+            # is the user's choice; a cluster's driver must be reachable from its executors
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     if want.startswith("local") and "spark.local.dir" not in settings:
         settings["spark.local.dir"] = _scratch_dir()
     settings["spark.master"] = want
@@ -157,6 +171,12 @@ def get_session(master: str | None = None, conf: dict[str, str] | None = None,
     _warm_up(spark)
     _session, _master = spark, want
     return spark
+
+
+def ui_url(spark: Any) -> str | None:
+    """The URL of ``spark``'s web UI (its port is Spark's: 4040, or the next free one), or
+    None when the UI is off."""
+    return spark.sparkContext.uiWebUrl
 
 
 def _scratch_dir() -> str:

@@ -55,7 +55,7 @@ def open_input(path: str | os.PathLike) -> Source:
     if p.is_dir():
         if any(p.glob("*.parquet")):
             return ParquetDir(p, name=p.name)
-        return JsonLines(p, name=p.name)  # a growing stream of *.jsonl files
+        return JsonLines(p, name=p.name)  # a growing stream of files, in name order
     return open_source(p)
 
 

@@ -1,8 +1,9 @@
 """Unbounded inputs on Spark: Structured Streaming with ``transformWithStateInPandas``.
 
 Scope: one O+ whose inputs are JSON Lines *directories* (growing streams of ``*.jsonl`` files,
-read in modification-time order) or Spark's rate source, each possibly through stateless
-operators, and whose sinks read the O+ (through stateless operators or not).
+read in name order: :mod:`.stream_files` stages them for Spark) or Spark's rate source, each
+possibly through stateless operators, and whose sinks read the O+ (through stateless operators
+or not).
 
 Plan per input i: Spark's file source (text, ``maxFilesPerTrigger``) -> mapInArrow: parse,
 validate, the fused stateless chain, f_MK, one row per *key group* ``g = stable_hash(key) % G``
@@ -21,7 +22,8 @@ one event-time timer at the group's next actionable time. One state get, one upd
 most one timer per group and micro-batch: each is a ~ms round trip to the JVM
 (notes/SPARK.md), so their number must not grow with the number of keys.
 
-End of input: a line ``{"ts": LAST, "__end__": true}`` in an input's directory; once every
+End of input: a line ``{"ts": LAST, "__end__": true}`` in an input's directory (or staged by
+the engine after ``until="idle:S"``, :mod:`.stream_files`); once every
 input has ended, the watermark jumps to :data:`END_TS` and every group expires all its windows
 (the local executors' rule); the marker goes to every group when that expiry needs the latest
 ts of all inputs (``single`` window sets).
@@ -42,7 +44,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
@@ -55,6 +57,17 @@ from ..operators.oplus import OPlus
 from ..operators.stateless import apply_batch
 from . import columnar, plan
 from .session import temp_checkpoint
+from .stream_files import (
+    LiveInputs,
+    OpenWindows,
+    Reader,
+    open_counts,
+    parse_spark_until,
+    stage_all,
+    warn_open,
+)
+from .stream_files import json_reader as json_reader  # re-exported: tests and benches use it
+from .stream_files import rate_reader as rate_reader
 
 #: the timestamp of the end-of-input rows: 2**47 ms, about year 6400, beyond any real event
 #: time and within Spark's timestamps
@@ -66,68 +79,15 @@ MAX_STREAM_GROUPS = 1 << 16
 
 ROUTED_STREAM = "g int, ts long, i int, seq long, sub int, p binary, k binary"
 #: the processor's output rows: one per group call, p the pickled [(ts, payload)] of its
-#: outputs in ts order, ts the first of them, seq the group, n how many
-OUT_SCHEMA = "ts long, seq long, n int, p binary"
+#: outputs in ts order, ts the first of them, seq the group, n how many; w and nk: the
+#: window sets and keys the group still holds (stream_files.OpenWindows)
+OUT_SCHEMA = "ts long, seq long, n int, p binary, w int, nk int"
 
 
 def end_marker(last_ts: int) -> str:
     """The JSON line that ends an input directory (``last_ts``: the input's latest ts)."""
     return f'{{"ts": {int(last_ts)}, "{END_FIELD}": true}}\n'
 
-
-Reader = Callable[[Any], Iterator[tuple[int, Any, int]]]
-
-
-def json_reader(name: str, ts_field: str) -> Reader:
-    """Reads a text batch of the file source: ``(ts, record, 0)`` per JSON line (Spark keeps
-    a file's lines in order), ``(ts, None, 0)`` for an end-of-input line."""
-
-    def read(batch: Any) -> Iterator[tuple[int, Any, int]]:
-        for ts, rec in _records(batch, name, ts_field):
-            yield ts, rec, 0
-
-    return read
-
-
-def rate_reader(src: RateSource) -> Reader:
-    """Reads a batch of Spark's rate source: ``(ts, payload(v), v)`` per row v (the value is
-    the arrival number: ties in ts keep the local engines' order), rows from ``src.rows`` on
-    dropped, ``(ts, None, 0)`` after the last row (end of input)."""
-
-    def read(batch: Any) -> Iterator[tuple[int, Any, int]]:
-        last = src.rows
-        for v in batch.column("value").to_pylist():
-            if last is not None and v >= last:
-                continue
-            ts, rec = src.record(v)
-            yield ts, rec, v
-            if last is not None and v == last - 1:
-                yield ts, None, 0
-
-    return read
-
-
-def _records(batch: Any, name: str, ts_field: str) -> Iterator[tuple[int, Any]]:
-    """``(ts, record)`` of each JSON line of a text batch, ``(ts, None)`` for an end-of-input
-    line; a malformed line is a :class:`SourceError` naming the file and the line."""
-    import orjson
-
-    d = batch.to_pydict()
-    for line, file in zip(d["value"], d["file"], strict=True):
-        if not line or not line.strip():
-            continue
-        try:
-            rec = orjson.loads(line)
-        except orjson.JSONDecodeError as e:
-            raise SourceError(name, file, f"malformed JSON ({e})", line[:200]) from None
-        if type(rec) is not dict:
-            raise SourceError(name, file, "record is not an object", rec)
-        ts = rec.get(ts_field)
-        if type(ts) is not int:
-            reason = (f"missing timestamp field {ts_field!r}" if ts is None else
-                      f"timestamp {ts_field!r} must be an integer (ms), got {ts!r}")
-            raise SourceError(name, file, reason, rec)
-        yield ts, (None if rec.get(END_FIELD) is True else rec)
 
 
 class _Rows:
@@ -312,9 +272,10 @@ def make_processor(op: OPlus, n_groups: int, n_inputs: int) -> Any:
                 self.blob.update((plan.dumps({
                     "inst": [getattr(inst, f) for f in _FIELDS], "buf": buf, "ends": ends,
                     "timer": nxt}),))
-            if out:
-                yield pd.DataFrame({"ts": [out[0][0]], "seq": [g], "n": [len(out)],
-                                    "p": [plan.dumps(out)]})
+            w, nk = open_counts(inst)
+            # a row also without outputs: the driver learns what the group left open
+            yield pd.DataFrame({"ts": [out[0][0] if out else 0], "seq": [g], "n": [len(out)],
+                                "p": [plan.dumps(out)], "w": [w], "nk": [nk]})
 
         def close(self) -> None:
             pass
@@ -325,7 +286,8 @@ def make_processor(op: OPlus, n_groups: int, n_inputs: int) -> Any:
 def _behind(i: int, ts: int, w: Any, p: Any) -> SourceError:
     return SourceError(f"input {i}", f"ts {ts}",
         f"timestamp {ts} is behind the watermark {w} (the input went back in time, or its "
-        f"files were read out of order: give each new file a later modification time)", p)
+        f"files were not written in ts order: each new file's name must sort after the earlier "
+        f"ones and its records be later)", p)
 
 
 def _ready_rows(inst: Any, current: list, buf: list | None, new: Any, wm: int,
@@ -453,9 +415,11 @@ def stream_shape(flow: Flow) -> tuple[plan.Stage, plan.Feed]:
 
 
 def build_query(flow: Flow, spark: Any, n_groups: int, max_files: int,
-                counts: list | None = None) -> Any:
+                counts: list | None = None, paths: dict[int, str] | None = None) -> Any:
     """The streaming DataFrame of the O+ outputs, in the stream schema; ``counts[i]``: an
-    accumulator of the records input i reads (None: not counted)."""
+    accumulator of the records input i reads (None: not counted); ``paths[i]``: the staging
+    directory Spark reads for directory input i (:mod:`.stream_files`; None: the input's
+    directory itself, in Spark's modification-time order)."""
     from pyspark.sql import functions as F
 
     stage, _ = stream_shape(flow)
@@ -472,9 +436,11 @@ def build_query(flow: Flow, spark: Any, n_groups: int, max_files: int,
             read = rate_reader(src)
         else:
             raw = (spark.readStream.format("text").option("maxFilesPerTrigger", max_files)
-                   .option("pathGlobFilter", "*.jsonl").load(str(src.path))
+                   .option("pathGlobFilter", "*.jsonl")
+                   .load(paths[i] if paths and i in paths else str(src.path))
                    .select("value", F.input_file_name().alias("file")))
-            read = json_reader(src.name, src.ts_field)
+            read = json_reader(src.name, src.ts_field,
+                               str(src.path) if paths and i in paths else None)
         c = counts[i] if counts else None
         kernel = (stream_explode_kernel(f.chain, op, n_groups, read, c) if columnar.applies(op)
                   else stream_route_kernel(f.chain, op, i, n_groups, read, c))
@@ -493,35 +459,51 @@ def build_query(flow: Flow, spark: Any, n_groups: int, max_files: int,
 
 
 class StreamRun:
-    """A running (or finished) streaming query writing a flow's sinks."""
+    """A running (or finished) streaming query writing a flow's sinks. ``until``: when the
+    directory inputs end (:mod:`.stream_files`): None, the files present at the start;
+    ``"marker"``, ``"idle:SECONDS"`` or ``"never"``: the query runs on and stages new files."""
 
     def __init__(self, flow: Flow, spark: Any, checkpoint: str | os.PathLike, n_groups: int,
-                 max_files: int = 1, trigger: str | None = None):
+                 max_files: int = 1, trigger: str | None = None, until: str | None = None):
         self.flow = flow
         self.spark = spark
         self.checkpoint = str(checkpoint)
         self.n_groups = n_groups
         self.max_files = max_files
         self.trigger = trigger
+        self.until = until
+        self.live_kind = parse_spark_until(until)[0]  # a bad until fails before Spark starts
         stage, self.sink_feeds = stream_shape(flow)
         #: Spark's rate source cannot run availableNow (it would end at once): queries reading
         #: it run on a processing-time trigger and end when the end-of-input watermark has run
         self.rate = any(isinstance(f.producer.spec, RateSource) for f in stage.feeds)
+        self.dirs = [(i, f.producer.spec) for i, f in enumerate(stage.feeds)
+                     if not isinstance(f.producer.spec, RateSource)]
         self.sources = [f.producer.name for f in stage.feeds]
         self.batches: list[dict[str, Any]] = []
         self.query: Any = None
         self.outputs: EpochOutputs | None = None
         self.counts: list[Any] = []
+        self.inputs: LiveInputs | None = None
+        self.open: OpenWindows | None = None
 
     def start(self) -> StreamRun:
         spark = self.spark
         spark.conf.set("spark.sql.streaming.multipleWatermarkPolicy", "min")
         if not self.counts:
             self.counts = [spark.sparkContext.accumulator(0) for _ in self.sources]
-        df = build_query(self.flow, spark, self.n_groups, self.max_files, self.counts)
         outputs = self.outputs = self.outputs or EpochOutputs([s for _, s in self.flow.sinks])
         # the output's owner: the query id, kept in the checkpoint (any URI Spark takes)
         outputs.bind(lambda: str(self._started().id))
+        sweep_spark_temps(self.checkpoint)  # after the output's lock (EpochOutputs) is held
+        try:  # staged under the lock too: one run stages into a checkpoint at a time
+            self.inputs, paths = stage_all(self.dirs, self.checkpoint, self.until)
+            opened = self.open = OpenWindows(self.checkpoint)
+            df = build_query(self.flow, spark, self.n_groups, self.max_files, self.counts,
+                             paths)
+        except BaseException:
+            self.close_sinks()  # the output's lock: a file named out of order ends the run
+            raise
 
         def write(batch_df: Any, batch_id: int) -> None:
             t0 = time.perf_counter()
@@ -546,13 +528,14 @@ class StreamRun:
                         outs[j] = out
             with plan.no_gc():
                 outputs.commit(batch_id, outs)  # also when empty: a replay may empty a part
+            opened.update(zip(table.column("seq").to_pylist(), table.column("w").to_pylist(),
+                                 table.column("nk").to_pylist(), strict=True))
             self.batches.append({"batch": batch_id, "outputs": n, "job_s": t1 - t0,
                                  "sink_s": time.perf_counter() - t1})
 
-        sweep_spark_temps(self.checkpoint)  # after the output's lock (EpochOutputs) is held
         w = df.writeStream.foreachBatch(write).option("checkpointLocation", self.checkpoint)
-        if self.trigger is None and self.rate:
-            w = w.trigger(processingTime="1 second")
+        if self.trigger is None and (self.rate or self.live_kind != "present"):
+            w = w.trigger(processingTime="1 second" if self.rate else "500 milliseconds")
         elif self.trigger in (None, "availableNow"):
             w = w.trigger(availableNow=True)
         else:
@@ -568,21 +551,25 @@ class StreamRun:
 
     def await_end(self, timeout: float | None = None) -> bool:
         """Waits for the query to finish (or ``timeout`` s); errors re-raised. An availableNow
-        query finishes by itself; one on a processing-time trigger is stopped here once a
-        micro-batch has run with the end-of-input watermark (every input ended: all windows
-        expired). True when it finished."""
+        query finishes by itself; one on a processing-time trigger (a rate source, ``until``)
+        is stopped once a micro-batch has run with the end-of-input watermark (all windows
+        expired), new files staged meanwhile (:mod:`.stream_files`). True when it finished."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        live = self.rate or self.live_kind != "present"
         try:
             while True:
                 # Spark refuses a zero timeout
                 left = None if deadline is None else max(0.001, deadline - time.monotonic())
-                if not self.rate:
-                    return bool(self.query.awaitTermination(left))
+                if not live:  # without a timeout pyspark returns None, once terminated
+                    return self.query.awaitTermination(left) is not False
                 if self.query.awaitTermination(0.2 if left is None else min(0.2, left)):
                     return True
                 if self.ended():
                     self.query.stop()
                     return True
+                if self.inputs is not None:
+                    self.inputs.poll()
+                    self.inputs.watch(self.query.lastProgress, self.query.status)
                 if deadline is not None and time.monotonic() >= deadline:
                     return False
         except Exception as e:
@@ -600,6 +587,10 @@ class StreamRun:
         if not wm:
             return False
         return datetime.fromisoformat(wm.replace("Z", "+00:00")).timestamp() * 1000 >= END_TS
+
+    def open_windows(self) -> tuple[int, int]:
+        """(window sets, keys) the query's state still holds after its last batch."""
+        return self.open.total() if self.open is not None else (0, 0)
 
     def stop(self) -> None:
         """Stops the query at a micro-batch boundary (its checkpoint stays valid)."""
@@ -620,28 +611,37 @@ class StreamRun:
 
 
 def run_stream(flow: Flow, spark: Any, checkpoint: str | os.PathLike | None, n_groups: int,
-               max_files: int = 1) -> dict[str, Any]:
-    """Runs the streaming query over the files present now (``availableNow``) and closes the
-    sinks; returns per-batch timings from the query's progress (``rows``: lines Spark read),
-    ``tuples_in``: records read per input. ``checkpoint`` None: a temporary one, removed
-    whatever way the run ends."""
+               max_files: int = 1, until: str | None = None,
+               timeout: float | None = None) -> dict[str, Any]:
+    """Runs the streaming query to its end and closes the sinks: over the files present now
+    (``until`` None, ``availableNow``) or as ``until`` says (:class:`StreamRun`); returns
+    per-batch timings from the query's progress (``rows``: lines Spark read), ``tuples_in``:
+    records read per input, ``open_windows``: ((key, window) states, keys) left open — a run
+    that ends with some logs one WARNING saying how to close them. ``checkpoint`` None: a temporary
+    one, removed whatever way the run ends. ``timeout``: stop after that many seconds
+    (a FlowDefinitionError if the end was not reached: a bound for tests)."""
     for n in flow.nodes:
         if n.kind == "source" and isinstance(n.spec, RateSource) and n.spec.rows is None:
             raise FlowDefinitionError(
                 f"input {n.name!r}: an unbounded rate source never ends; give rows=N, or "
                 f"start a StreamRun and stop it yourself")
     with temp_checkpoint(checkpoint) as ckpt:
-        run = StreamRun(flow, spark, ckpt, n_groups, max_files).start()
+        run = StreamRun(flow, spark, ckpt, n_groups, max_files, until=until).start()
         try:
-            run.await_end()
+            done = run.await_end(timeout)
         finally:
             run.stop()
             run.close_sinks()
+        if not done:
+            raise FlowDefinitionError(f"spark streaming: the run did not reach its end "
+                                      f"(until={until!r}) within {timeout} s")
+        windows, keys = run.open_windows()
+    warn_open(windows, keys)
     prog = run.progress()
     batches = [{"rows": _get(p, "numInputRows"),
                 "duration_ms": _get(p, "durationMs").get("triggerExecution")} for p in prog]
     return {"batches": batches, "rows_in": sum(b["rows"] for b in batches),
-            "tuples_in": run.records_in(),
+            "tuples_in": run.records_in(), "open_windows": [windows, keys],
             "checkpoint": None if checkpoint is None else str(checkpoint)}
 
 

@@ -9,6 +9,7 @@ end writes the HTML report and, with ``ui_wait``, keeps serving the final state 
 from __future__ import annotations
 
 import atexit
+import logging
 import sys
 import threading
 from collections.abc import Iterator
@@ -20,6 +21,8 @@ from ..runtime.signals import Interrupted
 from .state import RunState
 
 __all__ = ["RunState", "Session", "active", "close_all", "watch"]
+
+log = logging.getLogger(__name__)
 
 
 class Session:
@@ -42,8 +45,21 @@ class Session:
         return result
 
 
-def _print(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+def _say(line: str) -> None:
+    """Logs ``line`` (the URL, the report's path) at INFO. The CLI's handler shows INFO. A
+    library caller who asked for ``ui=True`` must see the URL too, yet with logging left
+    unconfigured Python drops INFO records (its last-resort handler shows WARNING and above):
+    then, as werkzeug does for its "Running on" line, the record goes to stderr through a
+    handler of its own. Once an application configures logging, its configuration decides."""
+    if log.hasHandlers():
+        log.info(line)
+    elif log.getEffectiveLevel() <= logging.WARNING:
+        # WARNING is the root's default level, not a choice to hide INFO records; a level
+        # set above it (ERROR) is one, and is obeyed
+        record = log.makeRecord(log.name, logging.INFO, __file__, 0, line, None, None)
+        handler = logging.StreamHandler(sys.stderr)
+        handler.handle(record)
+        handler.flush()
 
 
 @contextmanager
@@ -59,7 +75,7 @@ def watch(flow: Any, engine: str, ui: bool | int = False, ui_wait: bool = False,
     if ui is not False:
         server = WebServer(state, 0 if ui is True else int(ui))
         server.start()
-        _print(f"live view: {server.url} (Prometheus metrics at {server.url}metrics)")
+        _say(f"live view: {server.url} (Prometheus metrics at {server.url}metrics)")
     session = Session(state, server, report)
     state.start()
     with _LOCK:
@@ -78,9 +94,9 @@ def watch(flow: Any, engine: str, ui: bool | int = False, ui_wait: bool = False,
             if report is not None:
                 from .report import write_report
 
-                _print(f"report: {write_report(report, state.snapshot())}")
+                _say(f"report: {write_report(report, state.snapshot())}")
             if server is not None and ui_wait:
-                _print(f"live view: the run ended; serving its final state at {server.url} "
+                _say(f"live view: the run ended; serving its final state at {server.url} "
                        f"until Ctrl-C")
                 try:
                     (stop or threading.Event()).wait()

@@ -23,6 +23,10 @@ from .state import RunState
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 RECONFIG_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0)
+# barrier injected -> manifest committed: a barrier crosses the whole flow, so longer than a
+# reconfiguration's switch, up to the seconds a slow operator holds it back
+CHECKPOINT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                      30.0)
 _HDR = 1.01  # LatencyRecorder's bucket b holds values in [1.01^b, 1.01^(b+1)) µs
 
 
@@ -133,6 +137,17 @@ class RunCollector:
                                          "the run", labels=["flow"])
                 ck.add_metric([flow], s.checkpoints)
                 yield ck
+                ds = [c["duration_ms"] / 1000.0 for c in s.checkpoint_log]
+                yield _histogram("stretchflow_checkpoint_duration_seconds", "Duration of a "
+                                 "checkpoint, from its barrier entering the flow to its "
+                                 "manifest committed", ["flow"], [flow], CHECKPOINT_BUCKETS,
+                                 [sum(1 for d in ds if d <= b) for b in CHECKPOINT_BUCKETS],
+                                 len(ds), sum(ds))
+                cb = CounterMetricFamily("stretchflow_checkpoint_written_bytes", "Bytes of "
+                                         "checkpoint state and manifests written",
+                                         labels=["flow"])
+                cb.add_metric([flow], sum(c["bytes"] for c in s.checkpoint_log))
+                yield cb
 
 
 def registry_for(state: RunState) -> CollectorRegistry:
@@ -160,4 +175,6 @@ def describe() -> list[tuple[str, str, Any]]:
             ("stretchflow_latency_seconds", "histogram", "flow"),
             ("stretchflow_reconfigurations_total", "counter", "flow, operator"),
             ("stretchflow_reconfiguration_duration_seconds", "histogram", "flow, operator"),
-            ("stretchflow_checkpoints_total", "counter", "flow")]
+            ("stretchflow_checkpoints_total", "counter", "flow"),
+            ("stretchflow_checkpoint_duration_seconds", "histogram", "flow"),
+            ("stretchflow_checkpoint_written_bytes_total", "counter", "flow")]

@@ -6,7 +6,9 @@ controller decisions; through its ``listeners``), a poller reading the sources' 
 the sinks' ``count`` counters every ``interval`` seconds, and the :class:`RunResult` at the end
 (reconfiguration durations, the whole-run latency). A
 :class:`~stretchflow.runtime.latency.LatencyRecorder` announced to the watchers
-(:func:`stretchflow.runtime.metrics.announce`) adds latency while the run goes on.
+(:func:`stretchflow.runtime.metrics.announce`) adds latency while the run goes on, and a
+:class:`~stretchflow.runtime.checkpoint_stats.CheckpointStats` each checkpoint as it commits
+(its duration, write time and bytes; a ``checkpoint`` event on the timeline).
 
 Times are seconds since the watch started. Series are thinned by halving when they reach
 ``max_points``, so a long run keeps bounded memory and still spans its whole length.
@@ -18,6 +20,7 @@ import threading
 import time
 from typing import Any
 
+from ..runtime.checkpoint_stats import CheckpointStats
 from ..runtime.latency import LatencyRecorder
 from ..runtime.metrics import MetricsLog
 
@@ -79,6 +82,10 @@ class RunState:
         self.latency_summary: dict[str, Any] = {}
         self.recorders: list[LatencyRecorder] = []
         self.checkpoints: int | None = None
+        # one record per committed checkpoint: t (state time), epoch, duration_ms, write_ms,
+        # bytes; live from an announced CheckpointStats, else from the result at the end
+        self.checkpoint_log: list[dict[str, Any]] = []
+        self.checkpoints_live = False
         self.result: dict[str, Any] = {}
         self._last_counts: dict[str, tuple[float, int]] = {}
         self._last_latency_t = 0.0
@@ -93,6 +100,14 @@ class RunState:
         elif isinstance(obj, LatencyRecorder):
             with self._lock:
                 self.recorders.append(obj)
+        elif isinstance(obj, CheckpointStats):
+            with self._lock:
+                self.checkpoints_live = True
+                if self.checkpoints is None:
+                    self.checkpoints = 0
+            obj.listeners.append(self)
+            for rec in obj.log():  # committed before the watch saw it (never today)
+                self.on_checkpoint(obj, rec)
 
     def now(self) -> float:
         return round(time.perf_counter() - self.t0, 4)
@@ -143,6 +158,24 @@ class RunState:
                                 "operator": event["operator"],
                                 "text": f"controller: {event['operator']} to "
                                         f"{event['parallelism']}{why}"})
+            self.version += 1
+
+    def on_checkpoint(self, stats: CheckpointStats, rec: dict[str, Any]) -> None:
+        """A checkpoint committed (called by the committing thread, outside its lock)."""
+        self._add_checkpoint(round(stats.t0 + rec["time"] - self.t0, 4), rec)
+
+    def _add_checkpoint(self, t: float, rec: dict[str, Any]) -> None:
+        with self._lock:
+            entry = {"t": max(t, 0.0), "epoch": rec["epoch"],
+                     "duration_ms": rec["duration_ms"], "write_ms": rec["write_ms"],
+                     "bytes": rec["bytes"]}
+            self.checkpoint_log.append(entry)
+            self.checkpoints = max(self.checkpoints or 0, len(self.checkpoint_log))
+            self.events.append({"t": entry["t"], "kind": "checkpoint", "operator": "",
+                                "duration": rec["duration_ms"] / 1000.0,
+                                "text": f"checkpoint {rec['epoch']}: {rec['duration_ms']:.0f} "
+                                        f"ms from barrier to manifest ({rec['write_ms']:.0f} "
+                                        f"ms writing {rec['bytes']:,} bytes)"})
             self.version += 1
 
     def poll(self) -> None:
@@ -227,6 +260,10 @@ class RunState:
                     self._latency_from_series(extra["latency_series"])
             if "checkpoints" in extra:
                 self.checkpoints = extra["checkpoints"]
+        if not self.checkpoints_live:  # an engine that did not announce its stats
+            for rec in extra.get("checkpoint_log") or []:
+                self._add_checkpoint(rec["time"], rec)  # (its own t0: about the run's start)
+        with self._lock:
             self.result = {"summary": result.summary(), "elapsed": round(result.elapsed, 4),
                            "tuples_in": dict(result.tuples_in),
                            "tuples_out": dict(result.tuples_out),
@@ -280,6 +317,7 @@ class RunState:
                 "latency_live": bool(self.recorders),
                 "events": sorted(self.events, key=lambda e: e["t"]),
                 "checkpoints": self.checkpoints,
+                "checkpoint_log": [dict(c) for c in self.checkpoint_log],
                 "result": self.result,
             }
 

@@ -3,7 +3,8 @@
 // Plain JavaScript, no library: the page must work with no network (issue #18).
 "use strict";
 
-const EVENT_COLORS = { reconfiguration: "#d83b3b", migration: "#8a3bd8", decision: "#e39b16" };
+const EVENT_COLORS = { reconfiguration: "#d83b3b", migration: "#8a3bd8", decision: "#e39b16",
+  checkpoint: "#17a2b8" };
 const PALETTE = ["#3b6fd8", "#2e9d57", "#b0661a", "#8a3bd8", "#d83b3b", "#17a2b8", "#6c757d",
   "#c2185b"];
 let lastVersion = -1;
@@ -186,7 +187,8 @@ function seriesOf(state, name, field) {
 }
 
 function drawCharts(state, tmax) {
-  const ev = state.events;
+  // checkpoints are marked on the timeline only: one every second would hide the charts' lines
+  const ev = state.events.filter((e) => e.kind !== "checkpoint");
   const measured = state.nodes.filter((n) => n.current && n.current.parallelism !== undefined);
   const thr = [];
   state.nodes.forEach((n) => {
@@ -222,11 +224,16 @@ function drawTimeline(state, tmax) {
   state.events.forEach((e) => {
     const x = L + (w - L - R) * (e.t / tmax);
     ctx.fillStyle = EVENT_COLORS[e.kind] || "#999";
+    if (e.kind === "checkpoint") {  // a bar from its barrier entering the flow to its commit
+      const x0 = L + (w - L - R) * (Math.max(e.t - (e.duration || 0), 0) / tmax);
+      ctx.fillRect(x0, h / 2 + 3, Math.max(x - x0, 2), 6);
+      return;
+    }
     ctx.beginPath(); ctx.arc(x, h / 2, 5, 0, 2 * Math.PI); ctx.fill();
   });
   const ul = document.getElementById("timeline");
   ul.textContent = "";
-  if (!state.events.length) ul.appendChild(el("li", "empty", "no reconfiguration yet"));
+  if (!state.events.length) ul.appendChild(el("li", "empty", "no reconfiguration or checkpoint yet"));
   state.events.forEach((e) => {
     const li = el("li", "event " + e.kind, `${e.t.toFixed(2)} s · ${e.kind} · ${e.text}`);
     li.dataset.operator = e.operator;
