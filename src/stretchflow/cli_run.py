@@ -26,7 +26,9 @@ class _LazyConsole:
         if _LazyConsole._console is None:
             from rich.console import Console
 
-            _LazyConsole._console = Console(stderr=True)
+            # soft_wrap: a line is never cut at the width rich assumes off a terminal (80):
+            # a summary or error line naming a long path stays one line a script can read
+            _LazyConsole._console = Console(stderr=True, soft_wrap=True)
         return getattr(_LazyConsole._console, name)
 
 

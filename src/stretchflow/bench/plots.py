@@ -171,7 +171,24 @@ _FIGURES = {
     "vsn-scalejoin": _scalejoin,
     "vsn-wordcount": _wordcount,
     "peers": lambda ax, m: _peers(ax, m),  # defined below, looked up when drawn
+    "live": lambda ax, m: _live(ax, m),
 }
+
+
+def _live(ax: Any, m: dict[str, Any]) -> None:
+    """Per variant, every window's delay (dots, log scale) and the 1 s target (dashed)."""
+    names = [v for v, r in m.items() if isinstance(r, dict) and r.get("delay_s")]
+    for x, v in enumerate(names):
+        delays = [d for rep in m[v]["repeats"] for d in rep["delays_s"]]
+        ax.plot([x + (i % 9 - 4) * 0.03 for i in range(len(delays))], delays, ".",
+                alpha=0.5, markersize=4)
+        ax.plot([x - 0.3, x + 0.3], [m[v]["delay_s"]["median"]] * 2, color="black", lw=1.5)
+    ax.axhline(1.0, color="tab:red", lw=0.8, ls="--", label="issue #19's 1 s")
+    ax.set_xticks(range(len(names)), names, fontsize=8)
+    ax.set_yscale("log")
+    ax.set_ylabel("window delay after the watermark (s)")
+    ax.set_title("live inputs: delay of every window (bar: median)", fontsize=10)
+    ax.legend(fontsize=7)
 
 
 def _peers(ax: Any, m: dict[str, Any]) -> None:

@@ -462,3 +462,33 @@ def _kills(d: Doc) -> str:
                      "disk", "kills with the JVM alive", "leftovers", "Spark scratch dirs left",
                      "uninterrupted run, s", "cycle wall, s: median (min–max)",
                      "1-min load: median (min–max)"], rows))
+
+
+# ---- live inputs (issue #19) ----------------------------------------------------------------
+_LIVE_LABELS = {"reference": "reference, followed file", "vsn": "vsn, followed file",
+                "handwritten": "hand-written loop, followed file (baseline)",
+                "reference-redis": "reference, Redis stream", "vsn-redis": "vsn, Redis stream"}
+
+
+@renderer("live", "live")
+def _live(d: Doc) -> str:
+    m, p = d["metrics"], d["parameters"]
+    rows = []
+    for v, label in _LIVE_LABELS.items():
+        r = m.get(v)
+        if not isinstance(r, dict) or not r.get("delay_s"):
+            continue  # a variant not in this run, or one whose windows never came out
+        s, met = r["delay_s"], r.get("met") or {}
+        rows.append([label, n0(r["windows"]), f3(s["min"]), f3(s["median"]),
+                     f3(s["p99"]), f3(s["max"]),
+                     " / ".join(f3(x) for x in r["first_window_s"]),
+                     "yes" if met.get("first_window_le_1s") and met.get("p99_le_1s")
+                     else "**no**"])
+    return (f"wordcount ({n0(p['size'])} ms windows every {n0(p['slide'])} ms) on tweets a "
+            f"writer process appends at {n0(p['rate_tuples_per_s'])} tuples/s for "
+            f"{f1(p['seconds'])} s, {p['repeats']} repeats, variants rotating; delay = "
+            f"{p['delay']}; poll {p['poll_s']} s. Issue #19's target: the first window within "
+            f"1 s of the watermark passing it (here every repeat's first window and the p99 of "
+            f"all windows).\n\n"
+            + table(["variant", "windows", "delay, s: min", "median", "p99", "max",
+                     "first window per repeat, s", "≤ 1 s"], rows))

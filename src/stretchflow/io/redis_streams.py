@@ -37,6 +37,7 @@ The ``redis`` package is an extra (``pip install 'stretchflow[redis]'``).
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import deque
@@ -46,6 +47,7 @@ from typing import Any
 import orjson
 
 from ..errors import SourceError, StretchflowError
+from ..eventtime import WATERMARK
 from ..extras import require
 from .follow import parse_until
 from .sinks import Sink
@@ -129,6 +131,7 @@ class RedisStream(Source):
         kind, amount = self.until
         r = _client(self.url, f"source {self.name}")
         after, n, quiet_since = self.start, 0, time.monotonic()
+        last_ts = marked = -math.inf  # the latest timestamp read; the latest idle watermark
         grouped = self.group is not None
         if grouped:
             self._ensure_group(r)
@@ -142,6 +145,12 @@ class RedisStream(Source):
                 if not entries:
                     if kind == "idle" and time.monotonic() - quiet_since >= amount:
                         return
+                    if self.sorted and last_ts > marked:
+                        # quiet: nothing later can be earlier than the latest timestamp, so
+                        # the engine may close what it passes now, not at the next entry
+                        # (once per quiet spell; as io.follow does)
+                        marked = last_ts
+                        yield last_ts, WATERMARK, f"{after} (idle)"
                     continue
                 quiet_since = time.monotonic()
                 for eid_b, fields in entries:
@@ -156,7 +165,9 @@ class RedisStream(Source):
                     self.read = n
                     if grouped:
                         self._track(n, eid_b)
-                    yield self._ts_of(rec, eid), rec, eid
+                    ts = self._ts_of(rec, eid)
+                    last_ts = max(last_ts, ts)
+                    yield ts, rec, eid
                     if kind == "count" and n >= amount:
                         return
         finally:
