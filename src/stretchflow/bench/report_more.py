@@ -447,7 +447,9 @@ def _kills(d: Doc) -> str:
         rows.append([engine, n0(r["rows"]), cycles, n0(r["identical_cycles"]), n0(r["kills"]),
                      n0(r["kills_with_checkpoint"]), n0(r["kills_with_jvm"]),
                      "none" if not r["leftovers"] else f"**{len(r['leftovers'])}**",
-                     n0(r["spark_scratch_left"]), f2(r["uninterrupted_s"]),
+                     n0(r["spark_scratch_left"]),
+                     n0(len(r.get("other_temp_left") or [])), f"`{str(r.get('commit'))[:10]}`",
+                     f2(r["uninterrupted_s"]),
                      spread(r["wall_s"], f2), spread(r["load_1min"], f2)])
     head = ("wordcount on generated tweets (rows per engine in the table); per cycle the run "
             f"(with `--checkpoint`, in its own session) is SIGKILLed with its whole process "
@@ -455,11 +457,14 @@ def _kills(d: Doc) -> str:
             f"widen 1.25x per kill in a row; {p['max_kills_in_row']} in a row fail); output "
             f"compared per timestamp with an uninterrupted run; leftovers: a process of the "
             f"session, a temporary file beside the output or in the checkpoint, a "
-            f"`stretchflow-*` directory in the cycle's TMPDIR. All outputs identical: "
+            f"`stretchflow-*` directory in the cycle's TMPDIR; other temp dirs: anything else "
+            f"left in a cycle's TMPDIR (e.g. a library's `tmp*` directory), counted apart. Each "
+            f"engine's row may come from another run (its commit). All outputs identical: "
             f"{'yes' if d.get('outputs_identical') else '**no**'}.")
     return (head + "\n\n"
             + table(["engine", "rows", "cycles", "identical", "kills", "kills with a checkpoint on "
                      "disk", "kills with the JVM alive", "leftovers", "Spark scratch dirs left",
+                     "other temp dirs left", "commit",
                      "uninterrupted run, s", "cycle wall, s: median (min–max)",
                      "1-min load: median (min–max)"], rows))
 
