@@ -13,6 +13,8 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -61,6 +63,26 @@ def test_jvm_out_of_memory_is_one_line_naming_the_log(fake_jvm):
     assert "\n" not in msg and "Connection refused" not in msg
     assert msg.startswith("Spark's JVM ran out of memory and exited (code 52) (Java heap space)")
     assert "now 512m" in msg and msg.endswith(f"Spark's log: {log}")
+
+
+def test_jobs_cancelled_by_a_dying_jvm_wait_for_its_exit(fake_jvm):
+    """A JVM dying of an OutOfMemoryError cancels its jobs ("SparkContext was shut down")
+    before it exits: the explanation waits for the exit and reads the log, instead of
+    reporting a plain Spark failure (CI saw that race once)."""
+    log = fake_jvm(None, "java.lang.OutOfMemoryError: Java heap space\n")
+    proc = errors._proc
+
+    def exits() -> None:
+        time.sleep(0.3)
+        proc.code = 52
+
+    t = threading.Thread(target=exits)
+    t.start()
+    got = errors.explain(_py4j_error("org.apache.spark.SparkException: Job 1 cancelled "
+                                     "because SparkContext was shut down"))
+    t.join()
+    assert str(got).startswith("Spark's JVM ran out of memory and exited (code 52)"), got
+    assert got.log == log
 
 
 def test_jvm_killed_and_a_failure_after_it(fake_jvm):

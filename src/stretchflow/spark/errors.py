@@ -246,10 +246,12 @@ def explain(e: BaseException) -> SparkFailure | None:
     spark = _is_spark_error(e)
     if not spark and code is None:
         return None  # not Spark's, while the JVM runs
-    if code is None and _broken(e):
-        # a dying JVM breaks its connections before it exits: give it a few seconds
-        code = jvm_exit_code(wait=10.0)
     text = _chain_text(e)
+    if code is None and (_broken(e) or _SHUT_DOWN in text):
+        # a dying JVM breaks its connections, or cancels its jobs ("SparkContext was shut
+        # down"), before it exits: give it a few seconds (CI once saw the cancellation
+        # reported as a plain Spark failure while the JVM was still dying of OOM)
+        code = jvm_exit_code(wait=10.0)
     log = log_path()
     oom = _OOM.search(text)
     if code is not None and oom is None:
@@ -269,6 +271,10 @@ def explain(e: BaseException) -> SparkFailure | None:
         # saw it at all, is further up, so the line only names the file
         return SparkFailure(f"the Spark JVM died ({how}); see {log}", log)
     return SparkFailure(f"Spark failed: {root_cause(text)}; Spark's log: {log}", log)
+
+
+#: what Spark says of a job when its context (the driver JVM) goes away under it
+_SHUT_DOWN = "because SparkContext was shut down"
 
 
 def _broken(e: BaseException) -> bool:
