@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import StretchflowError
+from ..runtime.ports import free_port
 
 #: how long a server may take to answer PING
 START_S = 20.0
@@ -21,12 +22,6 @@ START_S = 20.0
 
 class RedisServerMissing(StretchflowError):
     """``redis-server`` is not installed."""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _pong(port: int) -> bool:
@@ -47,7 +42,7 @@ def redis_server(workdir: str | Path) -> Iterator[str]:
         raise RedisServerMissing("redis-server is missing: run tools/install-system.sh (as "
                                  "root) to install Debian's redis-server")
     work = Path(workdir)
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
          "--dir", str(work), "--daemonize", "no", "--logfile", str(work / "redis.log")],

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ..errors import EngineUnavailableError
 from ..extras import require
+from ..runtime.ports import free_port
 from .session import check_java
 
 
@@ -27,12 +28,6 @@ def spark_home() -> Path:
     """The pyspark installation (it bundles Spark's jars and ``bin/spark-class``)."""
     pyspark = require("pyspark", "spark", "a standalone Spark cluster")
     return Path(pyspark.__file__).parent
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait_port(port: int, proc: subprocess.Popen, what: str, timeout: float) -> None:
@@ -56,12 +51,12 @@ def standalone(workers: int = 1, cores: int = 1, memory: str = "1g",
     env = dict(os.environ, SPARK_HOME=str(home), PYSPARK_PYTHON=sys.executable,
                SPARK_LOCAL_IP="127.0.0.1", SPARK_NO_DAEMONIZE="1")
     cls = [str(home / "bin" / "spark-class")]
-    port = _free_port()
+    port = free_port()
     procs: list[subprocess.Popen] = []
     try:
         master = subprocess.Popen(
             cls + ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
-                   str(port), "--webui-port", str(_free_port())],
+                   str(port), "--webui-port", str(free_port())],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         procs.append(master)
         _wait_port(port, master, "master", timeout)
@@ -70,7 +65,7 @@ def standalone(workers: int = 1, cores: int = 1, memory: str = "1g",
             procs.append(subprocess.Popen(
                 cls + ["org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1",
                        "--cores", str(cores), "--memory", memory, "--webui-port",
-                       str(_free_port())],
+                       str(free_port())],
                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         yield url
     finally:
