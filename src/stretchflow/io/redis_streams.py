@@ -18,19 +18,18 @@ again from its start and skip as many as the checkpoint covers, checking that th
 ones are the same count. For a stream this means: read from the same ``start`` ID; nothing
 before the checkpoint's cut is delivered twice and nothing after it is lost, as long as the
 stream was not trimmed below ``start`` in between (then the skip check fails with a clear
-error instead of silently shifting). With ``group=`` the source keeps a consumer group's
-position at what the query has durably consumed: ``XGROUP SETID`` to the last entry a written
-checkpoint covers, and to the last entry read when the run commits, so ``XINFO GROUPS`` shows
-it as the group's last-delivered-id, as a Kafka consumer's committed offsets show its
-progress. The group is not where a resume starts (the checkpoint is the one source of truth,
-as in Flink, where committed
-Kafka offsets only mirror checkpoints).
+error instead of silently shifting). With ``group=`` the source creates a consumer group and
+can move its position to what the query has durably consumed (:meth:`RedisStream.checkpointed`,
+:meth:`RedisStream.acknowledge`: ``XGROUP SETID``, shown by ``XINFO GROUPS``); the runtime does
+not call them yet (an application calls ``acknowledge()`` after a successful run). The group is
+never where a resume starts: the checkpoint is the one source of truth, as in Flink, where
+committed Kafka offsets only mirror checkpoints.
 
 **Sink** (:class:`RedisStreamSink`). Each output record is one entry (``XADD``, field
 ``data`` = the record's JSON), pipelined per batch of outputs as they come, so consumers see
 results live. Entries are published when written; a failed run cannot take back what it
-published (at-least-once across a failed run without a checkpoint). With ``--checkpoint`` the
-checkpointer holds the output until the run commits and publishes it in one pass.
+published (at-least-once across a failed run). A checkpointed run refuses this sink for now
+(checkpoints hold output only for file sinks and stdout).
 
 The ``redis`` package is an extra (``pip install 'stretchflow[redis]'``).
 """
