@@ -150,12 +150,14 @@ def test_flat_fields_and_consumer_group_position(server: str) -> None:
     def position() -> str:
         return r.xinfo_groups("flat")[0]["last-delivered-id"].decode()
 
-    assert position() == "0-0"  # created at start; nothing committed yet
-    assert src.checkpointed(2) == ids[1]  # a checkpoint covering the first two records
+    assert position() == ids[4]  # the run committed: Flow.run acknowledged what it read
+    assert src.acknowledge() is None  # nothing new since
+    # a checkpoint covering the first two records of a new pass moves it there
+    src._track(1, ids[0].encode())
+    src._track(2, ids[1].encode())
+    assert src.checkpointed(2) == ids[1]
     assert position() == ids[1]
     assert src.checkpointed(2) is None  # nothing new
-    assert src.acknowledge() == ids[4]  # the run committed
-    assert position() == ids[4]
 
 
 def test_bad_entry_names_the_stream_and_entry(server: str) -> None:
@@ -247,3 +249,28 @@ def test_cli_reads_and_writes_redis_urls(server: str, tweets: Path, tmp_path: Pa
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "unknown option(s) ['colour']" in bad.stderr
     assert "Traceback" not in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("engine", ["reference", "vsn"])
+def test_group_position_follows_checkpoints_and_the_commit(server: str, tweets: Path,
+                                                           tmp_path: Path, engine: str,
+                                                           monkeypatch) -> None:
+    """With a consumer group, each written checkpoint moves the group's position to the last
+    entry it covers (record counts only grow), and the committed run moves it to the last
+    entry read."""
+    n = _fill(server, "grp", tweets)
+    seen: list[int] = []
+    real = RedisStream.checkpointed
+
+    def spy(self, records):
+        seen.append(records)
+        return real(self, records)
+
+    monkeypatch.setattr(RedisStream, "checkpointed", spy)
+    src = RedisStream("grp", url=server, until="marker", group="g")
+    _wordcount(src, str(tmp_path / "out.jsonl")).run(
+        engine=engine, checkpoint=str(tmp_path / "ck"), checkpoint_every="500")
+    assert seen and seen == sorted(seen) and seen[0] < n, seen
+    r = redis.Redis.from_url(server)
+    last = r.xrevrange("grp", count=1)[0][0].decode()  # the end marker, consumed last
+    assert r.xinfo_groups("grp")[0]["last-delivered-id"].decode() == last

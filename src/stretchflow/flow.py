@@ -288,6 +288,10 @@ class Flow:
                 and n.spec.late != "error"}
         if late:
             result.extra["late"] = late
+        for n in self.nodes:  # the run committed: a source that commits what it consumed
+            commit = getattr(n.spec, "acknowledge", None) if n.kind == "source" else None
+            if commit is not None:  # (a Redis stream's consumer group: io/redis_streams.py)
+                commit()
         return result
 
     # -- internals ------------------------------------------------------------------------------

@@ -20,8 +20,9 @@ before the checkpoint's cut is delivered twice and nothing after it is lost, as 
 stream was not trimmed below ``start`` in between (then the skip check fails with a clear
 error instead of silently shifting). With ``group=`` the source creates a consumer group and
 can move its position to what the query has durably consumed (:meth:`RedisStream.checkpointed`,
-:meth:`RedisStream.acknowledge`: ``XGROUP SETID``, shown by ``XINFO GROUPS``); the runtime does
-not call them yet (an application calls ``acknowledge()`` after a successful run). The group is
+called by the checkpointer for each checkpoint written, and :meth:`RedisStream.acknowledge`,
+called by ``Flow.run`` when the run commits: ``XGROUP SETID``, shown by ``XINFO GROUPS``). The
+group is
 never where a resume starts: the checkpoint is the one source of truth, as in Flink, where
 committed Kafka offsets only mirror checkpoints.
 

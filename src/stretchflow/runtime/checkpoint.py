@@ -236,6 +236,7 @@ class Checkpointer:
         self.every = parse_every(every if every is not None else "10s")
         self.stateful = set(stateful)  # nodes that snapshot: all must, for a checkpoint
         self.sources = [n.name for n in flow.nodes if n.kind == "source"]
+        self.source_specs = {n.name: n.spec for n in flow.nodes if n.kind == "source"}
         self.sinks = [s for _, s in flow.sinks]
         self.fingerprint = fingerprint(flow, options)
         self.stats = CheckpointStats()  # each checkpoint's duration and bytes (issue #18)
@@ -553,6 +554,10 @@ class Checkpointer:
         manifest = json.dumps(man).encode()
         write_atomic(self.path / MANIFEST, manifest)
         self.stats.committed(epoch, cut, write_start, len(state) + len(manifest))
+        for src, n in offsets.items():  # e.g. a Redis consumer group's position follows it
+            hook = getattr(self.source_specs.get(src), "checkpointed", None)
+            if hook is not None:
+                hook(n)
         for old in self.path.glob("state-*.pkl"):  # the manifest no longer names them
             if old.name != name:
                 old.unlink(missing_ok=True)
