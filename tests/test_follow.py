@@ -77,6 +77,16 @@ def _items(src: sf.io.Source) -> list:
     return out
 
 
+def _reap(p: subprocess.Popen) -> None:
+    """Kills a child still running (an assertion failed before it ended), within the bound,
+    and closes its stderr pipe."""
+    if p.poll() is None:
+        p.kill()
+        p.wait(BOUND_S)
+    if p.stderr:
+        p.stderr.close()
+
+
 # -- the end conditions -------------------------------------------------------------------------
 def test_until_forms() -> None:
     assert parse_until("marker") == ("marker", 0.0)
@@ -328,11 +338,7 @@ def test_kill_and_resume_followed_file(tmp_path: Path) -> None:
         p.send_signal(signal.SIGKILL)
         p.wait(BOUND_S)
     finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait(BOUND_S)
-        if p.stderr:
-            p.stderr.close()
+        _reap(p)
     assert not out.exists()  # a checkpointed run publishes at its end only
     with open(grow, "ab") as f:  # the rest comes while the run is down
         f.write(b"".join(lines[700:]) + end_marker(119_900).encode())
@@ -391,8 +397,4 @@ def test_until_never_stops_on_sigterm(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(BOUND_S) == 128 + signal.SIGTERM
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(BOUND_S)
-        if proc.stderr:
-            proc.stderr.close()
+        _reap(proc)

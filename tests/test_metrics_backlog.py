@@ -39,6 +39,19 @@ def slow_flow(n: int = N, sleep: float = 0.0004, out: Path | None = None) -> sf.
     return flow
 
 
+def paced_count_flow(name: str, n: int, keys: int, rate: int, window: int) -> sf.Flow:
+    """A count per key in tumbling windows of ``window`` ms over ``n`` records (one per ms of
+    event time, ``keys`` keys in turn), the source paced at ``rate`` tuples/s: an operator
+    that keeps up with its source."""
+    flow = sf.Flow(name)
+    src = sf.io.iterable([{"ts": i, "k": i % keys} for i in range(n)])
+    src.at_rate(rate)
+    flow.source(src).aggregate(size=window, slide=window, keys=lambda t: [t["k"]],
+                               init=lambda: 0, update=lambda s, t: s + 1,
+                               output=lambda k, s: {"k": k, "n": s}).collect()
+    return flow
+
+
 # engine -> options that make it sample metrics every 50 ms (sn samples for its controller;
 # ordered has no option: the test sets its period)
 SAMPLING = {
@@ -68,12 +81,7 @@ def test_a_slow_operator_has_a_backlog(engine, monkeypatch):
 def test_a_paced_fast_operator_has_less_backlog_than_a_slow_one():
     """The measure tells the two apart: the same operator without the sleep, its source
     paced, keeps (nearly) nothing waiting."""
-    flow = sf.Flow("fast")
-    src = sf.io.iterable([{"ts": i, "k": i % 7} for i in range(600)])
-    src.at_rate(3_000)
-    flow.source(src).aggregate(size=100, slide=100, keys=lambda t: [t["k"]], init=lambda: 0,
-                               update=lambda s, t: s + 1,
-                               output=lambda k, s: {"k": k, "n": s}).collect()
+    flow = paced_count_flow("fast", n=600, keys=7, rate=3_000, window=100)
     fast = [r["backlog"] for r in flow.run(engine="vsn", metrics_interval=0.05)
             .extra["metrics"]]
     slow = [r["backlog"] for r in slow_flow().run(engine="vsn", metrics_interval=0.05)
@@ -146,12 +154,7 @@ def test_checkpoint_log_in_the_result(engine, tmp_path):
 
 
 def test_sn_records_latency():
-    flow = sf.Flow("lat")
-    src = sf.io.iterable([{"ts": i, "k": i % 5} for i in range(4_000)])
-    src.at_rate(8_000)
-    flow.source(src).aggregate(size=50, slide=50, keys=lambda t: [t["k"]], init=lambda: 0,
-                               update=lambda s, t: s + 1,
-                               output=lambda k, s: {"k": k, "n": s}).collect()
+    flow = paced_count_flow("lat", n=4_000, keys=5, rate=8_000, window=50)
     t0 = time.perf_counter()
     res = flow.run(engine="sn", parallelism=2)
     wall_ms = (time.perf_counter() - t0) * 1000

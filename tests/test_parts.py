@@ -7,12 +7,12 @@ import os
 
 import pytest
 
+from stretchflow.cli import main as cli_main
 from stretchflow.errors import SourceError, StretchflowError
 from stretchflow.io import parts
 from stretchflow.io.parts import (
     EpochOutputs,
     PartWriter,
-    cat_main,
     committed_parts,
     read_parts,
 )
@@ -182,7 +182,7 @@ def test_other_part_formats_round_trip(tmp_path, suffix, capsys):
     assert [p.name for _, p in committed_parts(d)] == [f"part-00000000{suffix}",
                                                         f"part-00000001{suffix}"]
     assert [(r["ts"], r["n"]) for r in read_parts(d)] == [(1, 1), (3, 3), (4, 4)]
-    assert cat_main([str(d)]) == 0
+    assert cli_main(["cat", str(d)]) == 0
     assert [json.loads(x)["ts"] for x in capsys.readouterr().out.splitlines()] == [1, 3, 4]
 
 
@@ -192,16 +192,16 @@ def test_cat_prints_the_parts_as_one_stream(tmp_path, capsys):
     w.commit(7, items(9))
     w.commit(2, items(4, 5))
     w.close()
-    assert cat_main([str(d)]) == 0
+    assert cli_main(["cat", str(d)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines == [(d / "part-00000002.jsonl").read_text().splitlines()[0],
                      (d / "part-00000002.jsonl").read_text().splitlines()[1],
                      (d / "part-00000007.jsonl").read_text().strip()]
     assert [json.loads(x)["ts"] for x in lines] == [4, 5, 9]
-    assert cat_main([str(tmp_path / "missing")]) == 2
+    assert cli_main(["cat", str(tmp_path / "missing")]) == 2
     assert "missing: no such file" in capsys.readouterr().err
     (tmp_path / "plain").mkdir()
-    assert cat_main([str(tmp_path / "plain")]) == 2
+    assert cli_main(["cat", str(tmp_path / "plain")]) == 2
     assert "cannot read the part manifest" in capsys.readouterr().err
 
 

@@ -18,34 +18,25 @@ from pathlib import Path
 
 import pytest
 
+import spark_fixtures
 import stretchflow as sf
-from conformance.contract import QUERY_PARAMS, multiset, run_query
+from conformance.contract import multiset
+from spark_fixtures import PARAMS, flow_to, output
 from stretchflow.errors import SourceError, StretchflowError
 from stretchflow.io.generators import tweets
 from stretchflow.io.parts import committed_parts, read_parts
-from stretchflow.io.sinks import to_record
 from stretchflow.queries import build_query
-from stretchflow.spark.session import get_session
 from stretchflow.spark.streaming import StreamRun, end_marker, run_stream
 
 pytestmark = pytest.mark.slow
-PARAMS = QUERY_PARAMS["wordcount"]
-
-
-@pytest.fixture(scope="module")
-def spark():
-    return get_session("local[2]", {"spark.sql.shuffle.partitions": "2"})
+# the shared fixtures (tests/spark_fixtures.py): pytest finds them by name in this module
+spark = spark_fixtures.spark
+reference = spark_fixtures.reference
 
 
 @pytest.fixture(scope="module")
 def recs():
     return tweets(600, seed=7, rate=200, vocabulary=30).to_pylist()
-
-
-@pytest.fixture(scope="module")
-def reference(recs):
-    ref, _ = run_query("wordcount", [recs], PARAMS)
-    return multiset((ts, to_record(ts, p)) for ts, p in ref)
 
 
 BASE = time.time() - 10_000
@@ -67,20 +58,6 @@ def write_files(d: Path, recs, files: int, start: int = 0, end: bool = True) -> 
         os.utime(p, (BASE + k, BASE + k))
         k += 1
     return k
-
-
-def flow_to(inp: Path, out: Path) -> sf.Flow:
-    """A new flow each time, as each `stretchflow run` invocation builds one."""
-    flow = sf.Flow("wordcount")
-    build_query("wordcount", [flow.source(sf.io.jsonl(inp, name="in0"))], **PARAMS).sink(
-        str(out))
-    return flow
-
-
-def output(out: Path) -> list[tuple[int, dict]]:
-    got = [(r["ts"], r) for r in read_parts(out)]
-    assert [ts for ts, _ in got] == sorted(ts for ts, _ in got)  # one ts-sorted stream
-    return got
 
 
 def test_resume_continues_the_output_directory(spark, tmp_path, recs, reference):

@@ -12,14 +12,12 @@ from pathlib import Path
 
 import pytest
 
-import stretchflow as sf
-from conformance.contract import QUERY_PARAMS, multiset, run_query
+import spark_fixtures
+from conformance.contract import multiset
+from spark_fixtures import flow_to, output
 from stretchflow.engines import get_spec
 from stretchflow.errors import FlowDefinitionError, SourceError
 from stretchflow.io.generators import tweets
-from stretchflow.io.parts import read_parts
-from stretchflow.io.sinks import to_record
-from stretchflow.queries import build_query
 from stretchflow.spark.stream_files import (
     IDLE_END,
     LiveInputs,
@@ -30,7 +28,6 @@ from stretchflow.spark.stream_files import (
 )
 from stretchflow.spark.streaming import StreamRun, end_marker
 
-PARAMS = QUERY_PARAMS["wordcount"]
 BASE = time.time() - 10_000
 
 
@@ -164,35 +161,14 @@ def test_open_windows_warning_is_one_line(caplog):
 
 # -- on Spark --------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def spark():
-    from stretchflow.spark.session import get_session
-
-    return get_session("local[2]", {"spark.sql.shuffle.partitions": "2"})
+# the shared fixtures (tests/spark_fixtures.py): pytest finds them by name in this module
+spark = spark_fixtures.spark
+reference = spark_fixtures.reference
 
 
 @pytest.fixture(scope="module")
 def recs():
     return tweets(400, seed=11, rate=200, vocabulary=25).to_pylist()
-
-
-@pytest.fixture(scope="module")
-def reference(recs):
-    ref, _ = run_query("wordcount", [recs], PARAMS)
-    return multiset((ts, to_record(ts, p)) for ts, p in ref)
-
-
-def flow_to(inp: Path, out: Path) -> sf.Flow:
-    flow = sf.Flow("wordcount")
-    build_query("wordcount", [flow.source(sf.io.jsonl(inp, name="in0"))], **PARAMS).sink(
-        str(out))
-    return flow
-
-
-def output(out: Path) -> list:
-    got = [(r["ts"], r) for r in read_parts(out)]
-    assert [ts for ts, _ in got] == sorted(ts for ts, _ in got)
-    return got
 
 
 @pytest.mark.slow

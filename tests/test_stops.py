@@ -154,18 +154,22 @@ def _semaphores(pids: list[int]) -> set[str]:
     return sems
 
 
+@pytest.mark.parametrize("columnar", ["on", "off"])
 def test_sigkill_of_the_parent_leaves_no_process_semaphore_or_directory(
-        tweets: Path, tmp_path: Path) -> None:
+        tweets: Path, tmp_path: Path, columnar: str) -> None:
     out = tmp_path / "out.jsonl"
-    p = _start(["paircount", "--engine", "sn", "--channels", "processes", "--parallelism", "2"],
-               tweets, out)
+    p = _start(["paircount", "--engine", "sn", "--channels", "processes", "--parallelism", "2",
+                "--columnar", columnar], tweets, out)
     # parent, resource tracker, fork server and two channels; then the splitter reads
     _wait(lambda: len(_session(p.pid)) >= 5 and _input_pos(p.pid, tweets) > 0, 60,
           "the channels run")
     sems = _semaphores(_session(p.pid))
     assert sems  # the channel queues' locks: what the resource tracker must unlink
     dirs = _leftovers(p.pid)
-    assert any("stretchflow-sn-" in d for d in dirs), dirs
+    # the fork server's socket directory; the tuple path also has its migration store's
+    # (the columnar path migrates nothing: docs/sn.md)
+    assert any("stretchflow-mp-" in d for d in dirs), dirs
+    assert any("stretchflow-sn-" in d for d in dirs) == (columnar == "off"), dirs
     p.kill()
     p.wait()
     # channels see their parent's sentinel close, the fork server its last client go, and the
@@ -241,12 +245,12 @@ def test_a_channel_dying_mid_reply_fails_the_run_instead_of_hanging_it() -> None
     import threading
     from types import SimpleNamespace
 
-    from stretchflow.executors.sn_process import ProcessChannel
+    from stretchflow.executors.sn_process import ProcessChannel, ProcessTransport
     from stretchflow.runtime import RunControl
 
     ctx = mp.get_context("spawn")
     transport = SimpleNamespace(ctx=ctx, blob=b"", G=1, store_path="", start_method="spawn",
-                                owner=threading.get_ident())
+                                owner=threading.get_ident(), main=ProcessTransport.main)
     ex = SimpleNamespace(run=RunControl(), outq=queue.Queue(), queue_size=4, assign=[0],
                          name="op")
     ch = ProcessChannel(transport, ex, 0)
@@ -310,3 +314,17 @@ def test_a_second_signal_during_the_cleanup_exits_at_once() -> None:
     assert p.returncode == 130
     assert p.stdout == ""
     assert p.stderr == "stopped by SIGINT again: exiting without cleanup\n"
+
+
+def test_a_signal_in_a_deferred_section_is_raised_when_the_section_ends() -> None:
+    """A channel process's start runs with signals deferred (signals_deferred): interrupted
+    between the fork server's fork and its reply, the parent would drop queues its child is
+    still unpickling, and the child would print a traceback on the shared stderr."""
+    from stretchflow.runtime.signals import signals_deferred
+
+    reached = False
+    with pytest.raises(Interrupted) as e, interrupt_on_signals(), signals_deferred():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)  # the handler has run by now: it must not have raised
+        reached = True
+    assert reached and e.value.signum == signal.SIGTERM

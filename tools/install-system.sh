@@ -7,6 +7,8 @@ set -eu
 missing=""
 [ -x /usr/bin/chromium ] || missing="$missing chromium"
 command -v redis-server >/dev/null 2>&1 || missing="$missing redis-server"
+# `ip` makes the network namespaces of the multi-host Spark tests (tests/test_spark_hosts.py)
+command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || missing="$missing iproute2"
 if [ -z "$missing" ]; then
     echo "system packages: $(/usr/bin/chromium --version 2>/dev/null || echo chromium), $(redis-server --version | cut -d' ' -f1-3)"
     exit 0

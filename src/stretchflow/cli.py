@@ -1,4 +1,4 @@
-"""The ``stretchflow`` command: run, generate, bench, demo, queries.
+"""The ``stretchflow`` command: run, generate, bench, demo, queries, cat.
 
 ``stretchflow run QUERY --input PATH [--input PATH] --output PATH [--engine E]
 [--param NAME=VALUE ...] [engine options]`` runs a built-in query (DESIGN.md, Built-in
@@ -325,6 +325,24 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_cat(args: argparse.Namespace) -> int:
+    """``stretchflow cat DIR [DIR ...]``: :func:`stretchflow.io.parts.cat_lines` on standard
+    output. A bad path ends it with one error line and exit status 2 (:func:`_main`)."""
+    import os
+
+    from .io.parts import cat_lines
+
+    out = sys.stdout.buffer
+    try:
+        for line in cat_lines(args.paths):
+            out.write(line)
+        out.flush()
+    except BrokenPipeError:  # `stretchflow cat DIR | head`: the reader has what it wanted
+        # stdout is gone: point it at /dev/null so the flush at exit does not fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
 def cmd_queries(args: argparse.Namespace) -> int:
     from .queries import QUERIES
 
@@ -436,9 +454,11 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--spark-conf", action="append", metavar="KEY=VALUE")
     k.set_defaults(fn=cmd_spark)
 
-    from .io.parts import register as register_cat
-
-    register_cat(sub)  # stretchflow cat DIR: a part directory's records, in order
+    c = sub.add_parser("cat", help="print a streaming output directory (part files) as one "
+                       "JSON Lines stream, parts in order")
+    c.add_argument("paths", nargs="+", metavar="DIR",
+                   help="a part directory (or a .jsonl/.csv/.parquet file)")
+    c.set_defaults(fn=cmd_cat)
     q = sub.add_parser("queries", help="list the built-in queries")
     q.set_defaults(fn=cmd_queries)
     return p

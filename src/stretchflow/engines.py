@@ -138,7 +138,8 @@ CHECKPOINT_EVERY = _opt("checkpoint_every", "how often to checkpoint: N (input t
                         "Nms (seconds of processing time)", _checkpoint_every, _checkpoint_every,
                         default="10s", metavar="EVERY")
 COLUMNAR = _opt("columnar", "batches through Arrow kernels for an O+ that has columnar forms "
-                "(on: at parallelism 1 on the reference engine, at any on vsn) or tuple at a "
+                "(on: at parallelism 1 on the reference engine, at any on vsn and on sn's "
+                "process channels without reconfigurations or checkpoints) or tuple at a "
                 "time (off)", choices=("on", "off"), default="on")
 METRICS_INTERVAL = _opt("metrics_interval", "seconds between two measurements (metrics, "
                         "controller calls)", float, _positive_number("metrics_interval"),
@@ -310,6 +311,7 @@ ENGINES: dict[str, EngineSpec] = {e.name: e for e in (
               _positive_number("pulse_ms"), default="50", metavar="MS"),
          _opt("start_method", "multiprocessing start method of process channels",
               choices=("forkserver", "spawn"), default="forkserver"),
+         COLUMNAR,
          CHECKPOINT,
          CHECKPOINT_EVERY)),
     EngineSpec(

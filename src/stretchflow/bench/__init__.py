@@ -79,6 +79,18 @@ def _peers(quick: bool, out_dir: str | None) -> Path:
     return peers.run(quick=quick, out_dir=out_dir)
 
 
+def _flink(quick: bool, out_dir: str | None) -> Path:
+    from . import flink
+
+    return flink.run(quick=quick, out_dir=out_dir)
+
+
+def _model(quick: bool, out_dir: str | None) -> Path:
+    from . import model
+
+    return model.run(quick=quick, out_dir=out_dir)
+
+
 def _jsonable(kw: dict[str, Any]) -> dict[str, Any]:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in kw.items()}
 
@@ -109,6 +121,11 @@ BENCHMARKS: dict[str, tuple[str, str, Callable[[bool, str | None], Path]]] = {
              "vs a hand-written loop", "issue #19", _live),
     "peers": ("streamz, Bytewax, PyFlink, Spark DataFrames vs stretchflow, own venvs",
               "issue #20", _peers),
+    "stretchflow-vs-flink": ("vsn vs PyFlink at Π = 1, 2 on the Q1–Q3 shapes, whole processes",
+                             "STRETCH Q1–Q3, issue #20", _flink),
+    "stretchflow-model": ("the DEBS'19 performance model of VSN and SN: measured costs, "
+                          "predicted vs measured throughput at Π = 1, 2",
+                          "STRETCH conference §8, §9.1 (Fig. 3, 4a)", _model),
 }
 
 
@@ -127,4 +144,5 @@ _register_suites()
 
 #: experiments named after what they measure, not an engine (they compare engines, or measure
 #: a feature on every engine that has it: checkpoint); ``stretchflow bench NAME`` runs one
-CROSS_ENGINE: tuple[str, ...] = ("speed", "peers", "checkpoint", "kills", "live")
+CROSS_ENGINE: tuple[str, ...] = ("speed", "peers", "checkpoint", "kills", "live",
+                                 "stretchflow-vs-flink", "stretchflow-model")

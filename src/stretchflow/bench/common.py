@@ -18,6 +18,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from ..runtime import procfs
+
 RESULTS_DIR = Path("benchmarks/results")
 
 #: "quiet" thresholds (see :func:`quiet`): other processes' CPU at most this fraction of a
@@ -103,31 +105,15 @@ def _live_descendants_cpu_s(root: int) -> float:
     """CPU seconds of the live descendants of ``root`` (each one's own time and that of its
     reaped children), from ``/proc/PID/stat``. A descendant that exited and was reaped is in
     ``os.times()``'s children fields instead."""
-    parents: dict[int, int] = {}
     cpu: dict[int, float] = {}
-    try:
-        pids = [int(d) for d in os.listdir("/proc") if d.isdigit()]
-    except OSError:
-        return 0.0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue  # exited while we scanned
-        # the command name (field 2) may hold spaces and parentheses: split after its last ")"
-        rest = stat[stat.rfind(")") + 2:].split()
-        parents[pid] = int(rest[1])
-        cpu[pid] = sum(int(x) for x in rest[11:15]) / _TICK  # utime stime cutime cstime
     children: dict[int, list[int]] = {}
-    for pid, ppid in parents.items():
-        children.setdefault(ppid, []).append(pid)
-    total, todo = 0.0, list(children.get(root, ()))
-    while todo:
-        pid = todo.pop()
-        total += cpu.get(pid, 0.0)
-        todo.extend(children.get(pid, ()))
-    return total
+    for pid in procfs.pids():
+        rest = procfs.stat_fields(pid)
+        if rest is None:
+            continue  # exited while we scanned
+        children.setdefault(int(rest[1]), []).append(pid)
+        cpu[pid] = procfs.cpu_ticks(rest) / _TICK
+    return sum(cpu.get(pid, 0.0) for pid in procfs.descendants(root, children))
 
 
 def _own_tree_cpu_s() -> float:

@@ -47,6 +47,7 @@ from typing import Any
 
 import orjson
 
+from ..runtime import procfs
 from .common import git_commit, repeat_probe, results_dir, summarize, write_result
 
 NAME = "kills"
@@ -120,21 +121,16 @@ def session_members(sid: int) -> list[tuple[int, str, str]]:
     """(pid, state, command line) of every live process of session ``sid`` (``/proc``);
     zombies excluded (dead, only not yet reaped by their parent)."""
     found = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
+    for pid in procfs.pids():
+        rest = procfs.stat_fields(pid)
         try:
-            with open(f"/proc/{d}/stat") as f:
-                stat = f.read()
-            # the command name (field 2) may hold spaces and parentheses: split after the last
-            rest = stat[stat.rfind(")") + 2:].split()
-            if int(rest[3]) != sid or rest[0] == "Z":
+            if rest is None or int(rest[3]) != sid or rest[0] == "Z":
                 continue
-            with open(f"/proc/{d}/cmdline", "rb") as f:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
                 cmdline = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
         except (OSError, ValueError, IndexError):
             continue  # exited while we looked
-        found.append((int(d), rest[0], cmdline[:200]))
+        found.append((pid, rest[0], cmdline[:200]))
     return found
 
 

@@ -57,55 +57,55 @@ TARGET_S = 1.0
 #: a run's bound beyond its input's own duration (start-up, the end of input)
 SLACK_S = 60.0
 
-#: the writer process: ``SRC DST RATE LOG``; appends SRC's lines to DST at RATE lines/s, one
-#: write per tick, then notes ``[last line index written, time.time() after the write]`` per
-#: write in LOG (kept in memory while it writes: no I/O of its own between the writes)
+#: the writer process: ``SRC RATE LOG TICK file DST`` or ``SRC RATE LOG TICK redis URL KEY``.
+#: One pacing loop, two ways to write: every ``TICK`` s it writes what is due at ``RATE``
+#: lines/s (a file: the lines in one write and a flush; Redis: one pipelined batch of ``XADD``,
+#: field ``data``: the line), then the end-of-input marker; it notes ``[last line index
+#: written, time.time() after the write]`` per write and puts them in LOG at the end (kept in
+#: memory while it writes: no I/O of its own between the writes)
 WRITER = """
 import sys, time
-src, dst, rate, log, tick = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4], \\
-    float(sys.argv[5])
-lines = open(src, "rb").read().splitlines(keepends=True)
-marks = []
-done = 0
-t0 = time.perf_counter()
-with open(dst, "ab") as f:
-    while done < len(lines):
-        due = min(len(lines), int((time.perf_counter() - t0) * rate) + 1)
-        if due > done:
-            f.write(b"".join(lines[done:due]))
-            f.flush()
-            marks.append((due - 1, time.time()))
-            done = due
-        time.sleep(tick)
-    f.write(b'{"ts": 0, "__end__": true}\\n')
-    f.flush()
-with open(log, "w") as f:
-    f.write(repr(marks))
-"""
+src, rate, log, tick, kind = sys.argv[1], float(sys.argv[2]), sys.argv[3], \\
+    float(sys.argv[4]), sys.argv[5]
+if kind not in ("file", "redis"):
+    sys.exit(f"bench live writer: unknown target {kind!r} (file DST or redis URL KEY)")
+END = b'{"ts": 0, "__end__": true}'
+data = open(src, "rb").read()
+if kind == "file":
+    lines = data.splitlines(keepends=True)
+    out = open(sys.argv[6], "ab")
 
-#: the Redis writer: ``SRC URL KEY RATE LOG TICK``, the same pacing, one pipelined batch of
-#: ``XADD`` per tick (field ``data``: the line), then the end marker
-REDIS_WRITER = """
-import sys, time
-import redis
-src, url, key, rate, log, tick = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), \\
-    sys.argv[5], float(sys.argv[6])
-lines = open(src, "rb").read().splitlines()
-r = redis.Redis.from_url(url)
+    def write(batch):
+        out.write(b"".join(batch))
+        out.flush()
+
+    def finish():
+        write([END + b"\\n"])
+        out.close()
+else:
+    import redis
+    lines = data.splitlines()
+    r, key = redis.Redis.from_url(sys.argv[6]), sys.argv[7]
+
+    def write(batch):
+        pipe = r.pipeline(transaction=False)
+        for line in batch:
+            pipe.xadd(key, {"data": line})
+        pipe.execute()
+
+    def finish():
+        r.xadd(key, {"data": END})
 marks = []
 done = 0
 t0 = time.perf_counter()
 while done < len(lines):
     due = min(len(lines), int((time.perf_counter() - t0) * rate) + 1)
     if due > done:
-        pipe = r.pipeline(transaction=False)
-        for line in lines[done:due]:
-            pipe.xadd(key, {"data": line})
-        pipe.execute()
+        write(lines[done:due])
         marks.append((due - 1, time.time()))
         done = due
     time.sleep(tick)
-r.xadd(key, {"data": b'{"ts": 0, "__end__": true}'})
+finish()
 with open(log, "w") as f:
     f.write(repr(marks))
 """
@@ -206,15 +206,14 @@ def _one(variant: str, recs_path: Path, ts: list[int], tmp: Path, rate: int, siz
     log = tmp / f"marks-{variant}.txt"
     bound = len(ts) / rate + SLACK_S
     engine, _, transport = variant.partition("-")
+    pacing = [sys.executable, "-c", WRITER, str(recs_path), str(rate), str(log), str(TICK_S)]
     if transport == "redis":  # a stream of its own per run: each run reads from its start
         key = f"{live.stem}-{time.monotonic_ns()}"
-        writer = subprocess.Popen([sys.executable, "-c", REDIS_WRITER, str(recs_path),
-                                   str(redis_url), key, str(rate), str(log), str(TICK_S)])
+        writer = subprocess.Popen([*pacing, "redis", str(redis_url), key])
         source = RedisStream(key, url=str(redis_url), until="marker",
                              block_ms=max(1, int(poll * 1000)))
     else:
-        writer = subprocess.Popen([sys.executable, "-c", WRITER, str(recs_path), str(live),
-                                   str(rate), str(log), str(TICK_S)])
+        writer = subprocess.Popen([*pacing, "file", str(live)])
         source = follow(live, poll=poll)
     try:
         with repeat_probe() as probe:

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import report_more  # noqa: F401  (registers the SN, ordered, slack, Spark blocks)
+# imported for their renderers (the SN, ordered, slack and Spark blocks, the papers' blocks)
+from . import report_hosts, report_model, report_more, report_papers  # noqa: F401
 from .report_tables import RENDERERS, ReportError
 
 __all__ = ["DOC", "RESULTS", "ReportError", "Results", "check", "render_blocks", "update"]

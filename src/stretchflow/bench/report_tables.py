@@ -269,13 +269,16 @@ def _scalejoin(d: Doc) -> str:
 
 def _elastic_rows(m: Doc) -> list[list[str]]:
     lat = m["latency_ms"]
-    lat_fmt = f1 if lat["p99"] < 1000 else (lambda x: f"{x / 1000:.1f} s")
-    unit = " ms" if lat["p99"] < 1000 else ""
+
+    def lat_fmt(x: float) -> str:
+        # each value in its own unit: a run whose p99 is seconds may have a p50 of ms
+        return f"{f1(x)} ms" if x < 1000 else f"{x / 1000:.1f} s"
+
     reconf = m.get("reconfiguration_ms") or []
     rows = [["tuples", f"{n0(m['rows'])} in {n0(m['event_time_span_s'])} s of event time; "
                        f"wall {f1(m['wall_s'])} s"],
-            ["latency", f"p50 {lat_fmt(lat['p50'])}{unit}, p99 {lat_fmt(lat['p99'])}{unit}, "
-                        f"max {lat_fmt(lat['max'])}{unit}"],
+            ["latency", f"p50 {lat_fmt(lat['p50'])}, p99 {lat_fmt(lat['p99'])}, "
+                        f"max {lat_fmt(lat['max'])}"],
             ["reconfigurations", f"{m['reconfigurations']}"
              + (f", each {ms(min(reconf))}–{ms(max(reconf))} ms" if reconf else "")],
             ["output pairs", n0(m["outputs"])]]

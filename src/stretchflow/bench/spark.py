@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import repeat_probe, summarize, write_result
+from .spark_hosts import run as run_hosts_loss
 
 
 def _session(master: str = "local[2]") -> tuple[Any, float]:
@@ -314,4 +315,7 @@ BENCHMARKS = {
     "spark-paircount": ("paircount (B = 3) on Spark local[2] (batch) vs local executors",
                         "Q1/#5", _run_side_by_side("spark-paircount", paircount, {
                             "quick": {"rows": 2_000}, "full": {"rows": 30_000}}, "tweets/s")),
+    "spark-hosts-loss": ("a lost worker on a cluster of network-namespace hosts: batch "
+                         "wordcount undisturbed vs worker SIGKILLed", "issue #21",
+                         run_hosts_loss),
 }

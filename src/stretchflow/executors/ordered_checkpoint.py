@@ -48,22 +48,22 @@ __all__ = ["OrderedCheckpoints", "PartSink", "apply_chain", "deferred"]
 
 
 class PartSink:
-    """Stands for sink ``j`` during a checkpointed run: what the line writes to it is held
-    (as chunks of ``(ts, payload)``) until the next barrier commits it as a part."""
+    """Stands for sink ``j`` during a checkpointed run: what the line writes to it goes into
+    the sink's open part in the checkpoint directory as it comes (``part``, an
+    :class:`~stretchflow.runtime.pump.EpochParts`; the line delivers in serial order, one
+    thread at a time), and the next barrier commits it as a part. Holding it until the
+    barrier, as it first did, kept up to an epoch of output tuples alive and serialized them
+    all at the barrier, while the line was paused for it."""
 
-    def __init__(self, j: int, name: str):
+    def __init__(self, j: int, name: str, part: Any):
         self.j = j
         self.name = name
         self.count = 0
-        self.chunks: list[Any] = []
+        self.part = part
 
     def write(self, items: list[Any]) -> None:
-        self.chunks.append(list(items))
+        self.part.write(items)
         self.count += len(items)
-
-    def take(self) -> list[Any]:
-        chunks, self.chunks = self.chunks, []
-        return chunks
 
 
 class OrderedCheckpoints:
@@ -74,7 +74,8 @@ class OrderedCheckpoints:
         stateful = [n.name for n in plan.ops if n.kind in ("oplus", "stateful")]
         # the engine in the fingerprint: another engine's snapshots have another layout
         self.ckpt = VSNCheckpointer(path, every, flow, {"engine": "ordered"}, stateful)
-        self.sinks = [PartSink(j, s.name) for j, s in enumerate(plan.sinks)]
+        self.sinks = [PartSink(j, s.name, self.ckpt.writers[j])
+                      for j, s in enumerate(plan.sinks)]
         self.stages = [st for st in stages if st.name in set(stateful)]
         try:
             for st in self.stages:
@@ -99,12 +100,12 @@ class OrderedCheckpoints:
         for st in self.stages:
             self.ckpt.snapshot(st.name, b.epoch, _snapshot(st))
         for s in self.sinks:
-            self.ckpt.sink_barrier(s.j, b, s.take())
+            self.ckpt.sink_barrier(s.j, b, ())  # its part holds its output
 
     def end(self) -> None:
         """END reached the sinks: the output after the last barrier is the last part."""
         for s in self.sinks:
-            self.ckpt.sink_end(s.j, s.take())
+            self.ckpt.sink_end(s.j, ())
 
     def publish(self) -> None:
         self.ckpt.publish()

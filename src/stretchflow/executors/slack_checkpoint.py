@@ -111,12 +111,16 @@ class SlackCheckpoints(VSNCheckpoints):
         return True
 
     def sink(self, k: int, sink: Any = None) -> None:
-        """Sink thread ``k``: its output held per epoch as parts."""
+        """Sink thread ``k``: its output written into its open part as it comes (each batch
+        taken from the SSG in one write, as vsn's sinks do) and committed as part ``e`` at
+        the first barrier of epoch ``e``. Holding an epoch's output until its barrier, as it
+        first did, kept up to an epoch of output tuples alive and serialized them all at the
+        barrier."""
         R, ckpt = self.R, self.ckpt
         ssg = R.plan.inlets[("sink", k)].ssg
+        part = ckpt.writers[k]  # this thread is its one writer
         reader = ("sink", k)
         epoch = ckpt.plan.base
-        chunks: list[Any] = []
         try:
             while True:
                 got = ssg.get_batch(reader, SINK_BATCH)
@@ -128,19 +132,19 @@ class SlackCheckpoints(VSNCheckpoints):
                     p = t[1]
                     if type(p) is CheckpointBarrier:
                         if items:
-                            chunks.append(items)
+                            part.write(items)
+                            R.latency.measure_outputs(R.clock, items)
                             items = []
                         if p.epoch > epoch:
                             epoch = p.epoch
-                            ckpt.sink_barrier(k, p, chunks)
-                            chunks = []
+                            ckpt.sink_barrier(k, p, ())
                     elif p is not WATERMARK:
                         items.append((t[0], p))
                         n += 1
                 if items:
-                    chunks.append(items)
+                    part.write(items)
                     R.latency.measure_outputs(R.clock, items)
                 R.sink_counts[k] += n
         except Aborted:
             raise Stopped from None
-        ckpt.sink_end(k, chunks)
+        ckpt.sink_end(k, ())

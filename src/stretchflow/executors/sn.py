@@ -14,6 +14,11 @@ ties to the lower input index, as the reference executor. A source read only by 
 by several consumers, or by sinks only) is read by a tap thread. Operators whose output reaches
 no sink do not run, as in the reference executor.
 
+An A+ with columnar forms reading a sorted file, on process channels, written only by sinks,
+runs on whole Arrow batches instead (:mod:`.sn_columnar`: the splitter explodes each batch
+once and sends each channel its rows as Arrow IPC; ``extra["paths"]`` says ``columnar``); a
+reconfiguring or checkpointed run takes the tuple path (``extra["columnar_fallback"]``).
+
 ``reconfigure`` and the controller apply to every region: a ``(COUNT, P)`` step migrates every
 region to P channels once the run has read COUNT source tuples (the region whose splitter reads
 all sources itself does it exactly after the COUNT-th tuple; a downstream region at the next
@@ -63,8 +68,8 @@ def run(flow: Flow, parallelism: int = 1, max_parallelism: int | None = None,
         controller: str | Controller | None = None,
         controller_options: dict[str, Any] | None = None, metrics_interval: float = 1.0,
         channels: str = "threads", store: str | StateStore | None = None, batch: int = 256,
-        pulse_ms: float = 50, start_method: str = "forkserver", checkpoint: str | None = None,
-        checkpoint_every: Any = None) -> RunResult:
+        pulse_ms: float = 50, start_method: str = "forkserver", columnar: str = "on",
+        checkpoint: str | None = None, checkpoint_every: Any = None) -> RunResult:
     """Runs ``flow`` with every O+ on ``parallelism`` shared-nothing channels.
 
     Args:
@@ -93,6 +98,11 @@ def run(flow: Flow, parallelism: int = 1, max_parallelism: int | None = None,
             flush, checked at each input tuple, so a slow source still gets its outputs out.
         start_method: multiprocessing start method of process channels (``"forkserver"`` or
             ``"spawn"``; never ``"fork"`` with threads running).
+        columnar: ``"on"``: an A+ with columnar forms (``Aggregate.columnar``) reading a
+            sorted, unpaced file source, on process channels, takes whole Arrow batches
+            (:mod:`.sn_columnar`); a reconfiguring or checkpointed run, thread channels or
+            another flow shape take the tuple path, ``extra["columnar_fallback"]`` says why.
+            ``"off"``: always the tuple path.
         checkpoint: a directory: checkpoints are taken there every ``checkpoint_every`` (N
             input tuples, ``"Ns"``, ``"Nms"``; default 10 s) and a run given a directory
             holding one resumes from it, at any parallelism (:mod:`.sn_checkpoint`,
@@ -125,9 +135,17 @@ def run(flow: Flow, parallelism: int = 1, max_parallelism: int | None = None,
                                  and not isinstance(store, SQLiteStateStore)):
             raise ValueError("process channels migrate state through a file every process can "
                              "open: use store='sqlite' (or an SQLiteStateStore)")
+    if columnar not in ("on", "off"):
+        raise FlowDefinitionError(f"columnar must be 'on' or 'off', got {columnar!r}")
     flow.validate()
-    state_store, own_store, state_dir = _open_store(store)
     sinks = [s for _, s in flow.sinks]
+    cp = _columnar_plan(flow, channels, columnar, bool(schedule) or ctl_given,
+                        checkpoint is not None)
+    if cp is not None and not isinstance(cp, str):
+        return _run_columnar(flow, cp, sinks, parallelism=parallelism, key_groups=key_groups,
+                             capacity=capacity, start_method=start_method,
+                             max_parallelism=max_parallelism)
+    state_store, own_store, state_dir = _open_store(store)
     t0 = time.perf_counter()
     ck = (checkpoint, checkpoint_every) if checkpoint is not None else None
     try:
@@ -180,12 +198,56 @@ def run(flow: Flow, parallelism: int = 1, max_parallelism: int | None = None,
             "blocked_s": sum(reg.blocked_total for reg in regions),
             "startup_s": ex.startup_s,
             "regions": {reg.name: reg.stats() for reg in regions},
+            "paths": {reg.name: "sliced" if getattr(reg.op, "sliced", False) else "tuple"
+                      for reg in regions},
+            **({"columnar_fallback": {reg.name: cp for reg in regions
+                                      if getattr(reg.op, "columnar", False)}}
+               if isinstance(cp, str) else {}),
             "latency_ms": ex.latency.summary(),
             "latency_series": ex.latency.series(),
             **({"checkpoints": ex.ck.taken, "checkpoint_log": ex.ck.ckpt.stats.log()}
                if ex.ck is not None else {}),
         },
     )
+
+
+def _columnar_plan(flow: Flow, channels: str, columnar: str, reconfiguring: bool,
+                   checkpointing: bool) -> Any:
+    """:func:`.sn_columnar.plan` (imported only for process channels: it imports
+    multiprocessing), or the reason the columnar path does not apply, or None when no O+
+    has columnar forms."""
+    if not any(getattr(n.spec, "columnar", False) for n in flow.nodes if n.kind == "oplus"):
+        return None
+    if columnar != "on":
+        return "columnar='off'"
+    if channels != "processes":
+        return "thread channels (the columnar path runs on process channels)"
+    from . import sn_columnar
+
+    return sn_columnar.plan(flow, reconfiguring=reconfiguring, checkpointing=checkpointing)
+
+
+def _run_columnar(flow: Flow, cp: Any, sinks: list[Any], *, parallelism: int, key_groups: int,
+                  capacity: int | None, start_method: str,
+                  max_parallelism: int) -> RunResult:
+    """The columnar path (:mod:`.sn_columnar`), reported as the tuple path reports a run."""
+    from . import sn_columnar
+
+    t0 = time.perf_counter()
+    with sink_session(sinks):
+        out = sn_columnar.run_columnar(flow, cp, parallelism=parallelism, n_groups=key_groups,
+                                       capacity=capacity, start_method=start_method)
+    extra = out["extra"]
+    name = cp.node.name
+    return RunResult(
+        engine="sn", elapsed=time.perf_counter() - t0, tuples_in=out["tuples_in"],
+        tuples_out={s.name: s.count for s in sinks},
+        extra={**extra, "channels": "processes", "max_parallelism": max_parallelism,
+               "regions": {name: {"parallelism": parallelism,
+                                  "tuples_routed": extra["tuples_routed"],
+                                  "tuples_sent": extra["tuples_sent"],
+                                  "duplication_factor": extra["duplication_factor"],
+                                  "blocked_s": extra["blocked_s"]}}})
 
 
 def _open_store(store: str | StateStore | None) -> tuple[StateStore, bool, Path | None]:

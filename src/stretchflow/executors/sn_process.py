@@ -63,11 +63,12 @@ from ..elastic.migration import SQLiteStateStore
 from ..errors import FlowDefinitionError, OperatorError
 from ..operators.oplus import OPlus, OPlusInstance, SharedState, key_pairs
 from ..runtime import Stopped
+from ..runtime.signals import signals_deferred
 from ..runtime.tempdirs import use_own_mp_tempdir
 from .sn_channel import ChannelCore
 
-__all__ = ["ProcessTransport", "StableGroupRoute", "ship", "stable_group_function",
-           "stable_instance"]
+__all__ = ["ProcessTransport", "StableGroupRoute", "channel_io", "report_error", "ship",
+           "stable_group_function", "stable_instance"]
 
 _PARENT_CHECK = 1.0  # seconds a channel process waits before checking that its parent lives
 _WAIT = 0.1  # seconds the parent waits on a reply before checking whether the run stopped
@@ -277,15 +278,17 @@ def watch_parent(poll: float = _PARENT_CHECK) -> threading.Thread:
     return t
 
 
-def _channel_main(blob: bytes, j: int, n_groups: int, assign: list[int], store_path: str,
-                  inq: Any, outq: Any, pdeathsig: bool = True) -> None:
-    """A channel process: processSN on its key groups until ``end`` or ``leave``."""
+def channel_io(inq: Any, outq: Any, pdeathsig: bool = True
+               ) -> tuple[Callable[[Any], None], Callable[[], Any]]:
+    """A channel process's start (SIGINT ignored, death with the parent) and its two ends:
+    ``put(msg)`` pickles and sends a reply, ``get()`` takes the next message; both give up
+    (``SystemExit``) once the parent is gone. Shared by the tuple channel below and the
+    columnar one (:mod:`.sn_columnar`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops the run (module doc)
     if pdeathsig:
         set_parent_death_signal()
     watch_parent()
     parent = mp.parent_process()
-    store: SQLiteStateStore | None = None
 
     def orphaned() -> bool:
         return parent is not None and not parent.is_alive()
@@ -308,6 +311,22 @@ def _channel_main(blob: bytes, j: int, n_groups: int, assign: list[int], store_p
                 if orphaned():
                     raise SystemExit(1) from None
 
+    return put, get
+
+
+def report_error(put: Callable[[Any], None], j: int, e: BaseException) -> None:
+    """Sends a channel's error to the parent (which stops the run), if it still can."""
+    try:
+        put(("error", j, _export(e)))
+    except BaseException:  # noqa: BLE001 - the parent is gone or the queue broke
+        pass
+
+
+def _channel_main(blob: bytes, j: int, n_groups: int, assign: list[int], store_path: str,
+                  inq: Any, outq: Any, pdeathsig: bool = True) -> None:
+    """A channel process: processSN on its key groups until ``end`` or ``leave``."""
+    put, get = channel_io(inq, outq, pdeathsig)
+    store: SQLiteStateStore | None = None
     try:
         op = pickle.loads(blob)
         core = ChannelCore(j, op, stable_instance(op, SharedState(n_groups), j, assign,
@@ -346,10 +365,7 @@ def _channel_main(blob: bytes, j: int, n_groups: int, assign: list[int], store_p
     except SystemExit:
         raise
     except BaseException as e:  # noqa: BLE001 - reported to the parent, which stops the run
-        try:
-            put(("error", j, _export(e)))
-        except BaseException:  # noqa: BLE001 - the parent is gone or the queue broke
-            pass
+        report_error(put, j, e)
         raise SystemExit(1) from None
     finally:
         if store is not None:
@@ -359,6 +375,9 @@ def _channel_main(blob: bytes, j: int, n_groups: int, assign: list[int], store_p
 # -- the parent's side -------------------------------------------------------------------------
 class ProcessTransport:
     """Starts channel processes for one run and runs Alg. 4 with them (see module doc)."""
+
+    #: what a channel process runs (:mod:`.sn_columnar`'s transport runs its own)
+    main = staticmethod(_channel_main)
 
     def __init__(self, op: OPlus, n_groups: int, start_method: str = "forkserver",
                  preload: list[OPlus] | None = None):
@@ -438,7 +457,7 @@ class ProcessChannel:
         pdeathsig = (transport.start_method == "forkserver"
                      or threading.get_ident() == transport.owner)
         self.proc = ctx.Process(
-            target=_channel_main, name=f"sn-channel-{j}", daemon=True,
+            target=transport.main, name=f"sn-channel-{j}", daemon=True,
             args=(transport.blob, j, transport.G, list(ex.assign), transport.store_path,
                   self.inq, self.resq, pdeathsig))
         self.relay = ex.run.thread(self._relay, name=f"sn-relay-{ex.name}-{j}")
@@ -446,7 +465,8 @@ class ProcessChannel:
         self.ready = threading.Event()
 
     def start(self) -> None:
-        self.proc.start()
+        with signals_deferred():  # a signal mid-start would orphan a half-started child
+            self.proc.start()
         # The channel holds its own copy of the reply pipe's write end now. Dropping the
         # parent's makes the channel the only writer, so its death reads as end of file: a
         # channel killed in the middle of a reply (terminated after a failure, or a SIGTERM

@@ -405,56 +405,26 @@ class EpochOutputs:
                 s._sf_open = False
 
 
-def cat(paths: list[str]) -> int:
-    """``stretchflow cat DIR [DIR ...]``: the records of part directories (or plain .jsonl,
-    .csv, .parquet files) on standard output as JSON Lines, parts in id order; JSON Lines
-    parts are copied byte for byte. Returns the exit status (2 with one line on stderr for a
-    bad path)."""
-    import sys
-
-    out = sys.stdout.buffer
-    try:
-        for path in paths:
-            p = Path(path)
-            if not p.exists():
-                raise StretchflowError(f"{p}: no such file or directory")
-            files = [f for _, f in committed_parts(p)] if p.is_dir() else [p]
-            for f in files:
-                if f.suffix not in WRITERS:
-                    raise StretchflowError(f"{f}: not a part directory nor a .jsonl, .csv or "
-                                           f".parquet file")
-                if WRITERS[f.suffix] is JsonLinesSink:
-                    with open(f, "rb") as fh:
-                        for line in fh:
-                            out.write(line if line.endswith(b"\n") else line + b"\n")
-                else:
-                    for rec in _part_records(f):
-                        out.write(orjson.dumps(rec) + b"\n")
-        out.flush()
-    except BrokenPipeError:  # `stretchflow cat DIR | head`: the reader has what it wanted
-        # stdout is gone: point it at /dev/null so the flush at exit does not fail again
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
-    except (StretchflowError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
-
-
-def register(subparsers: Any) -> None:
-    """Adds ``cat`` to the ``stretchflow`` command's subparsers (``args.fn(args)``)."""
-    c = subparsers.add_parser("cat", help="print a streaming output directory (part files) "
-                              "as one JSON Lines stream, parts in order")
-    c.add_argument("paths", nargs="+", metavar="DIR",
-                   help="a part directory (or a .jsonl/.csv/.parquet file)")
-    c.set_defaults(fn=lambda args: cat(args.paths))
-
-
-def cat_main(argv: list[str]) -> int:
-    """``stretchflow cat`` as a program of its own: parses ``argv``, runs :func:`cat`."""
-    import argparse
-
-    ap = argparse.ArgumentParser(prog="stretchflow")
-    register(ap.add_subparsers(required=True))
-    args = ap.parse_args(["cat", *argv])
-    return args.fn(args)
+def cat_lines(paths: list[str]) -> Iterator[bytes]:
+    """What ``stretchflow cat DIR [DIR ...]`` writes (the command, in :mod:`stretchflow.cli`,
+    puts it on standard output): the records of part directories (or plain .jsonl, .csv,
+    .parquet files) as JSON Lines, one line at a time, parts in id order; JSON Lines parts are
+    copied byte for byte (a last line without its newline gets one). A path that does not
+    exist or is of no known format raises :class:`StretchflowError` naming it, when the cat
+    reaches it (what came before it is out already)."""
+    for path in paths:
+        p = Path(path)
+        if not p.exists():
+            raise StretchflowError(f"{p}: no such file or directory")
+        files = [f for _, f in committed_parts(p)] if p.is_dir() else [p]
+        for f in files:
+            if f.suffix not in WRITERS:
+                raise StretchflowError(f"{f}: not a part directory nor a .jsonl, .csv or "
+                                       f".parquet file")
+            if WRITERS[f.suffix] is JsonLinesSink:
+                with open(f, "rb") as fh:
+                    for line in fh:
+                        yield line if line.endswith(b"\n") else line + b"\n"
+            else:
+                for rec in _part_records(f):
+                    yield orjson.dumps(rec) + b"\n"

@@ -170,6 +170,12 @@ class RedisStream(Source):
                     yield ts, rec, eid
                     if kind == "count" and n >= amount:
                         return
+                if len(entries) < self.count and self.sorted and last_ts > marked:
+                    # caught up with the writers (a short read): the next read waits, so
+                    # give the engine a watermark now, as a followed file does at its end;
+                    # else a reference O+ holds its run until it fills (about 1 s at 500 t/s)
+                    marked = last_ts
+                    yield last_ts, WATERMARK, f"{after} (caught up)"
         finally:
             r.close()
 

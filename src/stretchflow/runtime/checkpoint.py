@@ -18,7 +18,9 @@ The sink side (:meth:`Checkpointer.drain`) holds each sink's output as a part di
 checkpoint directory (``DIR/output-J/``, :class:`~stretchflow.io.parts.PartWriter`, parts
 named by epoch): on barrier e a sink commits its part e; once every sink has, checkpoint e is
 written: the snapshots and source offsets to ``state-E.pkl`` (temp, fsync, rename), then the
-manifest ``_checkpoint.json`` naming it with its SHA-256 (the commit point). At the end of
+manifest ``_checkpoint.json`` naming it with its SHA-256 (the commit point). The reference
+engine's drain does those writes on a committer thread while the run goes on, Flink's
+asynchronous phase (:mod:`stretchflow.runtime.checkpoint_drain`). At the end of
 input the last part is committed and the parts are published to the sinks' own files at once
 (:func:`~stretchflow.runtime.sinks.sink_session`: temp file beside the target, renamed), so
 ``--output`` only ever holds a complete run; then the checkpoint is cleared.
@@ -35,7 +37,6 @@ every sink and every stateful operator saw its barrier: after a branch of the fl
 from __future__ import annotations
 
 import hashlib
-import heapq
 import json
 import math
 import os
@@ -43,7 +44,6 @@ import pickle
 import sys
 import time
 from collections.abc import Iterator
-from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -53,8 +53,8 @@ from ..eventtime import WATERMARK
 from ..io.parts import MANIFEST as PARTS_MANIFEST
 from ..io.parts import fsync_dir, is_temp, take_lock, write_atomic
 from ..io.sinks import JsonLinesSink
+from .checkpoint_drain import AsyncDrain, AsyncParts, CheckpointBarrier
 from .checkpoint_stats import CheckpointStats
-from .control import Barrier
 from .pump import EpochParts
 
 MANIFEST = "_checkpoint.json"
@@ -62,22 +62,8 @@ FORMAT = "stretchflow-checkpoint/1"
 #: source tuples between two looks at the checkpoint schedule (per source): the cost of the
 #: look stays off the per-tuple path; a cut comes at most this many tuples late per source
 STEP = 1024
-#: sink items pulled (and written) at a time by :meth:`Checkpointer.drain`
-CHUNK = 4096
-
-
-class CheckpointBarrier(Barrier):
-    """The payload of a checkpoint's control tuple ``(cut + 0.5, barrier)``: epoch ``epoch``
-    covers every input tuple with ts <= ``cut``."""
-
-    __slots__ = ("cut",)
-
-    def __init__(self, epoch: int, cut: int):
-        super().__init__(epoch)
-        self.cut = cut
-
-    def __repr__(self) -> str:
-        return f"CheckpointBarrier(epoch={self.epoch}, cut={self.cut})"
+__all__ = ["MANIFEST", "CheckpointBarrier", "Checkpointer", "Cuts", "EpochParts",
+           "parse_every"]
 
 
 def parse_every(text: Any) -> tuple[str, float]:
@@ -223,7 +209,7 @@ class Cuts:
             self.cuts.append(int(self.latest))
 
 
-class Checkpointer:
+class Checkpointer(AsyncDrain):
     """One run's checkpoints in directory ``path``: sources wrapped to emit barriers and skip
     what a restored checkpoint covers, operator snapshots, the sinks' held output, the
     manifest. See the module docstring; an engine calls :meth:`source` (or
@@ -276,7 +262,7 @@ class Checkpointer:
         self.plan = Cuts(self.every, base)
         for j in range(len(self.sinks)):
             _unborn_parts(self.path / f"output-{j}")
-        self.writers = [EpochParts(self.path / f"output-{j}", ".jsonl")
+        self.writers = [AsyncParts(self.path / f"output-{j}", ".jsonl")
                         for j in range(len(self.sinks))]
         for w in self.writers:  # parts after the checkpoint: their epochs are replayed
             for k in [int(k) for k in w.manifest["parts"] if int(k) > base]:
@@ -436,106 +422,32 @@ class Checkpointer:
                                    f"for operator {node!r}")
         return self.states[node]
 
-    # -- sinks --------------------------------------------------------------------------------
-    def drain(self, streams: list[Iterator[Any]]) -> None:
-        """Pulls the sinks' streams (one per sink, in sink order) to their end, committing
-        each sink's output per epoch and writing each checkpoint once every sink has its
-        part; the output after the last barrier becomes the last part.
-
-        Each sink's output goes into its open part file as it comes (4096 records a write):
-        an epoch's output is never held in memory, which kept the whole epoch's tuples alive
-        and made the garbage collector walk them again and again (most of the cost of a
-        checkpointed run: issue #17)."""
-        try:
-            if len(streams) == 1:
-                self._drain_one(streams[0])
-            else:
-                self._drain_merged(streams)
-            last = self.plan.base + len(self.plan.cuts) + 1
-            for j in range(len(streams)):
-                self._commit(j, last)
-        except BaseException:
-            for w in self.writers:
-                w.abort_open()
-            raise
-
-    def _drain_one(self, stream: Iterator[Any]) -> None:
-        """One sink: data tuples are gathered into runs of :data:`CHUNK` and written; the one
-        test per item is its payload's type against the control types (watermarks, barriers,
-        batches). The items are pulled one by one, as the drain without checkpoints does: a
-        barrier is acted on as soon as it comes, however sparse the output (pulling a chunk
-        ahead would hold a checkpoint back until the chunk fills)."""
-        w = self.writers[0]
-        control = _CONTROL
-        buf: list[Any] = []
-        append = buf.append
-        for item in stream:
-            v = item[1]
-            if type(v) not in control:
-                append(item)
-                if len(buf) >= CHUNK:
-                    w.write(buf)
-                    buf = []
-                    append = buf.append
-                continue
-            if buf:
-                w.write(buf)
-                buf = []
-                append = buf.append
-            if type(v) is Batch:
-                w.write_batch(v)
-            elif type(v) is CheckpointBarrier:
-                self._at_barrier(0, v, 1)
-            # else a watermark: the engine's, not output (the part is not visible before
-            # publish, so nothing is gained by writing at every watermark)
-        if buf:
-            w.write(buf)
-
-    def _drain_merged(self, streams: list[Iterator[Any]]) -> None:
-        """Several sinks: their streams merged by timestamp (as the drain without checkpoints
-        does: the streams share upstream operators through tees, read in step), each sink's
-        data written in runs of :data:`CHUNK`."""
-        n = len(streams)
-        bufs: list[list[Any]] = [[] for _ in streams]
-        tagged = [_tag(s, j) for j, s in enumerate(streams)]
-        for ts, j, v in heapq.merge(*tagged, key=itemgetter(0)):
-            t = type(v)
-            if t is Batch or t is CheckpointBarrier:
-                if bufs[j]:
-                    self.writers[j].write(bufs[j])
-                    bufs[j] = []
-                if t is Batch:
-                    self.writers[j].write_batch(v)
-                else:
-                    self._at_barrier(j, v, n)
-            elif v is not WATERMARK:
-                buf = bufs[j]
-                buf.append((ts, v))
-                if len(buf) >= CHUNK:
-                    self.writers[j].write(buf)
-                    bufs[j] = []
-        for j, buf in enumerate(bufs):
-            if buf:
-                self.writers[j].write(buf)
-
-    def _at_barrier(self, j: int, b: CheckpointBarrier, sinks: int) -> None:
-        self._commit(j, b.epoch)
-        if len(self.done[b.epoch]) == sinks:
-            self._checkpoint(b.epoch, b.cut)
-
-    def _commit(self, j: int, epoch: int) -> None:
-        self.writers[j].commit_open(epoch)
-        self.done.setdefault(epoch, set()).add(j)
-
+    # -- sinks (the drain and its asynchronous phase: checkpoint_drain.AsyncDrain) -----------
     def _checkpoint(self, epoch: int, cut: int) -> None:
+        """Writes checkpoint ``epoch`` now (every sink has committed its part)."""
+        taken = self._take_epoch(epoch)
+        if taken is not None:
+            self._write_checkpoint(epoch, cut, *taken)
+
+    def _take_epoch(self, epoch: int) -> tuple[dict[str, bytes], dict[str, int]] | None:
+        """The snapshots and source offsets of ``epoch``, taken out of what the run holds
+        (on the thread that adds to it), or None when the epoch cannot be a checkpoint."""
         snaps = self.snaps.pop(epoch, {})
         offsets = self.offsets.pop(epoch, {})
+        for e in [e for e in self.snaps if e < epoch]:  # superseded
+            del self.snaps[e]
         for name in self.sources:
             if name not in offsets and name in self.ended:
                 offsets[name] = self.ended[name]  # ended before the cut: read it all
         if set(snaps) != self.stateful or set(offsets) != set(self.sources):
             self.stats.dropped(epoch)
-            return  # a branch has ended: its operators cannot snapshot this epoch
+            return None  # a branch has ended: its operators cannot snapshot this epoch
+        return snaps, offsets
+
+    def _write_checkpoint(self, epoch: int, cut: int, snaps: dict[str, bytes],
+                          offsets: dict[str, int]) -> None:
+        """The state file, then the manifest naming it (the commit point); on the drain's
+        committer thread for the reference engine (checkpoint_drain)."""
         write_start = time.perf_counter()
         state = pickle.dumps(snaps, protocol=5)
         name = f"state-{epoch:08d}.pkl"
@@ -562,8 +474,6 @@ class Checkpointer:
             if old.name != name:
                 old.unlink(missing_ok=True)
         self.taken += 1
-        for e in [e for e in self.snaps if e < epoch]:
-            del self.snaps[e]
 
     def publish(self) -> None:
         """The held output, every part in epoch order, to the sinks' own files at once (a
@@ -572,14 +482,20 @@ class Checkpointer:
         from ..io.sinks import Stdout
         from .sinks import sink_session
 
-        with sink_session(self.sinks):
-            for s, w in zip(self.sinks, self.writers, strict=True):
+        staged = self.staged(0) if self.sinks else None
+        session = staged[0] if staged else sink_session(self.sinks).open()
+        self._staged = None
+        try:
+            for j, (s, w) in enumerate(zip(self.sinks, self.writers, strict=True)):
                 raw = (getattr(s, "_f", None) if type(s) is JsonLinesSink else
                        sys.stdout.buffer if type(s) is Stdout else None)
                 if raw is not None:
-                    # the parts are what this sink writes, byte for byte: copied
-                    for _, f in committed_parts(w.path):
-                        copy_file(f, raw)  # in the kernel where it can
+                    # the parts are what this sink writes, byte for byte: copied (those the
+                    # drain's committer has not already copied while the run went on)
+                    done = self._staged_ids[j] if staged else ()
+                    for k, f in committed_parts(w.path):
+                        if k not in done:
+                            copy_file(f, raw)  # in the kernel where it can
                     if type(s) is Stdout:
                         sys.stdout.flush()  # (text printed through sys.stdout goes first)
                         raw.flush()
@@ -594,6 +510,10 @@ class Checkpointer:
                         buf = []
                 if buf:
                     s.write(buf)
+        except BaseException as e:
+            session.end(e)  # aborts every sink: --output stays as it was
+            raise
+        session.end()
         self.clear()
 
     def clear(self) -> None:
@@ -606,19 +526,12 @@ class Checkpointer:
             w.reset()
 
     def close(self) -> None:
+        self._abort_staged()  # drained but never published (a failure in between)
         for w in getattr(self, "writers", []):
             w.close()
         if self._lock is not None:
             self._lock.close()
             self._lock = None
-
-
-_CONTROL = frozenset({type(WATERMARK), Batch, CheckpointBarrier})
-
-
-def _tag(items: Iterator[Any], j: int) -> Iterator[tuple[Any, int, Any]]:
-    for ts, v in items:
-        yield ts, j, v
 
 
 def _unborn_parts(path: Path) -> None:

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
 
-__all__ = ["Interrupted", "interrupt_on_signals"]
+__all__ = ["Interrupted", "interrupt_on_signals", "signals_deferred"]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -53,6 +53,34 @@ class Interrupted(BaseException):
         return f"stopped by {self.name}"
 
 
+#: signals that arrived inside :func:`signals_deferred`, raised when it ends (main thread only)
+_deferred: list[int] = []
+_defer_depth = 0
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """A section the first SIGINT/SIGTERM must not interrupt: its :class:`Interrupted` is
+    raised when the section ends. Starting a child process is such a section: interrupted
+    between the fork server's fork and the reply with the pid, the parent would not know its
+    child, drop the queues the child is still unpickling, and the child would die with a
+    traceback on the shared stderr. Only the main thread's handler ever raises, so
+    elsewhere this changes nothing."""
+    global _defer_depth
+    main = threading.current_thread() is threading.main_thread()
+    if main:
+        _defer_depth += 1
+    try:
+        yield
+    finally:
+        if main:
+            _defer_depth -= 1
+            if _defer_depth == 0 and _deferred:
+                signum = _deferred.pop()
+                _deferred.clear()
+                raise Interrupted(signum)
+
+
 class SignalWatch:
     """What :func:`interrupt_on_signals` saw: the first signal (``received``), if any."""
 
@@ -60,6 +88,10 @@ class SignalWatch:
         self.received: int | None = None
 
     def _handler(self, signum: int, _frame: FrameType | None) -> None:
+        if self.received is None and _defer_depth:
+            self.received = signum
+            _deferred.append(signum)  # raised when the section ends (signals_deferred)
+            return
         if self.received is not None:
             # the second signal: the user will not wait for the cleanup of the first
             try:

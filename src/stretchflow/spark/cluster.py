@@ -30,16 +30,30 @@ def spark_home() -> Path:
     return Path(pyspark.__file__).parent
 
 
-def _wait_port(port: int, proc: subprocess.Popen, what: str, timeout: float) -> None:
+def daemon_env(host: str, home: Path | None = None) -> dict[str, str]:
+    """The environment of a master or worker JVM bound to ``host`` (an address of this
+    machine): ``SPARK_LOCAL_IP`` is where it listens, and executors a worker starts run this
+    interpreter's Python (``PYSPARK_PYTHON``), where stretchflow is installed."""
+    home = home or spark_home()
+    return dict(os.environ, SPARK_HOME=str(home), PYSPARK_PYTHON=sys.executable,
+                SPARK_LOCAL_IP=host, SPARK_NO_DAEMONIZE="1")
+
+
+def wait_port(port: int, proc: subprocess.Popen, what: str, timeout: float,
+              host: str = "127.0.0.1") -> None:
+    """Waits until ``host:port`` accepts a connection; a clear error if ``proc`` (the process
+    that should listen there) exits first or the time runs out."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if proc.poll() is not None:
             raise EngineUnavailableError(f"the Spark {what} exited with code {proc.returncode}")
         with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
+            s.settimeout(2.0)
+            if s.connect_ex((host, port)) == 0:
                 return
         time.sleep(0.5)
-    raise EngineUnavailableError(f"the Spark {what} did not listen on port {port} in {timeout}s")
+    raise EngineUnavailableError(
+        f"the Spark {what} did not listen on {host}:{port} in {timeout}s")
 
 
 @contextmanager
@@ -48,8 +62,7 @@ def standalone(workers: int = 1, cores: int = 1, memory: str = "1g",
     """Starts a standalone master and ``workers`` workers on 127.0.0.1; yields the master URL."""
     check_java()
     home = spark_home()
-    env = dict(os.environ, SPARK_HOME=str(home), PYSPARK_PYTHON=sys.executable,
-               SPARK_LOCAL_IP="127.0.0.1", SPARK_NO_DAEMONIZE="1")
+    env = daemon_env("127.0.0.1", home)
     cls = [str(home / "bin" / "spark-class")]
     port = free_port()
     procs: list[subprocess.Popen] = []
@@ -59,7 +72,7 @@ def standalone(workers: int = 1, cores: int = 1, memory: str = "1g",
                    str(port), "--webui-port", str(free_port())],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         procs.append(master)
-        _wait_port(port, master, "master", timeout)
+        wait_port(port, master, "master", timeout)
         url = f"spark://127.0.0.1:{port}"
         for _ in range(workers):
             procs.append(subprocess.Popen(

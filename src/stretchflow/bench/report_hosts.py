@@ -1,0 +1,38 @@
+"""The renderer of docs/RESULTS.md's ``spark-hosts-loss`` block (issue #21): what a lost
+worker costs a batch job on a cluster of separate hosts (:mod:`stretchflow.bench.spark_hosts`).
+"""
+
+from __future__ import annotations
+
+from .report_tables import Doc, f1, f2, n0, renderer, spread, table
+
+
+@renderer("spark-hosts-loss", "spark-hosts-loss")
+def _hosts_loss(d: Doc) -> str:
+    m = d["metrics"]
+    if "unavailable" in m:
+        return f"Not measured on that machine: {m['unavailable']}."
+    p = d["parameters"]
+    rows = []
+    for name, label in (("undisturbed", "undisturbed"), ("worker_lost", "worker 2 SIGKILLed")):
+        runs = [r for r in m["runs"] if r["variant"] == name]
+        rows.append([label, spread(m[f"{name}_s"], f1), str(len(runs)),
+                     "yes" if all(r["identical"] for r in runs) else "**no**"])
+    failed = ", ".join(f"{k} × {v}" for k, v in sorted(m["failed_tasks"].items())) or "none"
+    return (f"Batch wordcount of {n0(m['rows'])} tweets ({n0(m['outputs'])} outputs) on "
+            f"{p['workers']} workers of {p['cores_per_worker']} core each and a driver, each in "
+            f"its own network namespace; one driver session for all runs (session start and "
+            f"first job {f1(m['session_start_and_first_job_s'])} s, not counted). Worker 2's "
+            f"process tree is SIGKILLed at {f2(p['kill_fraction'])} × the undisturbed median "
+            f"(the kill hit a running job in {m['kills_during_job']} of "
+            f"{sum(1 for r in m['runs'] if r['variant'] == 'worker_lost')} runs).\n\n"
+            + table(["run", "wall s, median (min–max)", "repeats",
+                     "output = reference"], rows)
+            + f"\n\nExtra wall time with a lost worker: "
+            f"**{m['extra_s_difference_of_medians']:+.1f} s** "
+            f"(difference of medians; ratio of medians {f2(m['ratio_of_medians'])}). "
+            f"Executors removed: {m['executors_removed']}; failed tasks (retried): {failed}.")
+
+
+#: the blocks this module registers (report.py imports it by this name)
+RENDERED = ("spark-hosts-loss",)

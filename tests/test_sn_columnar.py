@@ -1,0 +1,323 @@
+"""SN process channels on whole Arrow batches (issue #16, executors/sn_columnar.py): the splitter
+explodes each batch once and sends every channel its rows as Arrow IPC, the channels run the
+columnar sliced A+'s kernels, and the output is the reference's (its tuple path, as oracle) at
+1-3 channels and any number of key groups, for wordcount and paircount, for batches the
+columnar f_MK refuses, with the same failing tuple named; runs the path does not cover take the
+tuple path and say why; a channel that dies stops the run without a hang."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import stretchflow as sf
+from conformance.contract import checked_multiset, diff, multiset
+from stretchflow.errors import OperatorError
+from stretchflow.executors import sn
+from stretchflow.io.sources import JsonLines
+from stretchflow.operators.aggregate import Aggregate
+from stretchflow.queries.wordcount import paircount, token_columns, tokens_of, wordcount
+
+PROC = {"channels": "processes"}
+SETTINGS = settings(max_examples=8, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow,
+                                           HealthCheck.function_scoped_fixture])
+WORDS = ["a", "b", "c", "é", "x\ty", "", "  a  ", "b\u3000c", "d\u2028e", "#h", "zz"]
+QUERIES = {"wordcount": lambda: wordcount(size=2000, slide=500),
+           "tumbling": lambda: wordcount(size=700, slide=700),
+           "paircount": lambda: paircount(size=1500, slide=500, distance=2)}
+
+
+@st.composite
+def tweets(draw, max_size=300):
+    ts = draw(st.integers(0, 50))
+    rows = []
+    for _ in range(draw(st.integers(1, max_size))):
+        ts += draw(st.one_of(st.just(0), st.integers(1, 40), st.integers(100, 900)))
+        text = " ".join(draw(st.lists(st.sampled_from(WORDS), max_size=5)))
+        rows.append({"ts": ts, "text": text})
+    return rows
+
+
+@pytest.fixture(autouse=True)
+def _small_batches(monkeypatch):
+    # many source batches (pulses) per example, so windows close at batch boundaries
+    monkeypatch.setattr("stretchflow.executors.vsn_batches.COLUMNAR_BATCH", 37)
+
+
+def _write(path, rows) -> None:
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+
+
+def _flow(path, op):
+    flow = sf.Flow()
+    col = flow.source(JsonLines(path)).oplus(op).collect()
+    return flow, col
+
+
+def _reference(path, op_factory):
+    flow, col = _flow(path, op_factory())
+    flow.run("reference", columnar="off")  # the tuple path: an oracle independent of Arrow
+    return multiset(col)
+
+
+def _bounded(fn, seconds=90):
+    """``fn()`` in a thread that must end within ``seconds`` (a hang fails, never stalls)."""
+    box: dict = {}
+
+    def go():
+        try:
+            box["result"] = fn()
+        except BaseException as e:  # noqa: BLE001
+            box["error"] = e
+
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), f"the run did not end within {seconds} s"
+    return box
+
+
+@SETTINGS
+@given(rows=tweets(), query=st.sampled_from(sorted(QUERIES)), p=st.integers(1, 3),
+       groups=st.sampled_from([1, 5, 128]))
+def test_same_output_as_the_reference(tmp_path, rows, query, p, groups):
+    path = tmp_path / "in.jsonl"
+    _write(path, rows)
+    want = _reference(path, QUERIES[query])
+    flow, col = _flow(path, QUERIES[query]())
+    res = flow.run("sn", parallelism=p, key_groups=groups, **PROC)
+    assert res.extra["paths"] == {flow.nodes[1].name: "columnar"}
+    assert "columnar_fallback" not in res.extra
+    assert res.total_in == len(rows)
+    got = checked_multiset(col)
+    assert got == want, diff(got, want)
+
+
+def test_rows_are_split_between_channels_not_copied(tmp_path):
+    rows = [{"ts": t * 7, "text": " ".join(WORDS[(t * k) % len(WORDS)] for k in range(5))}
+            for t in range(2000)]
+    path = tmp_path / "in.jsonl"
+    _write(path, rows)
+    tokens = sum(sum(tokens_of(r["text"]).values()) for r in rows)
+    flow, col = _flow(path, QUERIES["wordcount"]())
+    res = flow.run("sn", parallelism=3, **PROC)
+    c = res.extra["columnar"]
+    # wordcount's columnar f_MK gives one row per token occurrence: every row goes to one
+    # channel, and the channels' bytes both ways are Arrow IPC
+    assert c["rows_sent"] == tokens
+    assert res.extra["duplication_factor"] == 1.0
+    assert c["ipc_bytes_to_channels"] > 0 and c["ipc_bytes_from_channels"] > 0
+    assert c["batches"] == -(-len(rows) // 37)
+    assert checked_multiset(col) == _reference(path, QUERIES["wordcount"])
+
+
+def _picky():
+    """wordcount whose columnar f_MK refuses every batch holding the token "zz": those
+    batches' pairs go to the channels pickled and are added tuple at a time."""
+    op = wordcount(size=2000, slide=500)
+    columns = op.columns
+
+    def picky(payloads):
+        texts = (payloads.column("text").to_pylist() if hasattr(payloads, "column")
+                 else [p["text"] for p in payloads])
+        if any("zz" in t.split() for t in texts):
+            raise ValueError("not this batch")
+        return columns(payloads)
+
+    op.columns = picky
+    return op
+
+
+@SETTINGS
+@given(rows=tweets(), p=st.integers(1, 3), groups=st.sampled_from([1, 64]))
+def test_batches_the_columnar_form_refuses(tmp_path, rows, p, groups):
+    path = tmp_path / "in.jsonl"
+    _write(path, rows)
+    want = _reference(path, _picky)
+    flow, col = _flow(path, _picky())
+    res = flow.run("sn", parallelism=p, key_groups=groups, **PROC)
+    assert res.extra["paths"] == {"wordcount": "columnar"}
+    got = checked_multiset(col)
+    assert got == want, diff(got, want)
+
+
+def test_a_failing_tuple_is_named_as_tuple_at_a_time(tmp_path):
+    rows = [{"ts": t, "text": "a b"} for t in range(0, 2000, 10)]
+    rows[150] = {"ts": rows[150]["ts"], "text": 5}  # tokens_of(5) fails: no split
+    rows[170] = {"ts": rows[170]["ts"], "text": 6}
+    path = tmp_path / "in.jsonl"
+    _write(path, rows)
+    flow, _ = _flow(path, QUERIES["wordcount"]())
+    with pytest.raises(OperatorError) as want:
+        flow.run("reference", columnar="off")
+    for p in (1, 3):
+        flow, _ = _flow(path, QUERIES["wordcount"]())
+        box = _bounded(lambda flow=flow, p=p: flow.run("sn", parallelism=p, **PROC))
+        got = box.get("error")
+        assert isinstance(got, OperatorError), box
+        assert (got.ts, got.payload) == (want.value.ts, want.value.payload)
+
+
+def _marked(update):
+    """wordcount whose columnar f_MK refuses a batch with a ``mark`` field (so f_U runs in
+    the channel process, tuple at a time) and whose f_U is ``update``."""
+    def columns(payloads):
+        names = payloads.column_names if hasattr(payloads, "column_names") else \
+            {k for p in payloads for k in p}
+        if "mark" in names:
+            raise ValueError("marked")
+        return token_columns(payloads)
+
+    return Aggregate(size=2000, slide=500, keys=lambda t: tokens_of(t["text"]), init=int,
+                     update=update, output=lambda w, n: {"word": w, "count": n},
+                     name="marked", columns=columns, combine=lambda a, b: a + b,
+                     output_columns=("word", "count"))
+
+
+def _marked_rows():
+    rows = [{"ts": t, "text": "a b c"} for t in range(0, 3000, 3)]
+    rows[600] = {"ts": rows[600]["ts"], "text": "q q q q q q q", "mark": 1}
+    return rows
+
+
+def test_a_user_error_in_a_channel_process_is_named(tmp_path):
+    path = tmp_path / "in.jsonl"
+    _write(path, _marked_rows())
+
+    def update(a, n):
+        if n == 7:
+            raise ZeroDivisionError("boom")
+        return a + n
+
+    flow, _ = _flow(path, _marked(update))
+    box = _bounded(lambda: flow.run("sn", parallelism=2, **PROC))
+    err = box.get("error")
+    assert isinstance(err, OperatorError), box
+    assert err.operator == "marked" and err.ts == 1800 and err.payload["mark"] == 1
+    assert isinstance(err.__cause__, ZeroDivisionError)
+
+
+def test_a_channel_process_that_dies_stops_the_run(tmp_path):
+    path = tmp_path / "in.jsonl"
+    _write(path, _marked_rows())
+
+    def update(a, n):
+        if n == 7:
+            os._exit(3)  # no exception, no message: the process just vanishes
+        return a + n
+
+    flow, col = _flow(path, _marked(update))
+    box = _bounded(lambda: flow.run("sn", parallelism=2, **PROC))
+    assert isinstance(box.get("error"), RuntimeError), box
+    assert "exited (code 3)" in str(box["error"])
+    import multiprocessing as mp
+
+    assert not [c for c in mp.active_children() if c.name.startswith("sn-channel")]
+    assert not [t for t in threading.enumerate() if t.name.startswith("sn-")]
+
+
+@pytest.mark.parametrize(("opts", "reason"), [
+    ({"reconfigure": [(100, 2)], **PROC}, "reconfiguring"),
+    ({"controller": "threshold", **PROC}, "reconfiguring"),
+    ({"checkpoint": "CK", **PROC}, "checkpointed"),
+    ({"channels": "threads"}, "thread channels"),
+    ({"columnar": "off", **PROC}, "columnar='off'"),
+])
+def test_runs_the_path_does_not_cover_take_tuples_and_say_why(tmp_path, opts, reason):
+    rows = [{"ts": t * 5, "text": " ".join(WORDS[(t * k) % len(WORDS)] for k in range(3))}
+            for t in range(400)]
+    path = tmp_path / "in.jsonl"
+    _write(path, rows)
+    flow = sf.Flow()
+    out = tmp_path / "out.jsonl"
+    flow.source(JsonLines(path)).oplus(QUERIES["wordcount"]()).sink(str(out))
+    if opts.get("checkpoint") == "CK":  # a checkpointed run writes a file sink
+        opts = {**opts, "checkpoint": str(tmp_path / "ck")}
+    res = flow.run("sn", parallelism=2, **opts)
+    assert res.extra["paths"] == {"wordcount": "sliced"}
+    assert reason in res.extra["columnar_fallback"]["wordcount"]
+    recs = [orjson.loads(line) for line in out.read_bytes().splitlines()]
+    got = multiset((r.pop("ts"), r) for r in recs)
+    assert got == _reference(path, QUERIES["wordcount"])
+
+
+def test_a_source_without_batches_or_another_shape_takes_tuples(tmp_path):
+    rows = [{"ts": t * 5, "text": "a b"} for t in range(300)]
+    flow = sf.Flow()
+    flow.source(sf.io.iterable(rows)).oplus(QUERIES["wordcount"]()).collect()
+    res = sn.run(flow, parallelism=2, **PROC)
+    assert "no batches" in res.extra["columnar_fallback"]["wordcount"]
+    path = tmp_path / "in.jsonl"
+    _write(path, rows)
+    flow = sf.Flow()
+    flow.source(JsonLines(path)).oplus(QUERIES["wordcount"]()).map(lambda p: p).collect()
+    res = sn.run(flow, parallelism=2, **PROC)
+    assert "one source" in res.extra["columnar_fallback"]["wordcount"]
+    with pytest.raises(Exception, match="columnar"):
+        sn.run(flow, columnar="maybe")
+
+
+def test_empty_input_and_a_bad_line(tmp_path):
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b"")
+    flow, col = _flow(path, QUERIES["wordcount"]())
+    res = flow.run("sn", parallelism=2, **PROC)
+    assert res.extra["paths"] == {"wordcount": "columnar"} and col.items == []
+    rows = [{"ts": t, "text": "a b"} for t in range(0, 900, 3)]
+    lines = [orjson.dumps(r) for r in rows]
+    lines[200] = b'{"ts": 600, "text": '  # cut short: the source names the line
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    flow, _ = _flow(path, QUERIES["wordcount"]())
+    with pytest.raises(Exception) as want:
+        flow.run("reference", columnar="off")
+    flow, _ = _flow(path, QUERIES["wordcount"]())
+    box = _bounded(lambda: flow.run("sn", parallelism=2, **PROC))
+    assert type(box.get("error")) is type(want.value), box
+    assert str(box["error"]) == str(want.value)
+
+
+def test_keys_key_groups_cannot_hash_go_per_key(tmp_path):
+    """A columnar f_MK with float keys (no numpy hash): those batches are split per key in
+    Python, with the same output."""
+    import numpy as np
+    import pyarrow as pa
+
+    def make():
+        def columns(payloads):
+            xs = (payloads.column("x").to_pylist() if hasattr(payloads, "column")
+                  else [p["x"] for p in payloads])
+            return np.arange(len(xs)), pa.array([float(x) for x in xs]), np.ones(len(xs),
+                                                                                np.int64)
+
+        return Aggregate(size=100, slide=50, keys=lambda t: float(t["x"]), init=int,
+                         update=lambda a, v: a + 1, output=lambda k, n: {"x": k, "n": n},
+                         name="floats", columns=columns, combine=lambda a, b: a + b,
+                         output_columns=("x", "n"))
+
+    path = tmp_path / "in.jsonl"
+    _write(path, [{"ts": t, "x": t % 7 / 2} for t in range(400)])
+    want = _reference(path, make)
+    flow, col = _flow(path, make())
+    res = flow.run("sn", parallelism=2, **PROC)
+    assert res.extra["paths"] == {"floats": "columnar"}
+    assert checked_multiset(col) == want
+
+
+def test_two_sinks_read_the_windows(tmp_path):
+    rows = [{"ts": t * 11, "text": " ".join(WORDS[(t * k) % len(WORDS)] for k in range(4))}
+            for t in range(500)]
+    path = tmp_path / "in.jsonl"
+    _write(path, rows)
+    flow = sf.Flow()
+    counts = flow.source(JsonLines(path)).oplus(QUERIES["paircount"]())
+    a, b = counts.collect(), counts.collect()
+    res = flow.run("sn", parallelism=2, **PROC)
+    assert res.extra["paths"] == {"paircount": "columnar"}
+    want = _reference(path, QUERIES["paircount"])
+    assert checked_multiset(a) == want and checked_multiset(b) == want
