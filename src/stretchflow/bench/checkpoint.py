@@ -59,7 +59,7 @@ from typing import Any
 
 import orjson
 
-from .common import repeat_probe, results_dir, summarize, write_result
+from .common import repeat_probe, results_dir, rotation, summarize, write_result
 
 NAME = "checkpoint"
 MANIFEST = "_checkpoint.json"  # stretchflow.runtime.checkpoint.MANIFEST (read, never written)
@@ -237,7 +237,7 @@ def _overhead(data: Path, rows: int, tmp: Path, variants: list[str], rounds: int
     identical = {v: True for v in variants}
     differences: dict[str, str] = {}
     for r in range(rounds):
-        order = variants[r % len(variants):] + variants[:r % len(variants)]
+        order = rotation(variants, r)
         outs: dict[str, Path] = {}
         for v in order:
             if progress:

@@ -22,6 +22,17 @@ from ..runtime import procfs
 
 RESULTS_DIR = Path("benchmarks/results")
 
+
+def rotation(variants: list[Any] | tuple[Any, ...], r: int) -> list[Any]:
+    """Round ``r``'s order of ``variants``: each round starts one later, so that no variant
+    always runs first (warm caches) or last (a machine that drifts during a round).
+
+    >>> rotation(("a", "b", "c"), 4)
+    ['b', 'c', 'a']
+    """
+    k = r % len(variants)
+    return list(variants[k:]) + list(variants[:k])
+
 #: "quiet" thresholds (see :func:`quiet`): other processes' CPU at most this fraction of a
 #: repeat's wall time, and the 1-minute load before the first repeat at most this many loads
 #: per CPU

@@ -44,7 +44,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .common import repeat_probe, results_dir, summarize, write_result
+from .common import repeat_probe, results_dir, rotation, summarize, write_result
 from .peers import (
     PEERS,
     PROGRAMS,
@@ -207,7 +207,7 @@ def _one_shape(shape: str, spec: dict[str, Any], tmp: Path, variants: list[str],
     runs: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
     failed: dict[str, str] = {}
     for r in range(rounds):
-        order = variants[r % len(variants):] + variants[:r % len(variants)]
+        order = rotation(variants, r)
         for v in order:
             if v in failed:
                 continue

@@ -46,7 +46,7 @@ from typing import Any
 
 import orjson
 
-from .common import repeat_probe, summarize, write_result
+from .common import repeat_probe, rotation, summarize, write_result
 
 NAME = "live"
 VARIANTS = ("reference", "vsn", "handwritten", "reference-redis", "vsn-redis")
@@ -267,7 +267,7 @@ def run(quick: bool = False, out_dir: str | os.PathLike | None = None, seed: int
         src.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in recs))
         ts = [r["ts"] for r in recs]
         for r in range(repeats):
-            order = VARIANTS[r % len(VARIANTS):] + VARIANTS[:r % len(VARIANTS)]
+            order = rotation(VARIANTS, r)
             for v in order:
                 per[v].append(_one(v, src, ts, tmp, rate, size, slide, poll, redis_url))
     metrics: dict[str, Any] = {}

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .common import summarize, write_result
+from .common import rotation, summarize, write_result
 from .speed import _SUMMARY, _command, _commit, row_multiset
 
 PROGRAMS = Path(__file__).resolve().parent / "peer_programs"
@@ -245,8 +245,7 @@ def _rounds(query: str, data: Path, tmp: Path, variants: list[str], exes: dict[s
     expected: dict[int, Counter] | None = None
     for r in range(rounds):
         before = os.getloadavg()[0]
-        k = r % len(variants)
-        for v in variants[k:] + variants[:k]:
+        for v in rotation(variants, r):
             if v in failed:
                 continue
             if progress:

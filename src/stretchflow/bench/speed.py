@@ -29,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from .common import repeat_probe, results_dir, summarize, write_result
+from .common import repeat_probe, results_dir, rotation, summarize, write_result
 from .onethread import BASELINE
 
 #: variant -> the ``stretchflow run`` engine flags (None: the hand-written pane loop)
@@ -111,7 +111,7 @@ def _rounds(query: str, data: Path, tmp: Path, variants: list[str], params: dict
     probes: list[dict[str, Any]] = []
     for r in range(rounds):
         before = os.getloadavg()[0]
-        order = variants[r % len(variants):] + variants[:r % len(variants)]
+        order = rotation(variants, r)
         with repeat_probe() as probe:  # load and other processes' CPU during the round
             for v in order:
                 if progress:
