@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -97,6 +98,48 @@ def test_row_multiset_ignores_order_but_not_counts(tmp_path):
     assert speed.row_multiset(a) != speed.row_multiset(c)
 
 
+def test_run_once_records_the_child_s_cpu_time_beside_its_wall_time(tmp_path, data):
+    """A real child: its CPU time (user + system, from the children's rusage around it) is
+    positive, their sum, and CPU / wall is the cores it kept busy (at most the machine's)."""
+    r = speed._run_once("1T", "wordcount", data, tmp_path / "o.jsonl",
+                        {"size": 120_000, "slide": 60_000})
+    assert r["cpu_s"] > 0 and r["user_s"] > 0 and r["sys_s"] >= 0
+    assert r["cpu_s"] == pytest.approx(r["user_s"] + r["sys_s"])
+    assert r["cores_busy"] == pytest.approx(r["cpu_s"] / r["wall_s"])
+    # the pane loop is one thread: it cannot keep more than one core busy (tick rounding aside)
+    assert r["cores_busy"] <= 1.1 and r["cores_busy"] <= (os.cpu_count() or 1)
+
+
+def _speed_doc(with_cpu: bool) -> dict:
+    def s(x: float) -> dict:
+        return {"min": x, "median": x, "max": x, "n": 1}
+
+    def variant(wall: float, cpu: float) -> dict:
+        v = {"wall_s": s(wall), "own_s": s(wall / 2), "peak_rss_mb": s(50.0),
+             "outputs_identical": True}
+        if with_cpu:
+            v.update(cpu_s=s(cpu), cores_busy=s(cpu / wall))
+        return v
+
+    return {"metrics": {"wordcount": {"rows": 10, "1T": variant(2.0, 2.0),
+                                      "vsn1": variant(1.0, 1.37)},
+                        "memory": {"tweets": 10, "outputs_identical": True,
+                                   "rss_columnar_over_tuple": 2.0,
+                                   "reference": variant(1.0, 1.5),
+                                   "reference-tuple": variant(2.0, 2.0)}}}
+
+
+def test_the_speed_report_shows_cores_busy_when_measured():
+    from stretchflow.bench.report_more import _speed
+
+    text = _speed(_speed_doc(True))
+    assert text.count("cores busy (CPU / wall per run)") == 2  # both tables
+    assert "| vsn1 |" in text and "| 1.37 (1.37–1.37) |" in text
+    assert "| reference | 50 (50–50) | 1.00 (1.00–1.00) | 1.50 (1.50–1.50) |" in text
+    # a result from before CPU time was recorded renders without the column
+    assert "cores busy" not in _speed(_speed_doc(False))
+
+
 def test_speed_is_registered_and_spark_reason_is_a_string_or_none():
     assert "speed" in BENCHMARKS
     missing = speed._spark_missing()
@@ -131,6 +174,9 @@ def test_speed_quick_writes_json_and_plot(quick_doc):
             assert m[v]["wall_s"]["median"] >= m[v]["own_s"]["median"]
             # each process's own peak RSS (wait4), at least the interpreter's few MB
             assert 5 < m[v]["peak_rss_mb"]["min"] <= m[v]["peak_rss_mb"]["max"] < 4096
+            # CPU time beside the wall time, and the cores kept busy
+            assert m[v]["cpu_s"]["min"] > 0 and m[v]["cores_busy"]["n"] == 2
+            assert 0 < m[v]["cores_busy"]["median"] <= 2 * (os.cpu_count() or 1)
         assert m["1T"]["speedup_vs_1T"]["wall_s"] == 1.0
         assert set(m["vsn2_over_vsn1"]) == {"wall_s", "own_s"}
         assert len(m["loadavg_1min"]) == 2 and m["rows_out"] > 0

@@ -27,7 +27,7 @@ from stretchflow.executors import sn
 from stretchflow.executors.sn_checkpoint import split_restore
 from stretchflow.io.generators import generate
 from stretchflow.runtime.checkpoint import MANIFEST
-from test_checkpoint_reference import KILL_CYCLES, assert_no_leftovers, kill_until_done
+from test_checkpoint_reference import assert_no_leftovers, kill_until_done
 
 CLI = [sys.executable, "-m", "stretchflow.cli"]
 WC = {"size": "60000", "slide": "20000"}
@@ -244,35 +244,53 @@ def _group_gone(pgid: int, bound: float = 15.0) -> bool:
     return False
 
 
-def _kill_cycles(tweets: Path, tmp_path: Path, cycles: int, seed: int,
-                 monkeypatch: pytest.MonkeyPatch) -> dict:
-    """``cycles`` times: wordcount on sn with process channels (P=2 with migrations, so
-    kills land in checkpoints, sink commits and migrations), SIGKILLed after a random delay
-    and re-run until it completes; the output must be the uninterrupted run's per
-    timestamp, with no temporary file and no process of any killed run left."""
-    out, ck = tmp_path / "out" / "out.jsonl", tmp_path / "ck"
-    out.parent.mkdir()
+#: the kill tests' run: wordcount on sn with process channels, P=2 with migrations, so kills
+#: land in checkpoints, sink commits and migrations
+def _kill_cmd(tweets: Path) -> list[str]:
+    return CLI + ["run", "wordcount", "--engine", "sn", "--channels", "processes",
+                  "--input", str(tweets), "--param", "size=60000", "--param", "slide=20000",
+                  "-q", "--parallelism", "2", "--max-parallelism", "3",
+                  "--reconfigure", "3000:3,6000:1,9000:2"]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tweets: Path, tmp_path_factory: pytest.TempPathFactory) -> Counter:
+    """The uninterrupted run's output lines: made once for both kill tests, which use the
+    same input and command (each times its own run: the kill delays must follow the
+    machine's load at the time)."""
+    out = tmp_path_factory.mktemp("uninterrupted") / "ref.jsonl"
     # short: the fork server's socket lives there, and AF_UNIX paths are limited to 108
     tmp = Path(tempfile.mkdtemp(prefix="snck-"))
     try:
-        return _cycles(tweets, tmp_path, out, ck, tmp, cycles, seed, monkeypatch)
+        subprocess.run(_kill_cmd(tweets) + ["--output", str(out)], check=True,
+                       env={**os.environ, "TMPDIR": str(tmp)}, timeout=300)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return Counter(out.read_bytes().splitlines())
+
+
+def _kill_cycles(tweets: Path, tmp_path: Path, cycles: int, seed: int,
+                 monkeypatch: pytest.MonkeyPatch, uninterrupted: Counter) -> dict:
+    """``cycles`` times: :func:`_kill_cmd` SIGKILLed after a random delay and re-run until
+    it completes; the output must be the uninterrupted run's per timestamp, with no
+    temporary file and no process of any killed run left."""
+    out, ck = tmp_path / "out" / "out.jsonl", tmp_path / "ck"
+    out.parent.mkdir()
+    tmp = Path(tempfile.mkdtemp(prefix="snck-"))  # short, as in uninterrupted()
+    try:
+        return _cycles(tweets, tmp_path, out, ck, tmp, cycles, seed, monkeypatch,
+                       uninterrupted)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _cycles(tweets: Path, tmp_path: Path, out: Path, ck: Path, tmp: Path, cycles: int,
-            seed: int, monkeypatch: pytest.MonkeyPatch) -> dict:
-    ref = tmp_path / "ref.jsonl"
-    cmd = CLI + ["run", "wordcount", "--engine", "sn", "--channels", "processes",
-                 "--input", str(tweets), "--param", "size=60000", "--param", "slide=20000",
-                 "-q", "--parallelism", "2", "--max-parallelism", "3",
-                 "--reconfigure", "3000:3,6000:1,9000:2"]
+            seed: int, monkeypatch: pytest.MonkeyPatch, want: Counter) -> dict:
+    cmd = _kill_cmd(tweets)
     monkeypatch.setenv("TMPDIR", str(tmp))
-    subprocess.run(cmd + ["--output", str(ref)], check=True)
     t0 = time.perf_counter()
     subprocess.run(cmd + ["--output", str(tmp_path / "timed.jsonl")], check=True)
     full = time.perf_counter() - t0
-    want = Counter(ref.read_bytes().splitlines())
     rng = random.Random(seed)
     stats = {"kills": 0, "resumed_from_checkpoint": 0, "restarts": 0}
     pgids: list[int] = []
@@ -295,17 +313,25 @@ def _cycles(tweets: Path, tmp_path: Path, out: Path, ck: Path, tmp: Path, cycles
     return stats
 
 
-def test_sigkill_and_resume(tweets: Path, tmp_path: Path,
-                            monkeypatch: pytest.MonkeyPatch) -> None:
-    stats = _kill_cycles(tweets, tmp_path, 6, 11, monkeypatch)
+def test_sigkill_and_resume(tweets: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                            uninterrupted: Counter) -> None:
+    stats = _kill_cycles(tweets, tmp_path, 6, 11, monkeypatch, uninterrupted)
     assert stats["kills"] >= 1
+
+
+#: the slow test's cycles: 8 in make test (with test_sigkill_and_resume's 6, 14 cycles of
+#: sn), KILL_CYCLES when set (KILL_CYCLES=100 for the issue's 100; `stretchflow bench kills`
+#: records 100 per engine in kills.json)
+SN_KILL_CYCLES = int(os.environ.get("KILL_CYCLES", "8"))
 
 
 @pytest.mark.slow
 def test_sigkill_and_resume_many_cycles(tweets: Path, tmp_path: Path,
-                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    stats = _kill_cycles(tweets, tmp_path, KILL_CYCLES, int(os.environ.get("SEED", "17")),
-                         monkeypatch)
+                                       monkeypatch: pytest.MonkeyPatch,
+                                       uninterrupted: Counter) -> None:
+    stats = _kill_cycles(tweets, tmp_path, SN_KILL_CYCLES, int(os.environ.get("SEED", "17")),
+                         monkeypatch, uninterrupted)
     print(stats)
-    assert stats["kills"] >= KILL_CYCLES // 2
-    assert stats["resumed_from_checkpoint"] >= KILL_CYCLES // 10
+    assert stats["kills"] >= SN_KILL_CYCLES // 2
+    # at least one kill found a checkpoint on disk, however few the cycles
+    assert stats["resumed_from_checkpoint"] >= max(1, SN_KILL_CYCLES // 10)

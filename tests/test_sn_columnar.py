@@ -11,6 +11,7 @@ import os
 import threading
 
 import orjson
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -19,8 +20,11 @@ import stretchflow as sf
 from conformance.contract import checked_multiset, diff, multiset
 from stretchflow.errors import OperatorError
 from stretchflow.executors import sn
+from stretchflow.executors.sn_channel import group_assignment
+from stretchflow.executors.sn_columnar_channel import pack
 from stretchflow.io.sources import JsonLines
 from stretchflow.operators.aggregate import Aggregate
+from stretchflow.operators.columnar_kernels import key_groups
 from stretchflow.queries.wordcount import paircount, token_columns, tokens_of, wordcount
 
 PROC = {"channels": "processes"}
@@ -99,22 +103,61 @@ def test_same_output_as_the_reference(tmp_path, rows, query, p, groups):
     assert got == want, diff(got, want)
 
 
-def test_rows_are_split_between_channels_not_copied(tmp_path):
+def test_rows_are_split_between_channels_not_copied(tmp_path, monkeypatch):
+    # every pulse dealt to its channel, none exploded by the parent while channels start
+    monkeypatch.setattr("stretchflow.executors.sn_columnar._Run._channel_ready",
+                        lambda self, j: True)
     rows = [{"ts": t * 7, "text": " ".join(WORDS[(t * k) % len(WORDS)] for k in range(5))}
             for t in range(2000)]
     path = tmp_path / "in.jsonl"
     _write(path, rows)
     tokens = sum(sum(tokens_of(r["text"]).values()) for r in rows)
     flow, col = _flow(path, QUERIES["wordcount"]())
-    res = flow.run("sn", parallelism=3, **PROC)
+    res = flow.run("sn", parallelism=3, key_groups=16, **PROC)
     c = res.extra["columnar"]
-    # wordcount's columnar f_MK gives one row per token occurrence: every row goes to one
-    # channel, and the channels' bytes both ways are Arrow IPC
-    assert c["rows_sent"] == tokens
+    # batch seq is exploded by channel (seq - 1) % 3 into one row per token occurrence,
+    # combined per (slice, word) of the batch, and each combined row goes to the one channel
+    # owning its word: sent to another channel unless the exploding one owns it
+    assign = group_assignment(3, 16)
+    combined = shuffled = 0
+    for seq, b in enumerate(JsonLines(path).batches(37), 1):
+        pairs = {(ts - ts % 500, w) for ts, p in b.items() for w in tokens_of(p["text"])}
+        combined += len(pairs)
+        words = sorted({w for _, w in pairs})
+        owner = dict(zip(words, (assign[g] for g in key_groups([pa.array(words)], 16)),
+                         strict=True))
+        shuffled += sum(owner[w] != (seq - 1) % 3 for _, w in pairs)
+    assert c["rows_exploded"] == tokens and c["batches_exploded_in_parent"] == 0
+    assert (c["rows_combined"], c["rows_shuffled"]) == (combined, shuffled)
+    assert 0 < shuffled < combined < tokens
     assert res.extra["duplication_factor"] == 1.0
     assert c["ipc_bytes_to_channels"] > 0 and c["ipc_bytes_from_channels"] > 0
     assert c["batches"] == -(-len(rows) // 37)
+    assert len(c["busy_s"]) == 3 and len(c["cpu_s"]) == 3
+    assert all(x > 0 for x in c["cpu_s"])  # reported by every channel process itself
     assert checked_multiset(col) == _reference(path, QUERIES["wordcount"])
+
+
+def test_pulses_the_parent_explodes_while_channels_start(tmp_path, monkeypatch):
+    """A pulse whose channel has not started is exploded by the parent and its parts sent to
+    the owners: here every pulse, or every other one (channel 1 never counts as started)."""
+    rows = [{"ts": t * 7, "text": " ".join(WORDS[(t * k) % len(WORDS)] for k in range(5))}
+            for t in range(1000)]
+    path = tmp_path / "in.jsonl"
+    _write(path, rows)
+    tokens = sum(sum(tokens_of(r["text"]).values()) for r in rows)
+    want = _reference(path, QUERIES["paircount"])
+    pulses = -(-len(rows) // 37)
+    for p, ready, by_parent in ((1, set(), pulses), (2, {0}, pulses // 2), (3, set(), pulses)):
+        monkeypatch.setattr("stretchflow.executors.sn_columnar._Run._channel_ready",
+                            lambda self, j, ready=ready: j in ready)
+        flow, col = _flow(path, QUERIES["paircount"]())
+        res = flow.run("sn", parallelism=p, **PROC)
+        c = res.extra["columnar"]
+        assert c["batches_exploded_in_parent"] == by_parent
+        assert c["rows_exploded"] > tokens  # paircount: pairs at distance 1 and 2
+        got = checked_multiset(col)
+        assert got == want, diff(got, want)
 
 
 def _picky():
@@ -321,3 +364,128 @@ def test_two_sinks_read_the_windows(tmp_path):
     assert res.extra["paths"] == {"paircount": "columnar"}
     want = _reference(path, QUERIES["paircount"])
     assert checked_multiset(a) == want and checked_multiset(b) == want
+
+
+# -- the channels' side without processes: parts in any order -------------------------------------
+def _pulses(rows, size):
+    """``rows`` as source batches of ``size`` (pulses 1..), each with its watermark."""
+    from stretchflow.batch import Batch
+
+    out = []
+    for i in range(0, len(rows), size):
+        chunk = rows[i:i + size]
+        b = Batch([r["ts"] for r in chunk], table=pa.table({"text": [r["text"] for r in chunk]}))
+        out.append((len(out) + 1, pack(b), chunk[-1]["ts"]))
+    return out
+
+
+@SETTINGS
+@given(rows=tweets(max_size=200), query=st.sampled_from(sorted(QUERIES)), p=st.integers(1, 3),
+       groups=st.sampled_from([1, 5, 128]), seed=st.randoms(use_true_random=False))
+def test_channels_apply_parts_in_pulse_order_whatever_order_they_come(tmp_path, rows, query, p,
+                                                                     groups, seed):
+    """p :class:`Channel` objects wired by lists instead of queues; every channel's messages
+    are delivered in a random order (a peer's part of a later pulse before an earlier one's):
+    each channel answers every pulse once, in order, with windows in timestamp order, and
+    together they give the reference's output."""
+    from stretchflow.executors.sn_columnar_channel import Channel, unpack
+
+    path = tmp_path / "in.jsonl"
+    _write(path, rows)
+    want = _reference(path, QUERIES[query])
+    inbox: list[list] = [[] for _ in range(p)]
+    assign = group_assignment(p, groups)
+    chans = [Channel(j, QUERIES[query](), p, groups, assign,
+                     lambda o, m: inbox[o].append(m)) for j in range(p)]
+    pulses = _pulses(rows, 23)
+    for seq, packed, wm in pulses:
+        inbox[(seq - 1) % p].append(("batch", seq, packed, wm))
+    got, answered = [], [[] for _ in range(p)]
+    while any(inbox):
+        j = seed.choice([j for j in range(p) if inbox[j]])
+        msg = inbox[j].pop(seed.randrange(len(inbox[j])))
+        (chans[j].explode if msg[0] == "batch" else chans[j].receive)(msg)
+        for kind, jj, out, _wm, seq in chans[j].ready():
+            assert (kind, jj) == ("out", j)
+            answered[j].append(seq)
+            if out is not None:
+                b = unpack(out)
+                assert list(b.ts) == sorted(b.ts)
+                got.extend(b.items())
+    for ch in chans:
+        ch.total = len(pulses)
+        assert ch.done and not ch.pending
+        _, _, out, stats = ch.end()
+        got.extend(unpack(out).items() if out is not None else [])
+        assert stats["rows_combined"] <= stats["rows_exploded"]
+    assert answered == [list(range(1, len(pulses) + 1))] * p
+    assert multiset(got) == want, diff(multiset(got), want)
+
+
+def test_a_pulse_that_comes_twice_is_an_error():
+    from stretchflow.executors.sn_columnar_channel import Channel
+
+    ch = Channel(0, wordcount(size=100, slide=50), 2, 4, group_assignment(2, 4), None)
+    ch.receive(("part", 2, None, 10))
+    assert ch.ready() == []  # pulse 1 first
+    with pytest.raises(RuntimeError, match="pulse 2 twice"):
+        ch.receive(("part", 2, None, 10))
+    ch.receive(("part", 1, None, 5))
+    assert [r[4] for r in ch.ready()] == [1, 2]
+    with pytest.raises(RuntimeError, match="pulse 1 twice"):
+        ch.receive(("part", 1, None, 5))
+
+
+# -- the channels as processes: one lagging, one dying, a small window ---------------------------
+def _lagging(lag_channel):
+    """wordcount whose columnar f_MK sleeps in channel process ``lag_channel`` (so the other
+    channels run ahead and get its parts late) and exits the process (code 4) on a batch
+    holding the token "die" there."""
+    op = wordcount(size=2000, slide=500)
+
+    def columns(payloads, _columns=op.columns):
+        import multiprocessing as mp
+        import time
+
+        if mp.current_process().name == f"sn-channel-{lag_channel}":
+            if any("die" in t.split() for t in payloads.column("text").to_pylist()):
+                os._exit(4)
+            time.sleep(0.01)
+        return _columns(payloads)
+
+    op.columns = columns
+    return op
+
+
+def test_a_lagging_channel_gives_the_same_output(tmp_path):
+    rows = [{"ts": t * 13, "text": " ".join(WORDS[(t * k) % len(WORDS)] for k in range(4))}
+            for t in range(1500)]
+    path = tmp_path / "in.jsonl"
+    _write(path, rows)
+    want = _reference(path, QUERIES["wordcount"])
+    for p, capacity in ((2, None), (3, 37)):  # capacity 37: 2 pulses a channel in flight
+        flow, col = _flow(path, _lagging(1))
+        res = flow.run("sn", parallelism=p, capacity=capacity, **PROC)
+        assert res.extra["paths"] == {"wordcount": "columnar"}
+        got = checked_multiset(col)
+        assert got == want, diff(got, want)
+
+
+def test_a_channel_that_dies_while_exploding_stops_the_run(tmp_path, monkeypatch):
+    # every pulse dealt to its channel (none exploded by the parent while channels start)
+    monkeypatch.setattr("stretchflow.executors.sn_columnar._Run._channel_ready",
+                        lambda self, j: True)
+    rows = [{"ts": t * 13, "text": "a b c"} for t in range(1500)]
+    rows[900]["text"] = "a die"  # in pulse 25 (batches of 37): channel 0 explodes it
+    path = tmp_path / "in.jsonl"
+    _write(path, rows)
+    for p in (2, 3):
+        flow, _ = _flow(path, _lagging(0))
+        box = _bounded(lambda flow=flow, p=p: flow.run("sn", parallelism=p, **PROC))
+        err = box.get("error")
+        assert isinstance(err, RuntimeError), box
+        assert "exited (code 4)" in str(err)
+        import multiprocessing as mp
+
+        assert not [c for c in mp.active_children() if c.name.startswith("sn-channel")]
+        assert not [t for t in threading.enumerate() if t.name.startswith("sn-")]

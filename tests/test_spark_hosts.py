@@ -12,9 +12,10 @@ it ran at the default log level.
 
 A lost worker is SIGKILLed (its whole process tree) while a task of the flow runs on it: the
 driver's UI (``--spark-ui``) lists the executors' active tasks, and job 0 is the session's
-warm-up. The cluster tests are ``slow`` (each starts one or more drivers, 20-40 s each on two
-cores); ``make test`` runs them. Where namespaces cannot be made they are skipped, with the
-reason :class:`HostsUnavailableError` gives.
+warm-up. The cluster tests are ``slow``; ``make test`` runs them. Their runs are made once, in
+three drivers (a session start is 20-40 s on two cores), by the ``scenario`` fixture, and each
+test checks its part of what it recorded. Where namespaces cannot be made they are skipped,
+with the reason :class:`HostsUnavailableError` gives.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from stretchflow.spark.hosts import (
     wait_busy,
     wait_executor,
 )
+from stretchflow.spark.rescale import state_partitions
 from stretchflow.spark.streaming import end_marker
 
 #: runs each ``stretchflow`` argv of argv[1] (JSON) in one process, so one Spark session, and
@@ -133,16 +135,6 @@ def cluster():
         ctx.__exit__(None, None, None)
 
 
-@pytest.fixture
-def cl(cluster):
-    """The module's cluster with both workers running (a failed test may have left one
-    killed)."""
-    for i in (1, 2):
-        if not cluster.worker_running(i):
-            cluster.start_worker(i)
-    return cluster
-
-
 def drive(c, steps: list, events: Path, ui: bool = False, cores: int | None = None
           ) -> subprocess.Popen:
     """Starts :data:`DRIVE` on the driver host. Every command gets the cluster's master; a
@@ -159,7 +151,10 @@ def drive(c, steps: list, events: Path, ui: bool = False, cores: int | None = No
         if s[0] == "run":
             argv += ["--engine", "spark", "-q", *(["--spark-ui"] if ui and first else [])]
         if first:
-            argv += c.conf_args(c.driver_conf(events, cores=cores))
+            conf = c.driver_conf(events, cores=cores)
+            if ui and s[0] != "run":  # `spark rescale` has no --spark-ui: the same setting
+                conf["spark.ui.enabled"] = "true"
+            argv += c.conf_args(conf)
         argvs.append(argv)
     return c.run_on("driver", [sys.executable, "-c", DRIVE, json.dumps(argvs),
                                str(events.parent)],
@@ -198,86 +193,6 @@ def workers(c) -> set[str]:
     return {c.hosts["worker1"], c.hosts["worker2"]}
 
 
-@pytest.mark.slow
-def test_batch_flows_run_across_hosts(cl, tmp_path):
-    """wordcount, paircount, scalejoin and a flow file with two chained O+ on the cluster give
-    the reference's output; tasks ran on both workers and shuffle data crossed hosts."""
-    tw = tweets_file(tmp_path / "tw.jsonl", 2000)
-    main(["generate", "bandjoin", "--rows", "600", "--seed", "2", "--rate", "20",
-          "--out", str(tmp_path / "bj.jsonl"), "-q"])
-    app = tmp_path / "chain.py"
-    app.write_text(CHAIN_FLOW)
-    runs = {
-        "wordcount": ["run", "wordcount", "--input", str(tw)],
-        "paircount": ["run", "paircount", "--input", str(tw), "--param", "size=20000",
-                      "--param", "slide=10000"],
-        "scalejoin": ["run", "scalejoin", "--input", str(tmp_path / "bj-left.jsonl"),
-                      "--input", str(tmp_path / "bj-right.jsonl"), "--param", "window=10000",
-                      "--param", "band=500"],
-    }
-    want = {k: reference(tmp_path, k, r) for k, r in runs.items()}
-    ref_chain = tmp_path / "ref-chain.jsonl"
-    assert main(["run", str(app), "--param", f"input={tw}", "--param",
-                 f"output={ref_chain}", "-q"]) == 0
-    steps = [[*r, "--output", str(tmp_path / f"{k}.jsonl")] for k, r in runs.items()]
-    steps.append(["run", str(app), "--param", f"input={tw}", "--param",
-                  f"output={tmp_path / 'chain.jsonl'}"])
-    events = tmp_path / "events"
-    finish(cl, drive(cl, steps, events))
-    for k in runs:
-        assert want[k], k
-        assert jsonl(tmp_path / f"{k}.jsonl") == want[k], k
-    assert jsonl(ref_chain)
-    assert jsonl(tmp_path / "chain.jsonl") == jsonl(ref_chain)
-    ev = read_events(events)
-    ran = task_hosts(ev)
-    assert workers(cl) <= set(ran), ran  # both workers ran tasks
-    assert set(ran) <= workers(cl)  # and no one else (the driver runs none)
-    assert remote_shuffle_bytes(ev) > 0  # shuffle blocks fetched from the other host
-    assert not failed_tasks(ev) and not removed_executors(ev)
-
-
-@pytest.mark.slow
-def test_lost_worker_in_a_batch_job_then_it_comes_back(cl, tmp_path):
-    """Worker 2's process tree is SIGKILLed while it runs a task of the job: the job ends on
-    worker 1 with the reference's output, the event log shows the lost executor and the
-    failed task; worker 2 is started again, the same application gets a new executor on it
-    and the next job runs."""
-    tw = tweets_file(tmp_path / "tw.jsonl", 20_000, rate=200)
-    run = ["run", "wordcount", "--input", str(tw)]
-    want = reference(tmp_path, "wc", run)
-    go = tmp_path / "worker-2-is-back"
-    events = tmp_path / "events"
-    proc = drive(cl, [[*run, "--output", str(tmp_path / "a.jsonl")], str(go),
-                           [*run, "--output", str(tmp_path / "b.jsonl")]], events, ui=True)
-    try:
-        wait_busy(cl.driver_ui, cl.hosts["worker2"], 300,
-                  alive=lambda: proc.poll() is None)
-        killed = cl.kill_worker(2)
-        assert len(killed) >= 3  # the worker JVM, its executor, the executor's Python
-        wait_file(tmp_path / "done-0", proc)
-        first = read_events(events)  # the first job has ended: its events are flushed
-        cl.start_worker(2)
-        wait_executor(cl.driver_ui, cl.hosts["worker2"])
-        back_ms = time.time() * 1000
-    finally:
-        go.touch()
-    finish(cl, proc)
-    assert jsonl(tmp_path / "a.jsonl") == want
-    assert jsonl(tmp_path / "b.jsonl") == want
-    assert removed_executors(first), "no executor removed"
-    assert failed_tasks(first), "no task failed with the worker"
-    # the application got a new executor on the worker that came back. Whether the second
-    # job's few short tasks use it is the scheduler's choice: once, registered 1 s before
-    # the job, it got none of its 6 tasks (a new driver's jobs use both workers again:
-    # the streaming and rescale tests check that)
-    before, now = added_executors(first), added_executors(read_events(events))
-    assert before.keys() < now.keys()
-    assert {now[k] for k in now.keys() - before.keys()} == {cl.hosts["worker2"]}
-    assert not failed_tasks([e for e in read_events(events)
-                             if e.get("Task Info", {}).get("Launch Time", 0) >= back_ms])
-
-
 def wait_file(path: Path, proc: subprocess.Popen, timeout: float = 300) -> None:
     end = time.monotonic() + timeout
     while not path.exists():
@@ -309,86 +224,208 @@ def parts(out: Path) -> list[tuple[int, dict]]:
     return got
 
 
-def stream_case(tmp_path: Path, rows: int, rate: int = 50) -> tuple[list[str], dict, int]:
-    tw = tweets_file(tmp_path / "tw.jsonl", rows, rate=rate)
-    lines = tw.read_text().splitlines(keepends=True)
+def done_ms(d: Path, i: int) -> float:
+    """When :data:`DRIVE` finished its step i (the ``done-<i>`` file's mtime, epoch ms): the
+    next step's tasks launch after it."""
+    return (d / f"done-{i}").stat().st_mtime * 1000
+
+
+def between(events: list[dict], start_ms: float = 0, end_ms: float = float("inf")
+            ) -> list[dict]:
+    """The task events (by launch time) and executor events (by timestamp) of one driver's
+    event log in [start_ms, end_ms): the part of the application one of its steps made."""
+    def when(e: dict) -> float | None:
+        return e["Task Info"].get("Launch Time") if "Task Info" in e else e.get("Timestamp")
+    return [e for e in events if (t := when(e)) is not None and start_ms <= t < end_ms]
+
+
+@pytest.fixture(scope="module")
+def scenario(cluster, tmp_path_factory) -> dict:
+    """The multi-host runs, in three drivers (a session start costs 20-40 s on two cores,
+    and these runs used to start seven); what each test below checks is recorded here.
+
+    Driver 1 (both workers): the batch flows; then a streaming wordcount (4 state partitions,
+    one file per micro-batch) that loses worker 2 after its first committed part while a
+    task runs there, and ends on worker 1; more files arrive, the checkpoint is rescaled to 1
+    partition and the query resumes on worker 1 (worker 2 still down).
+    Driver 2 (worker 2 back; a new driver's first jobs spread over both workers): the last
+    files and the end marker, rescale to 3 partitions and the query resumes on both.
+    Driver 3: a batch wordcount loses worker 2 while a task runs there, worker 2 is started
+    again, the application gets a new executor on it and the next job runs."""
+    c = cluster
+    for i in (1, 2):
+        if not c.worker_running(i):
+            c.start_worker(i)
+    tmp = tmp_path_factory.mktemp("hosts")
+    r: dict = {}
+    # -- the inputs and the reference's outputs
+    tw = tweets_file(tmp / "tw.jsonl", 1000)  # 2000 before: the size proves nothing here
+    main(["generate", "bandjoin", "--rows", "600", "--seed", "2", "--rate", "20",
+          "--out", str(tmp / "bj.jsonl"), "-q"])
+    app = tmp / "chain.py"
+    app.write_text(CHAIN_FLOW)
+    runs = {
+        "wordcount": ["run", "wordcount", "--input", str(tw)],
+        "paircount": ["run", "paircount", "--input", str(tw), "--param", "size=20000",
+                      "--param", "slide=10000"],
+        "scalejoin": ["run", "scalejoin", "--input", str(tmp / "bj-left.jsonl"),
+                      "--input", str(tmp / "bj-right.jsonl"), "--param", "window=10000",
+                      "--param", "band=500"],
+    }
+    r["flows_want"] = {k: reference(tmp, k, run) for k, run in runs.items()}
+    ref_chain = tmp / "ref-chain.jsonl"
+    assert main(["run", str(app), "--param", f"input={tw}", "--param",
+                 f"output={ref_chain}", "-q"]) == 0
+    r["flows_want"]["chain"] = jsonl(ref_chain)
+    flow_steps = [[*run, "--output", str(tmp / f"{k}.jsonl")] for k, run in runs.items()]
+    flow_steps.append(["run", str(app), "--param", f"input={tw}", "--param",
+                       f"output={tmp / 'chain.jsonl'}"])
+    # ~43 min of event time (the generator's rate varies) for 120 s windows sliding by 60 s:
+    # each file closes windows, so every run commits parts of its own; the first half in 6
+    # files, so micro-batches remain after the first committed part for the loss
+    stw = tweets_file(tmp / "stream.jsonl", 3200, rate=10)
+    lines = stw.read_text().splitlines(keepends=True)
     last = json.loads(lines[-1])["ts"]
-    return lines, reference(tmp_path, "wc", ["run", "wordcount", "--input", str(tw)]), last
+    r["stream_want"] = reference(tmp, "stream", ["run", "wordcount", "--input", str(stw)])
+    big = tweets_file(tmp / "big.jsonl", 20_000, rate=200)
+    wc_big = ["run", "wordcount", "--input", str(big)]
+    r["big_want"] = reference(tmp, "big", wc_big)
+
+    inp, out, ckpt = tmp / "in", tmp / "out.jsonl", tmp / "ckpt"
+    stream = ["run", "wordcount", "--input", str(inp), "--output", str(out), "--checkpoint",
+              str(ckpt), "--max-files-per-trigger", "1"]
+    half, three_q = len(lines) // 2, len(lines) * 3 // 4
+    k = stream_files(inp, lines[:half], 6)
+
+    # -- driver 1: steps 0-3 the flows, 4 the stream, 6-7 rescale to 1 and resume
+    d1 = tmp / "d1"
+    go1 = tmp / "rescale-to-1"
+    proc = drive(c, [*flow_steps, stream, str(go1), ["spark", "rescale", str(ckpt), "1"],
+                     stream], d1 / "events", ui=True)
+    try:
+        end = time.monotonic() + 300
+        while not (out.exists() and committed_parts(out)):
+            assert proc.poll() is None, f"driver 1 exited ({proc.returncode})"
+            assert time.monotonic() < end, "no part committed in 300 s"
+            time.sleep(0.2)
+        wait_busy(c.driver_ui, c.hosts["worker2"], 300, alive=lambda: proc.poll() is None)
+        c.kill_worker(2)  # and it stays down until driver 2
+        wait_file(d1 / "done-4", proc)
+        r["first"] = parts(out)
+        r["partitions_first"] = state_partitions(ckpt)
+        k = stream_files(inp, lines[half:three_q], 2, start=k)
+    finally:
+        go1.touch()
+    finish(c, proc)
+    r["middle"] = parts(out)
+    r["partitions_middle"] = state_partitions(ckpt)
+    ev = read_events(d1 / "events")
+    r["flows_events"] = between(ev, 0, done_ms(d1, 3))
+    r["flows_got"] = {name: jsonl(tmp / f"{name}.jsonl") for name in r["flows_want"]}
+    r["stream1_events"] = between(ev, done_ms(d1, 3), done_ms(d1, 4))
+    r["stream2_events"] = between(ev, done_ms(d1, 4))
+
+    # -- driver 2: rescale to 3 and resume on both workers
+    c.start_worker(2)
+    stream_files(inp, lines[three_q:], 2, start=k, end_ts=last)
+    d2 = tmp / "d2"
+    finish(c, drive(c, [["spark", "rescale", str(ckpt), "3"], stream], d2 / "events"))
+    r["got"] = parts(out)
+    r["partitions_last"] = state_partitions(ckpt)
+    r["stream3_events"] = read_events(d2 / "events")
+
+    # -- driver 3: the batch loss in a session's first job after its warm-up (in driver 2,
+    # after the stream, the warm session ran the job in 5 s: too short to catch a task on
+    # worker 2 on a loaded machine); the next job waits for worker 2's return
+    d3 = tmp / "d3"
+    go = tmp / "worker-2-is-back"
+    proc = drive(c, [[*wc_big, "--output", str(tmp / "a.jsonl")], str(go),
+                     [*wc_big, "--output", str(tmp / "b.jsonl")]], d3 / "events", ui=True)
+    try:
+        wait_busy(c.driver_ui, c.hosts["worker2"], 300, alive=lambda: proc.poll() is None)
+        r["killed"] = c.kill_worker(2)
+        wait_file(d3 / "done-0", proc)
+        r["loss_first"] = read_events(d3 / "events")  # job a has ended: events flushed
+        c.start_worker(2)
+        wait_executor(c.driver_ui, c.hosts["worker2"])
+        r["back_ms"] = time.time() * 1000
+    finally:
+        go.touch()
+    finish(c, proc)
+    r["loss_all"] = read_events(d3 / "events")
+    r["a"], r["b"] = jsonl(tmp / "a.jsonl"), jsonl(tmp / "b.jsonl")
+    return r
 
 
 @pytest.mark.slow
-def test_streaming_across_hosts_survives_a_lost_worker(cl, tmp_path):
+def test_batch_flows_run_across_hosts(cluster, scenario):
+    """wordcount, paircount, scalejoin and a flow file with two chained O+ on the cluster give
+    the reference's output; tasks ran on both workers and shuffle data crossed hosts."""
+    for k, want in scenario["flows_want"].items():
+        assert want, k
+        assert scenario["flows_got"][k] == want, k
+    ev = scenario["flows_events"]
+    ran = task_hosts(ev)
+    assert workers(cluster) <= set(ran), ran  # both workers ran tasks
+    assert set(ran) <= workers(cluster)  # and no one else (the driver runs none)
+    assert remote_shuffle_bytes(ev) > 0  # shuffle blocks fetched from the other host
+    assert not failed_tasks(ev) and not removed_executors(ev)
+
+
+@pytest.mark.slow
+def test_lost_worker_in_a_batch_job_then_it_comes_back(cluster, scenario):
+    """Worker 2's process tree is SIGKILLed while it runs a task of the job: the job ends on
+    worker 1 with the reference's output, the event log shows the lost executor and the
+    failed task; worker 2 is started again, the same application gets a new executor on it
+    and the next job runs."""
+    s = scenario
+    assert len(s["killed"]) >= 3  # the worker JVM, its executor, the executor's Python
+    assert s["a"] == s["big_want"] and s["b"] == s["big_want"]
+    assert removed_executors(s["loss_first"]), "no executor removed"
+    assert failed_tasks(s["loss_first"]), "no task failed with the worker"
+    # the application got a new executor on the worker that came back. Whether the second
+    # job's few short tasks use it is the scheduler's choice: once, registered 1 s before
+    # the job, it got none of its 6 tasks (a new driver's jobs use both workers again:
+    # the streaming and rescale tests check that)
+    before, now = added_executors(s["loss_first"]), added_executors(s["loss_all"])
+    assert before.keys() < now.keys()
+    assert {now[k] for k in now.keys() - before.keys()} == {cluster.hosts["worker2"]}
+    assert not failed_tasks(between(s["loss_all"], s["back_ms"]))
+
+
+@pytest.mark.slow
+def test_streaming_across_hosts_survives_a_lost_worker(cluster, scenario):
     """A streaming wordcount (one file per micro-batch) loses worker 2 in the middle of the
     query, after its first committed part, while a task runs there; the query ends on worker
-    1. Worker 2 comes back, more files arrive and the query resumes from its checkpoint on
-    both workers; the parts of both runs, concatenated, equal the reference."""
-    lines, want, last = stream_case(tmp_path, 6000)
-    inp, out, ckpt = tmp_path / "in", tmp_path / "out.jsonl", tmp_path / "ckpt"
-    half = len(lines) * 2 // 3
-    k = stream_files(inp, lines[:half], 8)
-    run = ["run", "wordcount", "--input", str(inp), "--output", str(out), "--checkpoint",
-           str(ckpt), "--max-files-per-trigger", "1"]
-    ev1, ev2 = tmp_path / "events1", tmp_path / "events2"
-    proc = drive(cl, [run], ev1, ui=True)
-    end = time.monotonic() + 300
-    while not (out.exists() and committed_parts(out)) and proc.poll() is None:
-        assert time.monotonic() < end, "no part committed in 300 s"
-        time.sleep(0.2)
-    wait_busy(cl.driver_ui, cl.hosts["worker2"], 300,
-              alive=lambda: proc.poll() is None)
-    cl.kill_worker(2)
-    finish(cl, proc)
-    first = parts(out)
-    e1 = read_events(ev1)
+    1. More files arrive and the query resumes from its checkpoint (on worker 1, then, with
+    worker 2 back, on both); the parts of all runs, concatenated, equal the reference."""
+    s = scenario
+    assert s["first"]  # a part was committed before the loss
+    e1 = s["stream1_events"]
     assert removed_executors(e1), "no executor removed"
-    assert workers(cl) <= set(task_hosts(e1))  # both ran tasks before the loss
-
-    cl.start_worker(2)
-    stream_files(inp, lines[half:], 3, start=k, end_ts=last)
-    finish(cl, drive(cl, [run], ev2))
-    got = parts(out)
-    assert got[:len(first)] == first  # the first run's parts are kept
-    assert multiset(got) == want
-    e2 = read_events(ev2)
-    assert workers(cl) <= set(task_hosts(e2)) and not failed_tasks(e2)
+    assert workers(cluster) <= set(task_hosts(e1))  # both ran tasks before the loss
+    assert s["middle"][:len(s["first"])] == s["first"]  # the first run's parts are kept
+    assert s["got"][:len(s["middle"])] == s["middle"]
+    assert multiset(s["got"]) == s["stream_want"]
+    e3 = s["stream3_events"]
+    assert workers(cluster) <= set(task_hosts(e3)) and not failed_tasks(e3)
 
 
 @pytest.mark.slow
-def test_rescale_across_hosts(cl, tmp_path):
-    """A streaming wordcount on two workers (4 state partitions) is stopped; its checkpoint
-    is rescaled to 1 partition (``stretchflow spark rescale`` on the driver host) and the
-    query resumes on one worker; then rescaled to 3 and resumed on two. The concatenated
-    parts equal the reference and every earlier part is kept."""
-    from stretchflow.spark.rescale import state_partitions
-
-    # 300 s of event time: each third closes windows (120 s, sliding by 60 s) of its own
-    lines, want, last = stream_case(tmp_path, 3000, rate=10)
-    inp, out, ckpt = tmp_path / "in", tmp_path / "out.jsonl", tmp_path / "ckpt"
-    third = len(lines) // 3
-    run = ["run", "wordcount", "--input", str(inp), "--output", str(out), "--checkpoint",
-           str(ckpt), "--max-files-per-trigger", "1"]
-    k = stream_files(inp, lines[:third], 2)
-    finish(cl, drive(cl, [run], tmp_path / "ev1"))
-    before = parts(out)
-    assert before and state_partitions(ckpt) == 4
-    cl.kill_worker(2)  # one host less
-    k = stream_files(inp, lines[third:2 * third], 2, start=k)
-    rescale = ["spark", "rescale", str(ckpt), "1"]
-    finish(cl, drive(cl, [rescale, run], tmp_path / "ev2", cores=1))
-    assert state_partitions(ckpt) == 1
-    middle = parts(out)
-    assert middle[:len(before)] == before and len(middle) > len(before)
-    assert set(task_hosts(read_events(tmp_path / "ev2"))) == {cl.hosts["worker1"]}
-
-    cl.start_worker(2)
-    stream_files(inp, lines[2 * third:], 2, start=k, end_ts=last)
-    rescale[3] = "3"
-    finish(cl, drive(cl, [rescale, run], tmp_path / "ev3"))
-    assert state_partitions(ckpt) == 3
-    got = parts(out)
-    assert got[:len(middle)] == middle
-    assert multiset(got) == want
-    assert workers(cl) <= set(task_hosts(read_events(tmp_path / "ev3")))
+def test_rescale_across_hosts(cluster, scenario):
+    """The streaming wordcount's checkpoint (4 state partitions) is rescaled to 1 partition
+    (``stretchflow spark rescale`` on the driver host) and the query resumes on one worker;
+    then rescaled to 3 and resumed on two. The concatenated parts equal the reference and
+    every earlier part is kept."""
+    s = scenario
+    assert s["first"] and s["partitions_first"] == 4
+    assert s["partitions_middle"] == 1
+    assert s["middle"][:len(s["first"])] == s["first"] and len(s["middle"]) > len(s["first"])
+    assert set(task_hosts(s["stream2_events"])) == {cluster.hosts["worker1"]}
+    assert s["partitions_last"] == 3
+    assert s["got"][:len(s["middle"])] == s["middle"] and len(s["got"]) > len(s["middle"])
+    assert multiset(s["got"]) == s["stream_want"]
+    assert workers(cluster) <= set(task_hosts(s["stream3_events"]))
 
 
 def test_the_results_block_reports_the_loss_from_the_json():

@@ -140,8 +140,10 @@ def runs(tmp_path_factory):
     runs), and a Python run on a directory stream with ``spark_ui=True``; in parallel."""
     base = tmp_path_factory.mktemp("spark-logs")
     stream = _tweets_dir(base / "stream", files=3, per_file=40)
+    # 50 rows/s: 4 s of input, not 10 (20/s); the UI is asked for as soon as the run prints
+    # its address, before the query starts, so the run outlives the request either way
     cli = [sys.executable, "-m", "stretchflow.cli", "run", "wordcount",
-           "--input", "rate:20:200", "--output", str(base / "cli.jsonl"),
+           "--input", "rate:50:200", "--output", str(base / "cli.jsonl"),
            "--engine", "spark", "--master", "local[1]", "--spark-ui"]
     api = [sys.executable, "-c", API_RUN, str(stream), str(base / "api.jsonl")]
     todo = {"cli": _Run(cli, base / "logs-cli", on_ui=_get),

@@ -361,6 +361,20 @@ def _queries_epilog() -> str:
         f"  {q.name:18} {q.summary}" for q in QUERIES.values())
 
 
+#: the run parser's epilog until help is printed: listing the queries' summaries imports every
+#: query module (TPCx-BB's pulls in numpy), which a run that prints no help must not pay for
+_EPILOG = "<built-in queries>"
+
+
+class _RunHelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Writes :func:`_queries_epilog` where the run parser's epilog is the placeholder: the
+    text is made only when argparse formats help (``--help``, a usage error's usage is not
+    help and shows no epilog)."""
+
+    def add_text(self, text: str | None) -> None:
+        super().add_text(_queries_epilog() if text is _EPILOG else text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="stretchflow",
@@ -370,8 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     r = sub.add_parser("run", help="run a built-in query or a flow file (app.py)",
-                       epilog=_queries_epilog(),
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+                       epilog=_EPILOG, formatter_class=_RunHelpFormatter)
     r.add_argument("query", help="a built-in query (listed below) or path/to/app.py")
     r.add_argument("--input", action="append",
                    help="input file (JSONL, CSV, Parquet; .gz/.zst compressed), - for stdin, "

@@ -138,8 +138,9 @@ CHECKPOINT_EVERY = _opt("checkpoint_every", "how often to checkpoint: N (input t
                         "Nms (seconds of processing time)", _checkpoint_every, _checkpoint_every,
                         default="10s", metavar="EVERY")
 COLUMNAR = _opt("columnar", "batches through Arrow kernels for an O+ that has columnar forms "
-                "(on: at parallelism 1 on the reference engine, at any on vsn and on sn's "
-                "process channels without reconfigurations or checkpoints) or tuple at a "
+                "(on: at parallelism 1 on the reference engine, at any on vsn and ordered "
+                "(not with checkpoints), and on sn's process channels without "
+                "reconfigurations or checkpoints) or tuple at a "
                 "time (off)", choices=("on", "off"), default="on")
 METRICS_INTERVAL = _opt("metrics_interval", "seconds between two measurements (metrics, "
                         "controller calls)", float, _positive_number("metrics_interval"),
@@ -333,7 +334,8 @@ ENGINES: dict[str, EngineSpec] = {e.name: e for e in (
          _opt("marker_every", "a latency marker every N tuples (0: none)", int,
               default="0", metavar="N"),
          CHECKPOINT,
-         CHECKPOINT_EVERY)),
+         CHECKPOINT_EVERY,
+         COLUMNAR)),
     EngineSpec(
         "slack", "stretchflow.executors.slack",
         "latency-bounded determinism: Slack ScaleGates, SLTuner under a deadline",

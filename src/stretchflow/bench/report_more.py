@@ -328,31 +328,47 @@ def _speed(d: Doc) -> str:
     for wl, m in d["metrics"].items():
         if not isinstance(m, dict) or "1T" not in m:
             continue
+        variants = [(v, r) for v, r in m.items()
+                    if isinstance(r, dict) and isinstance(r.get("wall_s"), dict)]
+        # results from before the CPU time was recorded render as they did
+        cores = any(isinstance(r.get("cores_busy"), dict) for _, r in variants)
         rows = []
-        for var, r in m.items():
-            if not isinstance(r, dict) or not isinstance(r.get("wall_s"), dict):
-                continue
+        for var, r in variants:
             rss = r.get("peak_rss_mb")
             rows.append([var, spread(r["wall_s"], f2), spread(r["own_s"], f2),
                          f2(ratio_of_medians(m["1T"]["wall_s"], r["wall_s"])),
                          n0(rss["median"]) if isinstance(rss, dict) else "not measured",
+                         *([_cores_busy(r)] if cores else []),
                          "yes" if r.get("outputs_identical") else "**no**"])
         out.append(f"**{wl}** ({n0(m['rows'])} tweets):\n\n"
                    + table(["variant", "whole process, s: median (min–max)",
                             "own time, s: median (min–max)",
                             "speed vs 1T (ratio of medians, whole process)",
-                            "peak RSS, MB (median)", "output = 1T's"], rows))
+                            "peak RSS, MB (median)",
+                            *([_CORES_HEAD] if cores else []), "output = 1T's"], rows))
     mem = d["metrics"].get("memory")
     if isinstance(mem, dict):
-        rows = [[v, spread(mem[v]["peak_rss_mb"], n0), spread(mem[v]["wall_s"], f2)]
-                for v in ("reference", "reference-tuple")]
+        names = ("reference", "reference-tuple")
+        cores = any(isinstance(mem[v].get("cores_busy"), dict) for v in names)
+        rows = [[v, spread(mem[v]["peak_rss_mb"], n0), spread(mem[v]["wall_s"], f2),
+                 *([_cores_busy(mem[v])] if cores else [])] for v in names]
         out.append(f"**memory**, wordcount on {n0(mem['tweets'])} tweets, columnar path "
                    f"(`reference`) against the tuple path (`--columnar off`); outputs "
                    f"identical: {'yes' if mem['outputs_identical'] else '**no**'}; peak RSS "
                    f"ratio of medians {f2(mem['rss_columnar_over_tuple'])}:\n\n"
                    + table(["variant", "peak RSS, MB: median (min–max)",
-                            "whole process, s: median (min–max)"], rows))
+                            "whole process, s: median (min–max)",
+                            *([_CORES_HEAD] if cores else [])], rows))
     return "\n\n".join(out)
+
+
+_CORES_HEAD = "cores busy (CPU / wall per run): median (min–max)"
+
+
+def _cores_busy(r: dict) -> str:
+    """A variant's cores kept busy (its runs' CPU time over wall time), or why there is none."""
+    c = r.get("cores_busy")
+    return spread(c, f2) if isinstance(c, dict) else "not measured"
 
 
 @renderer("peers", "peers")

@@ -6,11 +6,13 @@ stretchflow.bench.onethread ...``) process, so start-up, reading JSON Lines and 
 output are all counted (each child runs under :mod:`.peak`, which records its own peak RSS and
 adds the same few imports to every variant). Two times are kept per run: the parent's wall clock
 around the whole process, and the run's own time that the child reports (the CLI summary's
-elapsed, from first read to last write; the loop's own timer). Rounds alternate the variants,
-starting each round one variant later, so that drift in the shared machine's load spreads over
-all of them; the 1-minute load average is recorded before and after each round. Every output is
-compared with the pane loop's as a multiset of rows (a row carries its ``ts``, so this is the
-determinism contract's per-timestamp multiset).
+elapsed, from first read to last write; the loop's own timer). Beside the wall time, the CPU
+time (user + system) of the child and of every process it waited for, so that CPU / wall says
+how many cores a variant kept busy on average ("cores_busy": 1.0 is one core all the time).
+Rounds alternate the variants, starting each round one variant later, so that drift in the
+shared machine's load spreads over all of them; the 1-minute load average is recorded before
+and after each round. Every output is compared with the pane loop's as a multiset of rows (a
+row carries its ``ts``, so this is the determinism contract's per-timestamp multiset).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -44,6 +47,9 @@ VARIANTS: dict[str, list[str] | None] = {
     "spark-local2": ["--engine", "spark", "--master", "local[2]"],
 }
 _SUMMARY = re.compile(r"tuples in, [\d,]+ out, ([\d.]+) s")
+#: the longest one variant's process may run before the benchmark gives up on it (a hang must
+#: fail, not stall the benchmark; the slowest variant takes well under a minute here)
+CHILD_TIMEOUT_S = 1800.0
 
 
 def _spark_missing() -> str | None:
@@ -70,15 +76,29 @@ def _command(variant: str, query: str, data: Path, out: Path, params: dict[str, 
             *(a for k, v in params.items() for a in ("--param", f"{k}={v}"))]
 
 
+def _children_cpu_s() -> tuple[float, float]:
+    """User and system CPU seconds of every child this process has waited for so far."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime, ru.ru_stime
+
+
 def _run_once(variant: str, query: str, data: Path, out: Path,
               params: dict[str, Any]) -> dict[str, float]:
-    """One whole process: the parent's wall time, the run's own time and the process's own
-    peak RSS (:mod:`.peak`; Spark's JVM is another process, not counted)."""
+    """One whole process: the parent's wall time, the run's own time, the process's own
+    peak RSS (:mod:`.peak`; Spark's JVM is another process, not counted) and its CPU time
+    (user + system, with its threads and the children it waited for; the difference of this
+    process's children's usage around the one child, since the variants run one at a time)."""
     peak = out.with_suffix(".peak")
     cmd = _command(variant, query, data, out, params, peak)
+    u0, s0 = _children_cpu_s()
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
+    except subprocess.TimeoutExpired as e:
+        raise RuntimeError(f"{variant} ({' '.join(cmd)}) ran longer than {CHILD_TIMEOUT_S:.0f} "
+                           "s and was killed") from e
     wall = time.perf_counter() - t0
+    u1, s1 = _children_cpu_s()
     stdout, stderr = proc.stdout, proc.stderr
     if proc.returncode != 0:
         raise RuntimeError(f"{variant} ({' '.join(cmd)}) failed with exit code "
@@ -90,7 +110,14 @@ def _run_once(variant: str, query: str, data: Path, out: Path,
         if m is None:
             raise RuntimeError(f"{variant}: no run summary in its output: {stderr[-500:]}")
         own = float(m.group(1))
-    return {"wall_s": wall, "own_s": own, "peak_rss_mb": float(peak.read_text())}
+    cpu = (u1 - u0) + (s1 - s0)
+    return {"wall_s": wall, "own_s": own, "peak_rss_mb": float(peak.read_text()),
+            "cpu_s": cpu, "user_s": u1 - u0, "sys_s": s1 - s0, "cores_busy": cpu / wall}
+
+
+#: what :func:`_run_once` measures of the CPU, summarized per variant like the times:
+#: ``cores_busy`` is each run's CPU / wall (its median, not a ratio of medians)
+_CPU_KEYS = ("cpu_s", "user_s", "sys_s", "cores_busy")
 
 
 def row_multiset(path: Path) -> Counter:
@@ -143,6 +170,7 @@ def _rounds(query: str, data: Path, tmp: Path, variants: list[str], params: dict
         stats[v] = {"wall_s": summarize([x["wall_s"] for x in runs[v]]),
                     "own_s": summarize([x["own_s"] for x in runs[v]]),
                     "peak_rss_mb": summarize([x["peak_rss_mb"] for x in runs[v]]),
+                    **{k: summarize([x[k] for x in runs[v]]) for k in _CPU_KEYS},
                     "outputs_identical": identical[v]}
     for v in variants:
         # > 1 means faster than the pane loop (ratio of the loop's median time to this one's)
@@ -210,7 +238,10 @@ def run(quick: bool = False, out_dir: str | os.PathLike | None = None, seed: int
         "baseline_1T": BASELINE,
         "input": "generated tweets, JSON Lines", "output": "JSON Lines file",
         "times": "wall_s: parent's wall clock around the whole process; own_s: the run's own "
-                 "time as the child reports it (CLI summary's elapsed, 10 ms resolution)",
+                 "time as the child reports it (CLI summary's elapsed, 10 ms resolution); "
+                 "cpu_s (user_s + sys_s): CPU time of the process, its threads and the "
+                 "children it waited for (getrusage of the children; not Spark's JVM, "
+                 "which the driver does not wait for); cores_busy: cpu_s / wall_s of each run",
     }
     plot(metrics, results_dir(out_dir) / "speed.png", quick)
     return write_result("speed", params_doc, metrics, out_dir, commit=_commit(),
@@ -244,7 +275,8 @@ def _memory(tmp: Path, seed: int, progress: Any, rounds: int = 3) -> dict[str, A
     out: dict[str, Any] = {"tweets": MEMORY_TWEETS, "outputs_identical": same,
                            "probes": probes}
     for v, rs in runs.items():
-        out[v] = {k: summarize([x[k] for x in rs]) for k in ("peak_rss_mb", "wall_s", "own_s")}
+        out[v] = {k: summarize([x[k] for x in rs])
+                  for k in ("peak_rss_mb", "wall_s", "own_s", *_CPU_KEYS)}
     out["rss_columnar_over_tuple"] = (out["reference"]["peak_rss_mb"]["median"]
                                       / out["reference-tuple"]["peak_rss_mb"]["median"])
     return out

@@ -129,17 +129,22 @@ def _phase_run(table: Any, phases: list[tuple[int, float | None]], gap: int,
 
 def reconfiguration(cycles: int = 4, interval: float = 0.1, seed: int = 1,
                     calib_rows: int = 30_000, calib_repeats: int = 3,
-                    spreads: tuple[int | None, ...] = (None, 0)) -> dict[str, Any]:
+                    spreads: tuple[int | None, ...] = (None, 0, 32),
+                    hold_baseline: bool = True) -> dict[str, Any]:
     """STRETCH Q4 under load. One instance's capacity C is calibrated in the run; then, for
     each ``max_spread`` of ``spreads`` (None: the engine's default; 0: unbounded, the
-    baseline), wordcount with a reconfiguration every ``interval`` × C input tuples
+    baseline; 32: a tighter bound, to weigh its latency against its full-speed throughput)
+    and, with ``hold_baseline``, for the default without the control hold
+    (``executors.vsn.CONTROL_HOLD``: sources wait from a control tuple to its switch),
+    wordcount with a reconfiguration every ``interval`` × C input tuples
     (``STEPS``, ``cycles`` times per load): one run whose source offers 70 % of C and
     then steps to 120 % of C, and one at full speed. Each reconfiguration's time runs
     from the reconfigure call to the end of the barrier action: p50/p99/max per load, with
     each run's probe (the load average before and after, other processes' CPU time) and the
     load average as each phase starts and ends (``loadavg_at_phases``), and each run's
     ``timeline`` (instances at each change, latency p50/p99 per 0.25 s: the figure's
-    over-time panels)."""
+    over-time panels); ``phases_ms`` splits the durations (Reconfiguration.phases_ms)."""
+    from ..executors import vsn as vsn_executor
     from ..executors.vsn import MAX_SPREAD
 
     table = tweets(calib_rows, seed=seed)
@@ -149,29 +154,44 @@ def reconfiguration(cycles: int = 4, interval: float = 0.1, seed: int = 1,
     steps = list(STEPS[1:]) * cycles
     per_load = gap * len(steps)
     out: dict[str, Any] = {}
-    for spread in spreads:
+    variants: list[tuple[int | None, bool]] = [(spread, True) for spread in spreads]
+    if hold_baseline:
+        variants.append((None, False))
+    hold = vsn_executor.CONTROL_HOLD
+    for spread, held in variants:
         vsn_kw = {} if spread is None else {"max_spread": spread}
         name = f"max_spread={MAX_SPREAD if spread is None else spread}" + (
-            " (default)" if spread is None else " (unbounded)" if spread == 0 else "")
-        loads: dict[str, Any] = {}
-        # the step: the first len(steps) reconfigurations at 70 %, the next ones at 120 %
-        phases: list[tuple[int, float | None]] = [(per_load, f * cap) for f in STEP_LOADS]
-        phases[-1] = (per_load + gap, phases[-1][1])  # the last step falls before the end
-        recs, res, probe = _phase_run(table, phases, gap, steps * len(STEP_LOADS), **vsn_kw)
-        for k, f in enumerate(STEP_LOADS):
-            part = recs[k * len(steps):(k + 1) * len(steps)]
-            loads[f"{round(f * 100)}%"] = _load_summary(
-                part, f * cap, probe["loadavg_at_phases"][k:k + 2])
-        loads["step_run"] = {"latency_ms": res.extra["latency_ms"], "probe": probe,
-                             "timeline": from_result(res.extra, res.elapsed)}
-        recs, res, probe = _phase_run(table, [(per_load + gap, None)], gap, steps, **vsn_kw)
-        loads["full"] = _load_summary(recs, None, probe["loadavg_at_phases"])
-        loads["full"]["tuples_per_s"] = (per_load + gap) / res.elapsed
-        loads["full_run"] = {"latency_ms": res.extra["latency_ms"], "probe": probe,
-                             "timeline": from_result(res.extra, res.elapsed)}
-        out[name] = loads
+            ", no control hold" if not held else " (default)" if spread is None
+            else " (unbounded)" if spread == 0 else "")
+        vsn_executor.CONTROL_HOLD = hold if held else None  # read as each run starts
+        try:
+            out[name] = _variant(table, cap, gap, steps, per_load, vsn_kw)
+        finally:
+            vsn_executor.CONTROL_HOLD = hold
     return {"query": "wordcount", "steps": list(STEPS), "gap_tuples": gap,
-            "capacity": cal, "variants": out}
+            "capacity": cal, "control_hold_s": hold, "variants": out}
+
+
+def _variant(table: Any, cap: float, gap: int, steps: list[int], per_load: int,
+             vsn_kw: dict[str, Any]) -> dict[str, Any]:
+    """One variant of :func:`reconfiguration`: the stepped run and the full-speed run."""
+    loads: dict[str, Any] = {}
+    # the step: the first len(steps) reconfigurations at 70 %, the next ones at 120 %
+    phases: list[tuple[int, float | None]] = [(per_load, f * cap) for f in STEP_LOADS]
+    phases[-1] = (per_load + gap, phases[-1][1])  # the last step falls before the end
+    recs, res, probe = _phase_run(table, phases, gap, steps * len(STEP_LOADS), **vsn_kw)
+    for k, f in enumerate(STEP_LOADS):
+        part = recs[k * len(steps):(k + 1) * len(steps)]
+        loads[f"{round(f * 100)}%"] = _load_summary(
+            part, f * cap, probe["loadavg_at_phases"][k:k + 2])
+    loads["step_run"] = {"latency_ms": res.extra["latency_ms"], "probe": probe,
+                         "timeline": from_result(res.extra, res.elapsed)}
+    recs, res, probe = _phase_run(table, [(per_load + gap, None)], gap, steps, **vsn_kw)
+    loads["full"] = _load_summary(recs, None, probe["loadavg_at_phases"])
+    loads["full"]["tuples_per_s"] = (per_load + gap) / res.elapsed
+    loads["full_run"] = {"latency_ms": res.extra["latency_ms"], "probe": probe,
+                         "timeline": from_result(res.extra, res.elapsed)}
+    return loads
 
 
 def _load_summary(recs: list[dict], rate: float | None, lavg: list[float]) -> dict[str, Any]:
@@ -180,8 +200,13 @@ def _load_summary(recs: list[dict], rate: float | None, lavg: list[float]) -> di
     for r in done:
         by_step.setdefault(f"{r['parallelism_before']}->{r['parallelism_after']}",
                            []).append(r["duration_ms"])
+    phases = [r["phases_ms"] for r in done if r.get("phases_ms")]
+    spreads = [r["spread_at_send"] for r in done if r.get("spread_at_send") is not None]
     return {"rate_tuples_per_s": rate, "requested": len(recs), "applied": len(done),
             "duration_ms": _pct([r["duration_ms"] for r in done]),
+            "phases_ms": {k: _pct([ph[k] for ph in phases])
+                          for k in ("send", "first", "reach", "switch")} if phases else {},
+            "spread_at_send": _pct(spreads),
             "by_transition_ms": {k: _pct(v) for k, v in by_step.items()},
             "loadavg_at_phase_start_end": lavg}
 

@@ -91,6 +91,9 @@ Spread bound (``max_spread``; None: no bound)
     a control tuple of ``add_next`` goes after the furthest reader, so the slowest one's
     wait for it is bounded by the spread (the VSN executor's reconfiguration time).
 
+Control hold (``set_control_hold``, off by default; :mod:`~stretchflow.buffers.esg_membership`)
+    From an ``add_next`` until ``release_hold`` (or a bounded time), sources wait in ``add``.
+
 Example:
     >>> esg = ElasticScaleGate(sources=["a", "b"], readers=["r"])
     >>> esg.add_batch([(1, "a1"), (5, "a5")], "a")
@@ -121,13 +124,9 @@ from operator import attrgetter, itemgetter, le
 from typing import Any, Final
 
 from .esg_membership import ElasticMembership
-from .esg_state import _pos, _Reader, _Source, _ts_back, _unknown_reader, _unknown_source
+from .esg_state import Aborted, _pos, _Reader, _Source, _ts_back, _unknown_reader, _unknown_source
 
 __all__ = ["END", "Aborted", "ElasticScaleGate"]
-
-
-class Aborted(RuntimeError):
-    """Raised by a blocking call on a buffer that :meth:`ElasticScaleGate.abort` stopped."""
 
 
 class _End:
@@ -227,6 +226,13 @@ class ElasticScaleGate(ElasticMembership):
         self._aborted: BaseException | None = None
         self._max_spread: int | None = None
         self._spread_waiting = 0
+        # the control hold (esg_membership.set_control_hold): sources wait while it is on
+        self._control_hold: float | None = None
+        self._holding = False
+        self._hold_deadline = 0.0
+        self._hold_waiting = 0
+        self._hold_wait_s = 0.0
+        self._hold_waits = 0
         # metrics
         self._added = 0
         self._removed_delivered = 0
@@ -255,6 +261,8 @@ class ElasticScaleGate(ElasticMembership):
             s = self._sources.get(source)
             if s is None:
                 raise _unknown_source(source)
+            if self._holding:  # a control tuple goes first (esg_membership, control hold)
+                self._wait_hold(s)
             last = s.last
             if ts < last:
                 raise _ts_back(source, last, ts)
@@ -314,6 +322,8 @@ class ElasticScaleGate(ElasticMembership):
                 raise _unknown_source(source)
             if n == 0:
                 return
+            if self._holding:  # a control tuple goes first (esg_membership, control hold)
+                self._wait_hold(s)
             if stamps[0] < s.last:
                 raise _ts_back(source, s.last, stamps[0])
             cap = self._capacity
@@ -609,4 +619,7 @@ class ElasticScaleGate(ElasticMembership):
                            if self._readers else 0),
                 "spread_wait_s": self._spread_wait_s,
                 "spread_waits": self._spread_waits,
+                "control_hold": self._control_hold,
+                "hold_wait_s": self._hold_wait_s,
+                "hold_waits": self._hold_waits,
             }

@@ -24,6 +24,17 @@ Tuples of no source (``add_next``)
     reader's position (after earlier such tuples no reader has reached), stamped with the
     ts of the tuple before it, so the log stays sorted and no reader has passed it.
 
+The control hold (``set_control_hold``; off unless set)
+    From an ``add_next`` until ``release_hold`` — or at most the hold's bound, in seconds,
+    after the ``add_next`` — sources that add wait (the readers are not held). Why: under
+    CPython's interpreter lock, a source thread pushing at full speed keeps the readers
+    that must reach the control tuple waiting for the lock, up to a switch interval (5 ms)
+    per hand-over; held, it blocks on a condition and lets them run. No deadlock: every
+    tuple before the control tuple is already in the ready log (it goes right after the
+    furthest reader), so the readers reach it without a new tuple; ``abort`` wakes the
+    waiters, a removed source raises as in ``add``, and the bound ends a hold that nobody
+    releases (a control tuple that its readers ignore). Flow control is unchanged.
+
 Membership (Table II; test-and-set of §6)
     All methods run under one lock, so concurrent calls are linearized. A
     membership call is all-or-nothing: it returns True only if it applied
@@ -46,7 +57,7 @@ import time
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
-from .esg_state import _as_members, _pos, _Reader, _Source
+from .esg_state import Aborted, _as_members, _pos, _Reader, _Source
 
 __all__ = ["ElasticMembership"]
 
@@ -92,6 +103,13 @@ class ElasticMembership:
     _spread_waiting: int
     _spread_wait_s: float
     _spread_waits: int
+    _control_hold: float | None
+    _holding: bool
+    _hold_deadline: float
+    _hold_waiting: int
+    _hold_wait_s: float
+    _hold_waits: int
+    _aborted: BaseException | None
     _wait_readable: Callable[[float | None], bool]
 
     def add_next(self, payload: Any) -> Any:
@@ -135,6 +153,9 @@ class ElasticMembership:
             log.insert(q - base, (ts, payload))
             self._marker_end = q + 1
             self._added += 1
+            if self._control_hold is not None:  # sources wait until release_hold
+                self._holding = True
+                self._hold_deadline = time.monotonic() + self._control_hold
             if self._reader_waiting:
                 self._readable.notify_all()
             return ts
@@ -212,7 +233,8 @@ class ElasticMembership:
                 self._sources.pop(x).active = False
             self._feeds = [f for f in self._feeds if f.active or f.pending]
             self._advance(None)
-            if self._room_waiting:  # a removed source blocked in add must raise
+            # a removed source blocked in add (for room or in the control hold) must raise
+            if self._room_waiting or self._hold_waiting:
                 self._room.notify_all()
             if not self._sources and self._reader_waiting:
                 self._readable.notify_all()
@@ -238,6 +260,52 @@ class ElasticMembership:
             self._spread_waiting -= 1
             self._spread_wait_s += time.perf_counter() - t0
             self._spread_waits += 1
+
+    # -- the control hold (module docstring): sources wait while readers reach add_next's
+    # tuple; add and add_batch test one flag, only _wait_hold runs when it is set
+
+    def _wait_hold(self, s: _Source) -> None:
+        """Wait (lock held) while the control hold is on: until ``release_hold``, the
+        hold's deadline, an abort, or ``s``'s removal (then ``add`` raises as usual)."""
+        t0 = time.perf_counter()
+        self._hold_waiting += 1
+        try:
+            while self._holding:
+                if self._aborted is not None:
+                    raise Aborted("the buffer was aborted") from self._aborted
+                if self._sources.get(s.name) is not s:
+                    raise ValueError(f"source {s.name!r} was removed while waiting for room "
+                                     f"to add")
+                left = self._hold_deadline - time.monotonic()
+                if left <= 0:  # nobody released it in time: the sources go on
+                    self._holding = False
+                    break
+                self._room.wait(left)
+        finally:
+            self._hold_waiting -= 1
+            self._hold_wait_s += time.perf_counter() - t0
+            self._hold_waits += 1
+
+    def release_hold(self) -> None:
+        """Ends the control hold (the control tuple's switch is done): sources go on."""
+        with self._lock:
+            self._holding = False
+            if self._hold_waiting:
+                self._room.notify_all()
+
+    def set_control_hold(self, seconds: float | None) -> None:
+        """Makes each ``add_next`` hold the sources until :meth:`release_hold`, for at most
+        ``seconds`` (None: no hold, the default)."""
+        if seconds is not None and (isinstance(seconds, bool)
+                                    or not (isinstance(seconds, int | float) and seconds > 0)):
+            raise ValueError(f"control hold must be a positive number of seconds or None, "
+                             f"got {seconds!r}")
+        with self._lock:
+            self._control_hold = seconds
+            if seconds is None and self._holding:
+                self._holding = False
+                if self._hold_waiting:
+                    self._room.notify_all()
 
     def set_max_spread(self, max_spread: int | None) -> None:
         """Bounds (or, with None, unbounds) how far a reader may get ahead of the slowest."""

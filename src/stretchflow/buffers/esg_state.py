@@ -15,6 +15,11 @@ from typing import Any
 _pos = attrgetter("pos")
 
 
+class Aborted(RuntimeError):
+    """Raised by a blocking call on a buffer that :meth:`ElasticScaleGate.abort` stopped
+    (defined here so that the membership mixin raises it too; ``buffers.esg`` exports it)."""
+
+
 class _Source:
     __slots__ = ("name", "rank", "last", "pending", "head", "active")
 

@@ -42,7 +42,9 @@ consecutively (p queue operations per batch, not per tuple). Each instance sees 
 order (keeps the watermark, updates only its keys, expires only its window sets) and sends one
 unit per batch; the reorder buffer releases the p units of a batch together and they are
 merged by timestamp. That merge is the sequential output order: every output an instance
-produces for input s has ``ts <= W_s``, every later one ``ts > W_s``.
+produces for input s has ``ts <= W_s``, every later one ``ts > W_s``. A file source -> A+ with
+columnar forms -> sinks carries whole Arrow batches through the same machinery, the instances
+sharing a columnar σ (:mod:`.ordered_columnar`; ``extra["paths"]`` says which path each O+ took).
 
 Latency markers (§7, "markers at equal tuple intervals"): with ``marker_every=m`` the source
 adds a watermark at the timestamp of the latest tuple after every m tuples (a no-op for every
@@ -64,7 +66,6 @@ snapshotted with nothing in flight (:mod:`.ordered_checkpoint`).
 
 from __future__ import annotations
 
-import heapq
 import math
 import os
 import threading
@@ -76,6 +77,7 @@ from typing import Any
 from ..buffers.hybrid_queue import HybridQueue, Lease, PartitionedQueue
 from ..buffers.reorder import LockReorderBuffer, NonBlockingReorderBuffer
 from ..elastic.controller import Metrics
+from ..errors import FlowDefinitionError
 from ..eventtime import WATERMARK
 from ..flow import Flow
 from ..io.sinks import Sink
@@ -87,6 +89,7 @@ from ..runtime.metrics import MetricsLog, MetricsSampler
 from ..runtime.result import RunResult
 from ..runtime.sinks import sink_session
 from .ordered_checkpoint import OrderedCheckpoints, apply_chain, deferred
+from .ordered_columnar import decide, paths_extra, use_batches
 from .ordered_stages import (
     END,
     END_TAG,
@@ -100,9 +103,9 @@ from .ordered_stages import (
     StatelessStage,
     apply_tagged,
     deposit_many,
+    oplus_emitter,
     oplus_unit,
     oplus_unit_tagged,
-    order_key,
     ps_units,
     retry_stash,
 )
@@ -120,7 +123,7 @@ def run(flow: Flow, parallelism: int | None = None, key_groups: int | None = Non
         capacity: int = 1024, scheduler: str = "qst", reorder: str = "nonblocking",
         queue: str = "hybrid", time_slice: float = 0.002, max_batch: int = 256,
         ct_window: float = 0.05, marker_every: int = 0, checkpoint: str | None = None,
-        checkpoint_every: Any = None) -> RunResult:
+        checkpoint_every: Any = None, columnar: str = "on") -> RunResult:
     """Runs ``flow`` on a pool of ``parallelism`` worker threads (default: the CPU count).
 
     ``parallelism`` is also the number of instances of each O+; ``key_groups`` the key groups
@@ -132,6 +135,10 @@ def run(flow: Flow, parallelism: int | None = None, key_groups: int | None = Non
     ``checkpoint`` DIR takes a checkpoint there every ``checkpoint_every`` (N input tuples,
     ``"Ns"`` seconds; default 10 s), holds the output there until the end of input and resumes
     from the checkpoint DIR holds (docs/checkpoints.md).
+
+    ``columnar`` ``"on"``: a file source -> A+ with columnar forms -> sinks runs on Arrow
+    batches (:mod:`.ordered_columnar`; else ``extra["columnar_fallback"]`` says why), "off":
+    tuples.
     """
     n_workers = parallelism if parallelism is not None else (os.cpu_count() or 1)
     if n_workers < 1:
@@ -140,18 +147,20 @@ def run(flow: Flow, parallelism: int | None = None, key_groups: int | None = Non
         raise ValueError("key_groups must be at least 1")
     if checkpoint is None and checkpoint_every is not None:
         raise ValueError("checkpoint_every needs checkpoint (the directory)")
+    if columnar not in ("on", "off"):
+        raise FlowDefinitionError(f"columnar must be 'on' or 'off', got {columnar!r}")
     ck = (flow, checkpoint, checkpoint_every) if checkpoint is not None else None
     return _Executor(Plan(flow), n_workers, scheduler, capacity=capacity,
                      time_slice=time_slice, max_batch=max_batch, key_groups=key_groups,
                      ct_window=ct_window, reorder=reorder, queue=queue,
-                     marker_every=marker_every, checkpoint=ck).run()
+                     marker_every=marker_every, checkpoint=ck, columnar=columnar).run()
 
 
 class _Executor:
     def __init__(self, plan: Plan, n_workers: int, policy: str, capacity: int,
                  time_slice: float, max_batch: int, key_groups: int | None, ct_window: float,
                  reorder: str, queue: str, marker_every: int,
-                 checkpoint: tuple[Flow, Any, Any] | None = None):
+                 checkpoint: tuple[Flow, Any, Any] | None = None, columnar: str = "on"):
         if capacity < 1 or max_batch < 1:
             raise ValueError("capacity and max_batch must be at least 1")
         if reorder not in REORDERS:
@@ -218,6 +227,10 @@ class _Executor:
         self.sink_buf: dict[int, list[tuple[Any, Any]]] = {t: [] for t in self.sink_of}
         self.latency = LatencyRecorder()
         self.marker_ms: list[float] = []
+        got = decide(plan, columnar, checkpoint is not None)
+        self.columnar_why = got if isinstance(got, str) else None
+        if got is not None and not isinstance(got, str):
+            use_batches(self, got, key_groups)
 
     def _abort(self, e: BaseException) -> None:
         """RunControl's abort hook: wake every idle worker, abort buffers and queues (taken
@@ -236,26 +249,7 @@ class _Executor:
         at a time; it appends the unit to the stage's outbox (see :meth:`_flush`)."""
         lock = st.outbox_lock
         if isinstance(st, OPlusStage):
-            p, released, tagged = st.p, st.released, st.tagged
-
-            def emit_oplus(unit: Any) -> None:
-                # the p units of one input arrive consecutively: merge them by ts
-                released.fetch_add(1)
-                group = st.group
-                group.append(unit)
-                if len(group) < p:
-                    return
-                st.group = []
-                runs = [g[0] for g in group if g[0]] if tagged else [g for g in group if g]
-                merged = (runs[0] if len(runs) == 1 else
-                          list(heapq.merge(*runs, key=order_key)) if runs else [])
-                if tagged and group[0][1]:  # what instance 0 passed on, END last
-                    merged = merged + group[0][1] if merged else group[0][1]
-                if merged:
-                    with lock:
-                        st.outbox.extend(merged)
-
-            return emit_oplus
+            return oplus_emitter(st)
         released_k = st.released if isinstance(st, KeyedStage) else None
 
         def emit(items: list[Item]) -> None:
@@ -626,6 +620,7 @@ class _Executor:
             "reorder": self.reorder,
             "queue": self.queue_kind,
             "metrics": log.rows,
+            **paths_extra(self.stages, self.columnar_why),
             **({"checkpoints": ck.taken, "checkpoint_log": ck.ckpt.stats.log()}
                if ck is not None else {}),
             "operators": [

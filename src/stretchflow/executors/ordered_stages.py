@@ -27,6 +27,7 @@ barrier (:mod:`.ordered_checkpoint`), passed on in place like a watermark by eve
 
 from __future__ import annotations
 
+import heapq
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -316,13 +317,22 @@ class OPlusStage(KeyedStage):
         self.group: list[Any] = []  # units of the batch being released (emit only)
         self.pushed = AtomicInt(0)  # entries put into the queue (once, not p times)
         self.done = AtomicInt(0)  # entries instance 0 has processed
+        # what one entry counts for in the backlog (flow control): 1 for a tuple; more for a
+        # whole batch (ordered_columnar), so the capacity holds a few batches, not 1024
+        self.weight = 1
+        # on batches: entries each instance has processed (instance j's only by the worker
+        # holding bucket j); the backlog then follows the slowest instance, which bounds the
+        # batches a lagging instance keeps alive, not just the queue ahead of instance 0
+        self.done_of: list[int] | None = None
         # tagged: input indices of each input tag, and the readiness merge of I > 1 inputs
         self.inputs_of: dict[int, list[int]] = {}
         self.heads: list[deque[tuple[Any, Any]]] = [deque() for _ in range(op.I)]
 
     def backlog(self) -> int:
         # the queue holds batches, so count tuples; instance 0 stands for the stage's progress
-        return self.pushed.load() - self.done.load()
+        # (on batches the slowest instance does)
+        done = self.done.load() if self.done_of is None else min(self.done_of)
+        return (self.pushed.load() - done) * self.weight
 
     def entries(self, items: list[Item]) -> list[Item]:
         """Tagged items as the batch every instance reads: ``(ts, payload, i, pass_tag)``
@@ -366,6 +376,31 @@ class OPlusStage(KeyedStage):
                 return
             ts, p = heads[best].popleft()
             out.append((ts, p, best, None))
+
+
+def oplus_emitter(st: OPlusStage) -> Callable[[Any], None]:
+    """The reorder buffer's ``emit`` for an O+ stage: the p units of one input arrive
+    consecutively (serial order); once all are there they are merged by timestamp -- the
+    sequential output order (ordered.py's docstring) -- and appended to the stage's outbox."""
+    p, released, tagged, lock = st.p, st.released, st.tagged, st.outbox_lock
+
+    def emit_oplus(unit: Any) -> None:
+        released.fetch_add(1)
+        group = st.group
+        group.append(unit)
+        if len(group) < p:
+            return
+        st.group = []
+        runs = [g[0] for g in group if g[0]] if tagged else [g for g in group if g]
+        merged = (runs[0] if len(runs) == 1 else
+                  list(heapq.merge(*runs, key=order_key)) if runs else [])
+        if tagged and group[0][1]:  # what instance 0 passed on, END last
+            merged = merged + group[0][1] if merged else group[0][1]
+        if merged:
+            with lock:
+                st.outbox.extend(merged)
+
+    return emit_oplus
 
 
 def oplus_unit(st: OPlusStage, j: int, batch: list[Item]) -> tuple[list[Item], int]:
@@ -562,4 +597,5 @@ def retry_stash(st: Stage) -> None:
 
 __all__ = ["END", "END_TAG", "Item", "KeyedStage", "OPlusStage", "PSStage", "Plan",
            "SourceStage", "Stage", "StatelessStage", "apply_tagged", "deposit_many",
-           "oplus_unit", "oplus_unit_tagged", "order_key", "ps_units", "retry_stash"]
+           "oplus_emitter", "oplus_unit", "oplus_unit_tagged", "order_key", "ps_units",
+           "retry_stash"]

@@ -21,7 +21,10 @@ runs as a :class:`~stretchflow.operators.columnar.ColumnarSlicedInstance` at par
 source whose every reader takes batches (such an A+, or a sink) delivers
 :class:`~stretchflow.batch.Batch` items ``(last ts, batch)`` (``Source.batches``), the A+
 processes each batch with Arrow kernels and emits its windows as batches, and a sink writes a
-batch at once. A reader that takes tuples gets a batch's tuples one by one, in order.
+batch at once. A reader that takes tuples gets a batch's tuples one by one, in order. The next
+batch is read on a thread while this one is computed, and the engine's file sinks write on a
+thread of their own (:mod:`.reference_overlap`): the same calls in the same order, so the same
+bytes; the three steps are mostly Arrow kernels, which release the GIL.
 
 Checkpoints (issue #17, ``checkpoint=DIR``): the sources put checkpoint barriers into their
 streams (:mod:`stretchflow.runtime.checkpoint`); a stateless operator forwards them; an O+ at
@@ -41,19 +44,23 @@ import itertools
 import time
 from collections.abc import Iterator
 from operator import itemgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..batch import Batch, prefer_system_allocator
 from ..eventtime import WATERMARK
 from ..flow import Flow, Node
-from ..operators import snapshot
+from ..io.sinks import CsvSink, JsonLinesSink, ParquetSink
 from ..operators.oplus import OPlus, OPlusInstance, SharedState
 from ..operators.stateless import Filter, FlatMap, Map
-from ..runtime.checkpoint import CheckpointBarrier, Checkpointer
+from ..runtime.checkpoint_drain import CheckpointBarrier
 from ..runtime.control import raise_user_error, user_error
 from ..runtime.pump import write_batch
 from ..runtime.result import RunResult
 from ..runtime.sinks import sink_session
+from .reference_overlap import WriteBehind, read_ahead
+
+if TYPE_CHECKING:  # imported by a run that checkpoints (hashlib, pickle, json: start-up time)
+    from ..runtime.checkpoint import Checkpointer
 
 Item = tuple[int, Any]
 #: data tuples an O+ whose instance takes runs reads at once (OPlusInstance.process_run):
@@ -63,6 +70,10 @@ RUN = 1024
 #: 153 MB at 16 384 against 230 MB at 65 536 (the chunk, its table, tokens and output text are
 #: alive at once), with no measurable loss of speed
 BATCH = 16_384
+#: sinks whose writes run on a thread of their own while the flow computes (:func:`_drain`):
+#: the engine's file sinks, which format with Arrow kernels (GIL released) and write to a
+#: file; a user's sink keeps being called from the run's thread
+_OVERLAPPED = (JsonLinesSink, CsvSink, ParquetSink)
 
 
 def run(flow: Flow, parallelism: int = 1, key_groups: int | None = None,
@@ -87,6 +98,8 @@ def run(flow: Flow, parallelism: int = 1, key_groups: int | None = None,
     instances: dict[str, list[OPlusInstance]] = {}
     ckpt = None
     if checkpoint is not None:
+        from ..runtime.checkpoint import Checkpointer
+
         ckpt = Checkpointer(checkpoint, checkpoint_every, flow, {"columnar": columnar},
                             [n.name for n in flow.nodes if n.kind in ("oplus", "stateful")])
     elif checkpoint_every is not None:
@@ -120,15 +133,23 @@ def run(flow: Flow, parallelism: int = 1, key_groups: int | None = None,
 
 
 def _drain(stream: Iterator[Item], sink: Any, batch: int = 4096) -> None:
+    if type(sink) in _OVERLAPPED:
+        with WriteBehind(sink.write, sink.write_batch, "stretchflow-sink") as w:
+            _drain_to(stream, w.write, w.write_batch, batch)
+    else:
+        _drain_to(stream, sink.write, lambda b: write_batch(sink, b), batch)
+
+
+def _drain_to(stream: Iterator[Item], write: Any, write_b: Any, batch: int) -> None:
     buf: list[Item] = []
     append = buf.append
     for item in stream:
         if type(item[1]) is Batch:
             if buf:
-                sink.write(buf)
+                write(buf)
                 buf = []
                 append = buf.append
-            write_batch(sink, item[1])
+            write_b(item[1])
             continue
         if item[1] is not WATERMARK:
             append(item)
@@ -137,11 +158,11 @@ def _drain(stream: Iterator[Item], sink: Any, batch: int = 4096) -> None:
         elif not buf:
             continue
         # a full batch, or a watermark: what it closed reaches the sink now, not at the end
-        sink.write(buf)
+        write(buf)
         buf = []
         append = buf.append
     if buf:
-        sink.write(buf)
+        write(buf)
 
 
 def _drain_many(streams: list[Iterator[Item]], sinks: list[Any]) -> None:
@@ -207,7 +228,7 @@ def _compile(flow: Flow, counts: dict[str, list[int]], P: int = 1, G: int = 1,
                     batchy.add(node)
                     if ckpt is not None:
                         return ckpt.batches(node.name, bs, counter)
-                    return _counted_batches(bs, counter)
+                    return _counted_batches(read_ahead(bs, "stretchflow-read"), counter)
             items = _live_items(node.spec)
             if ckpt is not None:
                 return ckpt.source(node.name, items, counter)
@@ -364,8 +385,11 @@ def _stateful(op: Any, up: Iterator[Item], name: str = "",
     paper): its instance keeps the state and returns each tuple's outputs in order."""
     inst = op.instance()
     process = inst.process
-    if ckpt is not None and (blob := ckpt.restored(name)) is not None:
-        snapshot.restore_stateful(inst, blob)
+    if ckpt is not None:
+        from ..operators import snapshot
+
+        if (blob := ckpt.restored(name)) is not None:
+            snapshot.restore_stateful(inst, blob)
     for ts, v in up:
         if v is WATERMARK:
             yield ts, v
@@ -556,6 +580,8 @@ class _Barriers:
         self.name, self.insts, self.ckpt = name, insts, ckpt
         self.epoch = -1
         if ckpt is not None and (blob := ckpt.restored(name)) is not None:
+            from ..operators import snapshot
+
             snapshot.restore(name, insts, blob)
 
     def __call__(self, ts: Any, b: CheckpointBarrier,
@@ -568,6 +594,8 @@ class _Barriers:
         # the outputs it closed, by the operator's own way out (tables for the columnar one)
         yield from flush() if flush is not None else _merged(self.insts)
         if self.ckpt is not None:
+            from ..operators import snapshot
+
             self.ckpt.snapshot(self.name, b.epoch, snapshot.snapshot(self.name, self.insts))
         yield ts, b
 

@@ -15,8 +15,9 @@ by several consumers, or by sinks only) is read by a tap thread. Operators whose
 no sink do not run, as in the reference executor.
 
 An A+ with columnar forms reading a sorted file, on process channels, written only by sinks,
-runs on whole Arrow batches instead (:mod:`.sn_columnar`: the splitter explodes each batch
-once and sends each channel its rows as Arrow IPC; ``extra["paths"]`` says ``columnar``); a
+runs on whole Arrow batches instead (:mod:`.sn_columnar`: the parent deals whole batches
+round robin as Arrow IPC; the channels explode them, combine per (slice, key) and shuffle the
+rows to each key's owner; ``extra["paths"]`` says ``columnar``); a
 reconfiguring or checkpointed run takes the tuple path (``extra["columnar_fallback"]``).
 
 ``reconfigure`` and the controller apply to every region: a ``(COUNT, P)`` step migrates every

@@ -25,7 +25,11 @@ shared code. What this module adds is the transport:
   the splitter sends ``migrate`` to every old and new channel; each releases its held outputs,
   donates the groups it loses and replies ``donated``; once all replied (the vertical barrier)
   the splitter sends ``collect`` to the channels that stay and ``leave`` to the others, and
-  waits for every ``collected`` (the horizontal barrier) before it resumes.
+  waits for every ``collected`` and every ``left`` (the horizontal barrier, over
+  max(N_old, N_new) channels as in the paper) before it resumes. ``left`` is the relay's word
+  that the channel's ``leave`` is in the merger's queue: a later migration may start a new
+  channel with the same index, and its ``join`` must reach the merger after that ``leave``,
+  or the merger would drop the new channel's watermark and release outputs too early.
 * **Failures.** A channel that raises sends the error to the parent, which raises the same
   exception there (an :class:`OperatorError` keeps its operator, timestamp and payload; the
   child's traceback is attached as a note). A channel that dies without a word (killed,
@@ -432,10 +436,15 @@ class ProcessTransport:
             moved += msg[3]
         for j in range(participants):
             run.put(ex.channels[j].q, ("collect", epoch, old, new) if j < p else ("leave",))
-        for _ in range(p):
+        # the horizontal barrier spans the leaving channels too: each one's "leave" must be in
+        # the merger's queue before the splitter goes on (its next migration may put a "join"
+        # for the same index there; see the module doc)
+        want = {"collected": p, "left": participants - p}
+        for _ in range(participants):
             msg = run.get(self.ctlq)
-            if msg[0] != "collected":
+            if want.get(msg[0], 0) <= 0:
                 raise RuntimeError(f"sn migration {epoch}: unexpected reply {msg[0]!r}")
+            want[msg[0]] -= 1
         return nbytes, moved
 
 
@@ -535,5 +544,8 @@ class ProcessChannel:
                 self.transport.ctlq.put(msg)
                 continue
             run.put(self.outq, msg)
-            if kind == "final" or kind == "leave":
+            if kind == "leave":  # in the merger's queue now: the migration may go on
+                self.transport.ctlq.put(("left", j))
+                return
+            if kind == "final":
                 return

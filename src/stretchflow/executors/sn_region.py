@@ -387,6 +387,12 @@ class Region:
                     wms[j] = math.inf
                     finals.add(j)
             elif kind == "join":
+                # a channel index comes back only after its previous channel left (the
+                # migration's horizontal barrier waits for the "leave"); a late "leave" would
+                # drop this channel's watermark and release outputs before its own
+                if msg[1] in wms:
+                    raise RuntimeError(f"sn region {self.name}: channel {msg[1]} joins the "
+                                       f"merger before the previous channel {msg[1]} left")
                 wms[msg[1]] = msg[2]
                 done[msg[1]] = msg[3]
                 busy.setdefault(msg[1], 0.0)

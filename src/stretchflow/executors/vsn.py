@@ -25,7 +25,8 @@ metrics sampler. Everything blocks on conditions; nothing spins.
 The spread between instances is bounded (``max_spread``): an instance reads at most that many
 tuples of ESG_in ahead of the slowest instance of its operator, in batches of at most half of
 it, so a reconfiguration, whose control tuple goes right after the furthest instance, waits
-for at most about ``1.5 × max_spread`` tuples per instance (docs/vsn.md).
+for at most about ``1.5 × max_spread`` tuples per instance; from a control tuple until its
+switch, ESG_in's sources wait (``CONTROL_HOLD``), so the instances get the GIL (docs/vsn.md).
 """
 
 from __future__ import annotations
@@ -71,8 +72,10 @@ BARRIER_TIMEOUT = 120.0
 # read ahead of the slowest one; an O+ whose kernels take runs keeps its 1 024-tuple runs
 MAX_SPREAD = 64
 MAX_SPREAD_RUNS = 2 * RUN_BATCH
-
-
+# seconds ESG_in's sources wait at most after a control tuple (the control hold, docs/vsn.md):
+# until the switch is applied, the instances need not win the GIL from the sources; read
+# when an executor is built (None: no hold; the reconfiguration bench compares both)
+CONTROL_HOLD: float | None = 0.05
 
 
 class VSNInstance:
@@ -351,6 +354,7 @@ class VSNExecutor:
             if vop.columnar_state is not None:  # positions are batches here
                 spread = spread_in_entries(spread)
             vop.inlet.esg.set_max_spread(spread)
+            vop.inlet.esg.set_control_hold(CONTROL_HOLD)
             for vi in vop.instances:
                 vi.bound_take(spread)
                 vi.pusher = self.plan.pusher(node, (vop.name, vi.j))
@@ -430,15 +434,6 @@ class VSNExecutor:
                 latency.measure_outputs(clock, out)
 
     # -- metrics -------------------------------------------------------------------------------
-    def _sample(self, vop: VSNOperator, now: float
-                ) -> tuple[float, list[float], int, float, int]:
-        # congestion (elastic-scaling §5): time sources spent blocked on a full ESG_in; backlog
-        # (issue #18): ESG_in's entries not yet read by its slowest instance, pending or ready
-        # (one stats() call per period, under the ESG's lock once: nothing per tuple)
-        st = vop.inlet.esg.stats()
-        return (now, [vi.busy for vi in vop.instances],
-                sum(vi.processed for vi in vop.instances), st["source_wait_s"], st["buffered"])
-
     def _measure(self) -> list[tuple[str, Any]]:
         """One :class:`~stretchflow.elastic.controller.Metrics` per O+ since the last call."""
         # imported here, not with the module: a run that never samples (shorter than one
@@ -448,7 +443,7 @@ class VSNExecutor:
         out: list[tuple[str, Any]] = []
         for vop in self.ops.values():
             t0, busy0, n0, b0, _ = self._last[vop]
-            now, busy, n, b, backlog = self._last[vop] = self._sample(vop, time.perf_counter())
+            now, busy, n, b, backlog = self._last[vop] = vop.sample(time.perf_counter())
             dt = max(now - t0, 1e-9)
             loads = tuple(min(1.0, (busy[j] - busy0[j]) / dt) for j in sorted(vop.O))
             # every connected instance reads every tuple: tuples of the operator's input
@@ -487,7 +482,7 @@ class VSNExecutor:
             sampler = MetricsSampler(control, self.metrics_log, self.metrics_interval,
                                      self._measure, self.controller, self._apply_decision)
             for vop in self.ops.values():
-                self._last[vop] = self._sample(vop, t0)
+                self._last[vop] = vop.sample(t0)
                 self.metrics_log.parallelism_changed(vop.name, vop.parallelism, t0)
             for t in threads:
                 t.start()

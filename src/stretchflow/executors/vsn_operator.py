@@ -74,6 +74,14 @@ class Reconfiguration:
     requested_at: float  # time.perf_counter() of the reconfigure call
     applied: bool = False
     applied_at: float | None = None
+    # where the time went (phases_ms): the control tuple in ESG_in, the first and the last
+    # instance at the barrier
+    sent_at: float | None = None
+    first_at: float | None = None
+    last_at: float | None = None
+    # how far the slowest instance was behind the furthest when the control tuple went in,
+    # in ESG_in entries (tuples; batches on the columnar path): at most max_spread
+    spread_at_send: int | None = None
     trigger_ts: int | None = None
     assignment: tuple[int, ...] = ()
     note: str = ""
@@ -101,7 +109,22 @@ class Reconfiguration:
                 "parallelism_before": self.parallelism_before,
                 "parallelism_after": self.parallelism_after, "applied": self.applied,
                 "duration_ms": self.duration_ms, "trigger_ts": self.trigger_ts,
-                "note": self.note, "key_groups_per_instance": _group_counts(self.assignment)}
+                "note": self.note, "key_groups_per_instance": _group_counts(self.assignment),
+                "phases_ms": self.phases_ms(), "spread_at_send": self.spread_at_send}
+
+    def phases_ms(self) -> dict[str, float] | None:
+        """An applied request's duration in parts: ``send`` (the call until its control tuple
+        is in ESG_in), ``first`` and ``reach`` (from then until the first and the last
+        instance is at the barrier: the instances' work up to the control tuple, their waits
+        for the GIL and for the CPU), ``switch`` (from the last arrival to the end of the
+        barrier action). None if it was not applied."""
+        t = (self.requested_at, self.sent_at, self.first_at, self.last_at, self.applied_at)
+        if not self.applied or any(x is None for x in t):
+            return None
+        req, sent, first, last, done = t
+        # an instance may reach the barrier before the sending thread reads the clock
+        return {"send": (sent - req) * 1000, "first": max(0.0, first - sent) * 1000,
+                "reach": max(0.0, last - sent) * 1000, "switch": (done - last) * 1000}
 
 
 def _group_counts(assign: tuple[int, ...]) -> dict[int, int]:
@@ -166,6 +189,16 @@ class VSNOperator:
     def parallelism(self) -> int:
         return len(self.O)
 
+    def sample(self, now: float) -> tuple[float, list[float], int, float, int]:
+        """``(now, busy seconds per instance, tuples processed, seconds ESG_in's sources
+        waited, backlog)`` for the executor's metrics."""
+        # congestion (elastic-scaling §5): time sources spent blocked on a full ESG_in; backlog
+        # (issue #18): ESG_in's entries not yet read by its slowest instance, pending or ready
+        # (one stats() call per period, under the ESG's lock once: nothing per tuple)
+        st = self.inlet.esg.stats()
+        return (now, [vi.busy for vi in self.instances],
+                sum(vi.processed for vi in self.instances), st["source_wait_s"], st["buffered"])
+
     # -- the public reconfigure ------------------------------------------------------------------
     def reconfigure(self, parallelism: int | None = None,
                     f_mu: Any = None, wait: bool = True,
@@ -210,7 +243,10 @@ class VSNOperator:
         (``--reconfigure`` steps due at the same tuple) only the latest needs sending."""
         if rec.done.is_set():
             return
-        if not self.inlet.send_control(rec.control):
+        rec.spread_at_send = self.inlet.esg.stats()["spread"]
+        sent = self.inlet.send_control(rec.control)
+        rec.sent_at = time.perf_counter()
+        if not sent:
             # only rec: an earlier request's control tuple may still be on its way to the
             # slower instances (those not sent end when the instances do)
             with self.lock:
@@ -242,6 +278,11 @@ class VSNOperator:
     def barrier(self, epoch: int) -> threading.Barrier:
         """The barrier of the switch to ``epoch`` for the instances of the current epoch."""
         with self.lock:
+            rec = self._requests.get(epoch)
+            if rec is not None:  # an instance at the barrier (Reconfiguration.phases_ms)
+                rec.last_at = time.perf_counter()
+                if rec.first_at is None:
+                    rec.first_at = rec.last_at
             b = self._barriers.get(epoch)
             if b is None:
                 b = self._barriers[epoch] = self.new_barrier(
@@ -323,6 +364,7 @@ class VSNOperator:
                 rec.finish()
             if joining:
                 self.cond.notify_all()
+        self.inlet.esg.release_hold()  # switched: ESG_in's sources go on (the control hold)
         self.metrics_log.parallelism_changed(self.name, len(new), now)
 
     def _resolve(self, rec: Reconfiguration, applied: bool, note: str) -> None:
@@ -347,6 +389,9 @@ class VSNOperator:
                     self._resolve(rec, False, "the input ended before its control tuple "
                                               "was read")
                 self.cond.notify_all()
+            else:
+                return
+        self.inlet.esg.release_hold()  # no switch will release it now
 
     def wake_all(self) -> None:
         """The run failed: wakes pool instances and breaks the barriers (an abort hook)."""

@@ -41,10 +41,25 @@ _MAX_DEPTH = 64
 
 
 # -- JSON Lines ---------------------------------------------------------------------------------
+#: the most bytes of lines a batch holds, whatever larger bound the source asks for (unless
+#: one line is longer). A columnar run's working set grows with the batch: the chunk, its
+#: table, the tokens and their grouping arrays are alive at once (about 1.5 KB of peak RSS per
+#: tweet of a wordcount batch here). Peak RSS of 1 000 000 tweets of wordcount on the reference
+#: engine by this bound (otherwise 16 384-tweet batches, 1.5 MB): 124 MB without it, 113 at
+#: 1 MiB, 106 at 768 KiB, 100 at 512 KiB, 92 at 256 KiB. Smaller batches cost CPU (fixed costs
+#: per batch): the 200 000-tweet run's whole-process CPU time against the reader before this
+#: bound and the chunker's adaptive reads was 1.03x at 1 MiB (wall 1.00x; both within the noise
+#: of 12 alternating pairs), 1.05x at 768 KiB
+#: (docs/columnar.md, "Memory")
+CHUNK_BYTES = 1 << 20
+
+
 def jsonl_batches(src: Any, rows: int, max_bytes: int) -> Iterator[Batch]:
     """The batches of a sorted :class:`~stretchflow.io.sources.JsonLines` source: chunks of
-    at most ``rows`` lines and about ``max_bytes`` bytes, never the whole file at once."""
+    at most ``rows`` lines and about ``min(max_bytes, CHUNK_BYTES)`` bytes, never the whole
+    file at once."""
     loads = orjson.loads
+    max_bytes = min(max_bytes, CHUNK_BYTES)
     prev: float = -math.inf
     first = 1  # line number of the chunk's first line
     with src._open() as f:
@@ -63,18 +78,46 @@ def jsonl_batches(src: Any, rows: int, max_bytes: int) -> Iterator[Batch]:
             src.read = first - 1
 
 
-def _line_chunks(f: Any, rows: int, max_bytes: int) -> Iterator[tuple[bytes, np.ndarray]]:
+#: the smallest read of the chunker (bytes): below this the syscalls and rescans cost more
+#: than the memory saved
+_MIN_READ = 64 << 10
+
+
+def _line_chunks(f: Any, rows: int, max_bytes: int, min_read: int = _MIN_READ
+                 ) -> Iterator[tuple[bytes, np.ndarray]]:
     """``(chunk, ends)``: runs of whole lines of ``f``, at most ``rows`` lines and
     ``max_bytes`` bytes each (a longer line alone); ``ends`` holds the offset of each line's
-    last byte (its newline, or the last byte of a final line that has none)."""
+    last byte (its newline, or the last byte of a final line that has none).
+
+    Reads only about one chunk ahead: each read asks for what the next chunk should still
+    need, from the bytes per line seen so far (and doubles the buffer while a line goes on,
+    so a very long line costs linear time). Reading ``max_bytes`` at a time instead held the
+    block, the buffer it was joined into and their newline mask at once: 8 MiB reads for
+    chunks of 16 384 tweets (1.5 MB) cost the chunker alone 48 MB of peak RSS over 1 000 000
+    tweets, 8 MB now. What is read and not yet handed out stays under ``2 * (max_bytes +
+    min_read)`` bytes when no line is longer than ``max_bytes`` (tests/test_columnar_memory.py).
+    Where the chunks are cut does not depend on the read sizes."""
+    min_read = max(1, min(min_read, max_bytes))  # small chunks: read no more than one ahead
     pending = b""
+    seen_bytes = seen_lines = 0  # of the chunks cut so far: the estimate of a line's size
+    stalls = 0  # reads in a row after which no chunk could be cut
     while True:
-        block = f.read(max_bytes)
+        if seen_lines:
+            per_line = seen_bytes / seen_lines
+        else:  # nothing cut yet: guess from the newlines of what is pending
+            per_line = len(pending) / max(1, pending.count(b"\n")) if pending else 0
+        # a little over the estimate, so that a chunk of `rows` lines (or one over
+        # max_bytes, which is what lets it be cut at the byte bound) is usually in one read
+        target = int(min(rows * per_line, max_bytes) * 1.0625) + min_read
+        size = max(min_read, target - len(pending), len(pending) if stalls > 1 else 0)
+        block = f.read(size)
+        eof = not block
         buf = pending + block if pending else block
+        del block  # the buffer holds its bytes; not both alive while the chunks are used
         if not buf:
             return
         nl = np.flatnonzero(np.frombuffer(buf, np.uint8) == 10)
-        if not block and buf[-1:] != b"\n":
+        if eof and buf[-1:] != b"\n":
             nl = np.append(nl, len(buf) - 1)  # the last line, without its newline
         start = i = 0  # i: index in nl of the end of the first line after start
         while i < len(nl):
@@ -85,16 +128,20 @@ def _line_chunks(f: Any, rows: int, max_bytes: int) -> Iterator[tuple[bytes, np.
                 end_i = j
             elif over:
                 end_i = max(k, i)  # the lines that fit, or one longer line alone
-            elif not block:
+            elif eof:
                 end_i = len(nl) - 1  # end of file: the rest
             else:
                 break  # read more before cutting
             end = int(nl[end_i]) + 1
+            seen_bytes += end - start
+            seen_lines += end_i + 1 - i
             yield buf[start:end], nl[i:end_i + 1] - start
             start, i = end, end_i + 1
-        if not block:
+        if eof:
             return
+        stalls = stalls + 1 if start == 0 else 0
         pending = buf[start:]
+        del buf, nl
 
 
 def _jsonl_fast(src: Any, chunk: bytes, ends: np.ndarray, prev: float, first: int,
@@ -151,11 +198,15 @@ def _jsonl_fast(src: Any, chunk: bytes, ends: np.ndarray, prev: float, first: in
 
 def _read_options(size: int) -> Any:
     """Blocks of at least 1 MiB (smaller ones cost more than they parallelize), about two
-    per core so both threads of a 2-core box stay busy."""
+    per core so both threads of a 2-core box stay busy. A chunk of one block is parsed on the
+    calling thread: handing it to Arrow's pool parallelizes nothing, and the pool's threads'
+    own malloc arenas kept 6 MB more peak RSS over 1 000 000 tweets of wordcount (113 against
+    106 MB; whole-process time of 200 000 tweets unchanged, ratio 1.02 in 12 pairs)."""
     import pyarrow.json as pj
 
     per = -(-size // (2 * (os.cpu_count() or 1)))
-    return pj.ReadOptions(use_threads=True, block_size=max(1 << 20, per))
+    block = max(1 << 20, per)
+    return pj.ReadOptions(use_threads=size > block, block_size=block)
 
 
 def _no_temporal(schema: Any) -> Any:

@@ -251,8 +251,9 @@ class JsonLines(FileInput, Source):
         self.path, self.spec = path_of(path)  # a URL, stdin (-) or a local path
         super().__init__(name or name_of(self.spec), ts, sorted, watermark, **event_time)
 
-    #: a batch holds at most about this many bytes of lines (unless one line is longer)
-    batch_bytes = 8 << 20
+    #: a batch holds at most about this many bytes of lines (unless one line is longer);
+    #: :data:`.batches.CHUNK_BYTES` (1 MiB) caps it, for the columnar path's peak memory
+    batch_bytes = 1 << 20
 
     def describe_where(self, where: Any) -> str:
         return self._where(where)

@@ -119,11 +119,13 @@ class ColumnarSlicedInstance(SlicedAggregateInstance):
         import numpy as np
 
         width = self._width
-        t = ts[np.asarray(rows, dtype=np.int64)]
+        ts = np.asarray(ts)
+        # each tuple's slice, then each key's (a tuple has many keys: one gather, no modulo)
+        t = (ts - ts % width)[np.asarray(rows, dtype=np.int64)]
         cols = self._key_columns(keys)
         # one grouping by (slice, key) for the whole batch (rows need not come in time
         # order: paircount's come per distance), then a partial per slice
-        sl, ks, sums = sum_by(list(cols.values()), values, t - t % width)
+        sl, ks, sums = sum_by(list(cols.values()), values, t)
         cut = np.flatnonzero(sl[1:] != sl[:-1]) + 1
         sg = self.groups[0]
         for a, b in zip(np.r_[0, cut].tolist(), np.r_[cut, len(sl)].tolist(), strict=True):

@@ -29,6 +29,7 @@ def _tokens(payloads: Any) -> tuple[Any, Any]:
     every code point); the empty tokens it adds at the ends are dropped. Raises on a payload
     ``tokens_of`` would reject (missing or non-string text), so that the caller falls back to
     the tuple-at-a-time path, which names the tuple."""
+    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -56,7 +57,11 @@ def _tokens(payloads: Any) -> tuple[Any, Any]:
     # str.split() never yields one. The mask is computed in numpy: a Python scalar handed to
     # an Arrow kernel makes pyarrow import pandas (see stretchflow.batch.int_numpy)
     rows = int_numpy(rows)
-    keep = (int_numpy(pc.binary_length(tokens)) > 0) & (rows < n)
+    # the sentinel's tokens are the last ones (rows ascend): cut off, not filtered out, so a
+    # batch without empty tokens (nearly every one) needs no filter, a copy of every token
+    m = int(np.searchsorted(rows, n))
+    rows, tokens = rows[:m], tokens.slice(0, m)
+    keep = int_numpy(pc.binary_length(tokens)) > 0
     if keep.all():
         return rows, tokens
     return rows[keep], tokens.filter(arrow_mask(keep))

@@ -1,0 +1,209 @@
+"""Whole Arrow batches through the ordered engine's O+ stage (issue #16, Deliver 1-2).
+
+When the flow is one file source -> one A+ with columnar forms (``Aggregate.columnar``) ->
+sinks (a chain, :class:`~.ordered_stages.Plan`) and the source gives batches
+(``Source.batches``: a sorted, unpaced file), the line carries
+:class:`~stretchflow.batch.Batch` items ``(last ts, batch)`` instead of tuples:
+
+* the **source stage** reads ``n`` tuples' worth of batches per slice (at least one batch;
+  ``n`` is the scheduler's slice size, §6) and follows each batch with the watermark at its
+  last timestamp -- the implicit watermark, a no-op for the operator, which lets the sinks
+  write the windows that batch closed at once. A latency marker (§7) is that watermark, taken
+  once every ``marker_every`` tuples have passed (so at batch granularity);
+* the **O+ stage** keeps the paper's machinery unchanged: every hand-over enters the hybrid
+  or partitioned queue once per instance (p entries, consecutive serial numbers), each
+  instance sends one unit per entry, the reorder buffer releases the p units of an entry
+  together and :func:`~.ordered_stages.oplus_emitter` merges them by timestamp. Instance j is
+  a :class:`~stretchflow.operators.columnar_shared.ColumnarVSNInstance` over one
+  :class:`~stretchflow.operators.columnar_shared.ColumnarShared` σ -- the kernels VSN runs:
+  each batch is exploded by f_MK's columnar form and summed per (slice, key) once, by the
+  first instance to reach it (the others find it done, or sum later batches meanwhile), and
+  instance j combines the closed windows over the key groups it owns, ``g % p == j``, with
+  f_O's columnar form. Windows leave as batches, one per window and instance; the merge keeps
+  them in timestamp order and the sinks write them with ``write_batch``;
+* **flow control** counts an entry (a batch, or its watermark) as ``capacity / (2 max(4,
+  capacity // COLUMNAR_BATCH))`` (:attr:`~.ordered_stages.OPlusStage.weight`), so the
+  stage's input holds a few batches, as VSN's ESG_in of batches does, not ``capacity``; it
+  follows the slowest instance (:attr:`~.ordered_stages.OPlusStage.done_of`), so a lagging
+  instance holds a few batches alive, not a ring's worth. The scheduler's statistics of both
+  stages count tuples, as on the tuple path.
+
+Errors: a batch f_MK's columnar form refuses is summed tuple at a time in the same σ (f_MK and
+f_U per tuple), so a failing tuple is named as the reference names it; every instance reads
+every batch in order, so the first failing batch fails the run first.
+
+Not on this path (tuple at a time; ``extra["columnar_fallback"]`` says why): ``columnar="off"``,
+checkpoints (the partials are not snapshotted), a source that gives no batches, and any flow
+other than one source -> this A+ -> sinks (several sources or sinks on other nodes, operators
+before or after the A+).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from ..batch import Batch, prefer_system_allocator
+from ..eventtime import WATERMARK
+from ..runtime.control import raise_user_error
+from ..runtime.pump import write_items
+from . import vsn_batches
+from .ordered_stages import END, Item, OPlusStage, Plan, SourceStage, deposit_many
+
+__all__ = ["decide", "paths_extra", "use_batches"]
+
+
+def decide(plan: Plan, columnar: str, checkpointing: bool) -> Iterator[Batch] | str | None:
+    """The source's batches when the O+ takes the columnar path, else why not (a string), or
+    None when no O+ of the flow has columnar forms (nothing to fall back from)."""
+    if not any(n.kind == "oplus" and getattr(n.spec, "columnar", False) for n in plan.ops):
+        return None
+    if columnar == "off":
+        return "columnar='off'"
+    if checkpointing:
+        return "a checkpointed run: the partials are not snapshotted"
+    node = plan.ops[0]
+    if not plan.chain or len(plan.ops) != 1 or len(node.inputs) != 1:
+        return "a flow other than one source -> one A+ -> sinks"
+    batches = getattr(plan.sources[0].spec, "batches", None)
+    # read at run time: tests make batches small through this module attribute
+    it = batches(vsn_batches.COLUMNAR_BATCH) if batches is not None else None
+    if it is None:
+        return "a source that gives no batches (not a sorted, unpaced file)"
+    return it
+
+
+def use_batches(ex: Any, batches: Iterator[Batch], key_groups: int | None) -> None:
+    """Switches the executor ``ex`` (ordered.py's ``_Executor``, laid out for a chain source
+    -> O+ -> sinks) to batches: the O+'s instances share a columnar σ, and the source's slice,
+    the O+'s lease and the sinks' flush take batches (the module doc)."""
+    from ..operators.columnar_shared import ColumnarShared, ColumnarVSNInstance
+
+    prefer_system_allocator()
+    src, st = ex.stages
+    assert isinstance(src, SourceStage) and isinstance(st, OPlusStage)
+    p, op = st.p, st.op
+    # one instance owning everything needs no key groups (no hashing of keys at all)
+    groups = key_groups if key_groups is not None else (1 if p == 1 else 16 * p)
+    shared = ColumnarShared(op, groups)
+    assign = None if p == 1 else [g % p for g in range(groups)]
+    st.instances = [ColumnarVSNInstance(op, shared, j, assign, connected=True)
+                    for j in range(p)]
+    # a batch is two entries (itself and its watermark): the input holds about max(4,
+    # capacity // COLUMNAR_BATCH) batches, as VSN's ESG_in of batches
+    allowed = max(4, ex.capacity // vsn_batches.COLUMNAR_BATCH)
+    st.weight = math.ceil(ex.capacity / (2 * allowed))
+    st.done_of = [0] * p  # flow control follows the slowest instance
+    ex.ctl.on_abort(lambda _e: shared.stop())  # nobody waits for a batch another sums
+    src.it = iter(batches)
+    # the three steps that differ from the tuple path; everything else (queues, serials,
+    # reorder buffers, scheduler, merge) is the executor's own
+    ex._run_source = lambda task, t0: _run_source(ex, shared, task, t0)
+    ex._oplus_items = _oplus_items
+    ex._flush_sinks = lambda: _flush_sinks(ex)
+
+
+def _run_source(ex: Any, shared: Any, task: tuple[Any, ...], t0: float) -> None:
+    """The source stage's slice on batches (ordered.py's ``_run_source``): ``n`` tuples'
+    worth of batches, each followed by its watermark, END after the last."""
+    _, st, n = task
+    items: list[Item] = []
+    fresh: list[Batch] = []
+    end = False
+    tuples = 0
+    every, sent, it = st.marker_every, st.wm_sent, st.it
+    while tuples < n:
+        try:
+            b = next(it)
+        except StopIteration:
+            end = True
+            break
+        if not len(b):
+            continue
+        last = b.last
+        fresh.append(b)
+        items.append((last, b))
+        items.append((last, WATERMARK))
+        tuples += len(b)
+        if every:
+            st.since_marker += len(b)
+            if st.since_marker >= every:
+                st.since_marker %= every
+                with st.wm_lock:
+                    sent.setdefault(last, time.perf_counter())
+    st.count += tuples
+    if end:
+        items.append((math.inf, END))
+    dt = time.perf_counter() - t0
+    with ex.cond:
+        if end:
+            st.exhausted = True
+    shared.offer(fresh)  # an instance waiting for a batch another sums may sum these
+    ex._push(0, items)
+    with ex.cond:
+        st.busy = False  # only now: the next slice's items must follow these
+    ex._finish_slice(st, max(tuples, 1), tuples, dt)
+
+
+def _oplus_items(st: OPlusStage, lease: Any) -> tuple[float, int]:
+    """Instance ``lease.bucket`` over the entries of one lease: one unit per entry (its
+    windows as ``(right, batch)`` items, ts-sorted; instance 0 forwards the watermarks and
+    END after what they closed, Alg. 2); statistics in tuples, 1/p of each input per
+    instance (as ordered.py's ``_oplus_items``)."""
+    j = lease.bucket
+    inst = st.instances[j]
+    n_in = n_out = entries = 0
+    units: list[tuple[int, Any]] = []
+    for serial, batch in lease.items:
+        out: list[Item] = []
+        ts = p = None
+        try:
+            for ts, p in batch:
+                if type(p) is Batch:
+                    inst.process_batch(p)
+                    n_in += len(p)
+                elif p is WATERMARK:
+                    inst.advance(ts)
+                else:  # END
+                    inst.finish()
+                if inst.out:
+                    got = inst.take()
+                    n_out += sum(len(b) for _, b in got)
+                    out.extend(got)
+                if j == 0 and type(p) is not Batch:
+                    out.append((ts, p))
+        except Exception as e:
+            # a RunTupleError (f_MK or f_U on the tuple path of a batch) names its tuple
+            if type(p) is Batch:
+                ts, p = p.first, p.payloads[0]
+            raise_user_error(st.op.name, None if p is END else ts, p, e)
+        units.append((serial, out))
+        entries += len(batch)
+    deposit_many(st, units)
+    assert st.done_of is not None
+    st.done_of[j] += entries  # only this worker holds bucket j (the queue's lease)
+    return n_in / st.p, n_out
+
+
+def _flush_sinks(ex: Any) -> None:
+    """The sinks' buffered output, windows as batches (``write_batch``), tuples as tuples."""
+    for t, buf in ex.sink_buf.items():
+        if buf:
+            for s in ex.sink_of[t]:
+                write_items(s, buf)
+            ex.sink_buf[t] = []
+
+
+def paths_extra(stages: list[Any], why: str | None) -> dict[str, Any]:
+    """The run's ``paths`` (each O+'s: ``columnar``, or its instances' tuple path --
+    ``sliced``, ``runs``, ``tuple``) and, when an O+ with columnar forms took tuples,
+    ``columnar_fallback`` with the reason."""
+    ops = [st for st in stages if isinstance(st, OPlusStage)]
+    out: dict[str, Any] = {"paths": {st.name: getattr(st.instances[0], "path", "tuple")
+                                     for st in ops}}
+    if why is not None:
+        out["columnar_fallback"] = {st.name: why for st in ops
+                                    if getattr(st.op, "columnar", False)}
+    return out

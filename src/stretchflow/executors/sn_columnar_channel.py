@@ -1,0 +1,324 @@
+"""The channel process of the SN columnar path (:mod:`.sn_columnar`): it explodes the source
+batches the parent deals it, combines them per (slice, key), shuffles each combined row to the
+channel owning its key group, and runs a columnar sliced A+ instance over the rows it owns.
+
+Per source batch (a *pulse*, numbered from 1; batch ``seq`` is dealt to channel
+``(seq - 1) % p``):
+
+* **Explode** (the dealt channel; STRETCH Alg. 1's f_MK, on a batch): f_MK's columnar form
+  gives (row, key, value) columns; one grouping
+  (:func:`~stretchflow.operators.columnar_kernels.sum_by`) sums them per (slice, key) —
+  Hazelcast Jet's accumulate step, done where the batch was exploded, so what crosses
+  processes is one row per distinct (slice, key) of the batch, not one per token (f_U adds:
+  a combined row adds to the owner's slice what its rows would have); the combined keys' groups
+  come from :func:`~stretchflow.operators.columnar_kernels.key_groups` (a hash of the key's
+  value, the same in every process) and their channel from f_μ (``assign``). Every channel
+  gets one *part* of every pulse — its rows as an Arrow IPC stream, or nothing — straight
+  from the dealt channel (a peer queue each), its own part without a copy.
+* **Own** (every channel; Alg. 2 on a batch): parts are applied in pulse order (a peer's part
+  for a later pulse waits until the earlier ones came: a sliced instance opens its first window
+  from the first slice it sees, so slices must come in time order), then the watermark
+  advances to the pulse's last timestamp: every row of every earlier pulse is in, so a window
+  ending there is complete in this channel. Each channel answers every pulse, in order, with
+  the windows it closed (an IPC table, timestamps beside it): the parent's merger writes a
+  pulse once every channel answered it, which is the min across channels of the ESG.
+
+A batch f_MK's columnar form refuses (or whose keys :func:`key_groups` cannot hash: floats) is
+exploded tuple at a time by the dealt channel (f_MK per tuple, so an error names the tuple);
+its (key, value) pairs travel pickled to their owners, which apply f_U into the instance's
+dict slices (the columnar instance combines both kinds of slice, as on the reference engine).
+"""
+
+from __future__ import annotations
+
+import pickle
+import time
+from typing import Any
+
+from ..batch import Batch, arrow_ints, int_numpy
+from ..errors import RunTupleError, StretchflowError
+from ..operators.aggregate_instance import _MISSING
+from ..operators.columnar import ColumnarSlicedInstance, key_arrays
+from ..operators.columnar_kernels import key_groups, sum_by
+from ..operators.keys import key_pairs
+from ..runtime import raise_user_error, user_error
+from .sn_process import channel_io, report_error, stable_group_function
+
+__all__ = ["channel_main", "pack", "unpack"]
+
+_TS = "__stretchflow_ts"  # the timestamp column of a batch crossing processes
+
+
+# -- batches across processes: Arrow IPC, or pickled payloads -----------------------------------
+def ipc(table: Any) -> bytes:
+    """``table`` as one Arrow IPC stream."""
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write(table)
+    return sink.getvalue().to_pybytes()
+
+
+def read_ipc(data: bytes) -> Any:
+    import pyarrow as pa
+
+    return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+
+
+def pack(batch: Batch | None) -> tuple | None:
+    """A batch for another process: an IPC table with the timestamps as a column, or (no
+    table: payloads Arrow cannot hold) the timestamps and payloads pickled; None if empty."""
+    if batch is None or not len(batch):
+        return None
+    if batch.has_table:
+        return ("ipc", ipc(batch.table.append_column(_TS, arrow_ints(batch.ts))))
+    return ("py", batch.ts.tolist(), list(batch.payloads))
+
+
+def unpack(packed: tuple) -> Batch:
+    if packed[0] == "py":
+        return Batch(packed[1], payloads=packed[2])
+    table = read_ipc(packed[1])
+    i = table.schema.get_field_index(_TS)
+    return Batch(int_numpy(table.column(i)), table=table.remove_column(i))
+
+
+# -- the channel --------------------------------------------------------------------------------
+class Channel:
+    """One channel's state: its instance, the parts waiting for earlier pulses, its counts.
+    ``send(o, msg)`` puts a part on channel ``o``'s queue (never called for this channel)."""
+
+    def __init__(self, j: int, op: Any, p: int, n_groups: int, assign: list[int],
+                 send: Any):
+        import numpy as np
+
+        if not getattr(op, "columnar", False):
+            raise ValueError(f"{op.name}: not an A+ with columnar forms")
+        self.j, self.op, self.p, self.G = j, op, p, n_groups
+        self.assign, self.send = assign, send
+        self._owner = np.asarray(assign, dtype=np.int64)
+        self.inst = ColumnarSlicedInstance(op)
+        self.pending: dict[int, tuple] = {}  # pulse -> (part, watermark), not yet applied
+        self.applied = 0  # pulses applied, in order
+        self.total: int | None = None  # pulses in the run, once the parent said "end"
+        self.busy = 0.0
+        # rows: f_MK's, after the per-batch combine, and combined rows sent to another process
+        self.exploded = self.combined = self.shuffled = 0
+        self._py_group = stable_group_function(n_groups)
+        self._key_groups: dict[Any, int] = {}
+
+    @property
+    def done(self) -> bool:
+        return self.total is not None and self.applied == self.total
+
+    # -- explode: a dealt batch into every owner's part ---------------------------------------
+    def explode(self, msg: tuple) -> None:
+        _, seq, packed, wm = msg
+        t0 = time.perf_counter()
+        parts = self._parts(unpack(packed)) if packed is not None else [None] * self.p
+        for o, part in enumerate(parts):
+            if o == self.j:
+                self.pending[seq] = (part, wm)
+            else:
+                if part is not None and part[0] == "table":
+                    part = ("ipc", ipc(part[1]))
+                self.send(o, ("part", seq, part, wm))
+        self.busy += time.perf_counter() - t0
+
+    def _parts(self, b: Batch) -> list[tuple | None]:
+        """Every channel's part of batch ``b``: combined rows ``(s, k0.., v)`` of the keys it
+        owns (a table: IPC only when it leaves this process), pairs, or None."""
+        import numpy as np
+        import pyarrow as pa
+
+        op = self.op
+        try:
+            rows, keys, values = op.columns(b.table if b.has_table else b.payloads)
+        except Exception:  # noqa: BLE001 - the tuple path names the tuple it fails on
+            return self._pairs(b)
+        rows = np.asarray(rows, dtype=np.int64)
+        if not len(rows):
+            return [None] * self.p
+        cols = key_arrays(keys)
+        try:
+            t = b.ts[rows]
+            sl, ks, sums = sum_by(cols, np.asarray(values, dtype=np.int64),
+                                  t - t % op.slice_width)
+            chan = self._owner[key_groups(ks, self.G)] if self.p > 1 else None
+        except TypeError:  # a key type key_groups cannot hash (a float): per key, in Python
+            return self._pairs(b)
+        except (RunTupleError, StretchflowError):
+            raise
+        except Exception as e:  # as the reference's columnar instance names a batch it fails
+            raise RunTupleError(b.first, b.payloads[0], e) from e
+        self.exploded += len(rows)
+        self.combined += len(sums)
+        table = pa.Table.from_arrays([arrow_ints(sl), *ks, arrow_ints(sums)],
+                                     names=["s", *[f"k{i}" for i in range(len(ks))], "v"])
+        if chan is None:
+            return [("table", table)]
+        out: list[tuple | None] = []
+        for o in range(self.p):
+            sel = np.flatnonzero(chan == o)
+            if not len(sel):
+                out.append(None)
+                continue
+            out.append(("table", table.take(arrow_ints(sel))))
+            if o != self.j:
+                self.shuffled += len(sel)
+        return out
+
+    def _pairs(self, b: Batch) -> list[tuple | None]:
+        """A batch the columnar f_MK refused: f_MK tuple at a time (an error names the
+        tuple), each (key, value) pair to the channel owning its key."""
+        keys_of = self.op.user_keys
+        per: list[list] = [[] for _ in range(self.p)]
+        for ts, v in b.items():
+            try:
+                ks = keys_of(v)
+            except Exception as e:  # noqa: BLE001 - a user's f_MK
+                err = user_error(self.op.name, ts, v, e)
+                if err is e:
+                    raise
+                raise err from e
+            if not ks:
+                continue
+            by: dict[int, list] = {}
+            for k, x in key_pairs(ks, v):
+                by.setdefault(self.assign[self._group_of(k)], []).append((k, x))
+            for o, pairs in by.items():
+                per[o].append((ts, v, pairs))
+                self.exploded += len(pairs)
+                if o != self.j:
+                    self.shuffled += len(pairs)
+        return [("py", t) if t else None for t in per]
+
+    def _group_of(self, k: Any) -> int:
+        """A key's group as :func:`key_groups` gives it for the same key in a column, or, for
+        a key Arrow cannot hold (never in a column), its stable hash's."""
+        g = self._key_groups.get(k)
+        if g is None:
+            import pyarrow as pa
+
+            try:
+                cols = [pa.array([c]) for c in k] if type(k) is tuple else [pa.array([k])]
+                g = int(key_groups(cols, self.G)[0])
+            except (pa.ArrowException, TypeError, ValueError, OverflowError, UnicodeError):
+                g = self._py_group(k)
+            if len(self._key_groups) < 1 << 16:
+                self._key_groups[k] = g
+        return g
+
+    # -- own: parts in pulse order, then the watermark ---------------------------------------
+    def receive(self, msg: tuple) -> None:
+        _, seq, part, wm = msg
+        if seq <= self.applied or seq in self.pending:
+            raise RuntimeError(f"sn channel {self.j}: pulse {seq} twice")
+        self.pending[seq] = (part, wm)
+
+    def ready(self) -> list[tuple]:
+        """Replies for the pulses that can be applied now (the next ones in order)."""
+        out = []
+        while self.applied + 1 in self.pending:
+            seq = self.applied + 1
+            part, wm = self.pending.pop(seq)
+            t0 = time.perf_counter()
+            if part is not None:
+                if part[0] == "py":
+                    self._add_pairs(part[1])
+                else:
+                    self._add_rows(part[1] if part[0] == "table" else read_ipc(part[1]))
+            try:
+                self.inst.advance(wm)
+            except Exception as e:  # noqa: BLE001 - f_O's columnar form, named by the watermark
+                raise_user_error(self.op.name, wm, "<watermark>", e)
+            self.applied = seq
+            self.busy += time.perf_counter() - t0
+            out.append(("out", self.j, pack(self.inst.take_batch()), wm, seq))
+        return out
+
+    def _add_rows(self, table: Any) -> None:
+        """Combined rows ``(s, k0.., v)``, ascending by slice and one per (slice, key): each
+        slice's run is a partial as the reference's accumulate step makes it (the combine
+        where the batch was exploded was that step's grouping: not done again here)."""
+        import numpy as np
+        import pyarrow as pa
+
+        inst = self.inst
+        keys = [table.column(c).combine_chunks() for c in table.column_names
+                if c.startswith("k")]
+        cols = inst._key_columns(keys[0] if len(keys) == 1 else tuple(keys))
+        v = table.column("v").combine_chunks()
+        sl = int_numpy(table.column("s"))
+        cut = np.flatnonzero(sl[1:] != sl[:-1]) + 1
+        sg = inst.groups[0]
+        for a, b in zip(np.r_[0, cut].tolist(), np.r_[cut, len(sl)].tolist(), strict=True):
+            part = {name: c.slice(a, b - a) for name, c in cols.items()}
+            inst._add_part(sg, int(sl[a]), pa.table({**part, "v": v.slice(a, b - a)}))
+
+    def _add_pairs(self, tuples: list[tuple[int, Any, list]]) -> None:
+        """f_U per (slice, key) for the pairs of tuples the columnar f_MK refused, into the
+        instance's dict slices (the sliced instance's handleInputTuple, keys given)."""
+        inst, op = self.inst, self.op
+        update, init, width = op.user_update, op.user_init, op.slice_width
+        sg = inst.groups[0]
+        for ts, v, pairs in tuples:
+            s = ts - ts % width
+            d = sg.get(s)
+            if d is None:
+                d = inst._entry(sg, s, 0)
+            try:
+                for k, x in pairs:
+                    acc = d.get(k, _MISSING)
+                    d[k] = update(init() if acc is _MISSING else acc, x)
+            except Exception as e:  # noqa: BLE001 - a user's f_U: named by its tuple
+                raise_user_error(op.name, ts, v, e)
+
+    def end(self) -> tuple:
+        t0 = time.perf_counter()
+        try:
+            self.inst.finish()
+        except Exception as e:  # noqa: BLE001
+            raise_user_error(self.op.name, None, None, e)
+        self.busy += time.perf_counter() - t0
+        return ("final", self.j, pack(self.inst.take_batch()), self.stats())
+
+    def stats(self) -> dict[str, Any]:
+        return {"busy_s": self.busy, "rows_exploded": self.exploded,
+                "rows_combined": self.combined, "rows_shuffled": self.shuffled}
+
+
+def channel_main(blob: bytes, j: int, n_groups: int, assign: list[int], peers: list[Any],
+                 inq: Any, outq: Any, pdeathsig: bool = True) -> None:
+    """A columnar channel process: ``batch`` (dealt by the parent), ``part`` (from the peer
+    that exploded a pulse) and ``end`` messages, until every pulse is applied; ``peers`` are
+    every channel's input queue (unbounded: a put never blocks, so two channels shuffling to
+    each other cannot deadlock; the parent bounds the pulses in flight)."""
+    put, get = channel_io(inq, outq, pdeathsig)
+
+    def send(o: int, msg: tuple) -> None:
+        peers[o].put(pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL))
+
+    try:
+        ch = Channel(j, pickle.loads(blob), len(peers), n_groups, assign, send)
+        put(("ready", j))
+        while not ch.done:
+            msg = get()
+            kind = msg[0]
+            if kind == "batch":
+                ch.explode(msg)
+            elif kind == "part":
+                ch.receive(msg)
+            else:  # "end"
+                ch.total = msg[1]
+            for reply in ch.ready():
+                put(reply)
+        final = ch.end()
+        final[3]["cpu_s"] = time.process_time()  # this process's CPU (forked: from zero)
+        put(final)
+    except SystemExit:
+        raise
+    except BaseException as e:  # noqa: BLE001 - reported to the parent, which stops the run
+        report_error(put, j, e)
+        raise SystemExit(1) from None
