@@ -17,6 +17,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import stretchflow as sf
+from columnar_cases import QUERIES, WORDS, tweets
+from columnar_cases import bounded as _bounded
+from columnar_cases import flow_of as _flow
+from columnar_cases import picky as _picky
+from columnar_cases import reference_multiset as _reference
+from columnar_cases import write_rows as _write
 from conformance.contract import checked_multiset, diff, multiset
 from stretchflow.errors import OperatorError
 from stretchflow.executors import sn
@@ -25,66 +31,18 @@ from stretchflow.executors.sn_columnar_channel import pack
 from stretchflow.io.sources import JsonLines
 from stretchflow.operators.aggregate import Aggregate
 from stretchflow.operators.columnar_kernels import key_groups
-from stretchflow.queries.wordcount import paircount, token_columns, tokens_of, wordcount
+from stretchflow.queries.wordcount import token_columns, tokens_of, wordcount
 
 PROC = {"channels": "processes"}
 SETTINGS = settings(max_examples=8, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow,
                                            HealthCheck.function_scoped_fixture])
-WORDS = ["a", "b", "c", "é", "x\ty", "", "  a  ", "b\u3000c", "d\u2028e", "#h", "zz"]
-QUERIES = {"wordcount": lambda: wordcount(size=2000, slide=500),
-           "tumbling": lambda: wordcount(size=700, slide=700),
-           "paircount": lambda: paircount(size=1500, slide=500, distance=2)}
-
-
-@st.composite
-def tweets(draw, max_size=300):
-    ts = draw(st.integers(0, 50))
-    rows = []
-    for _ in range(draw(st.integers(1, max_size))):
-        ts += draw(st.one_of(st.just(0), st.integers(1, 40), st.integers(100, 900)))
-        text = " ".join(draw(st.lists(st.sampled_from(WORDS), max_size=5)))
-        rows.append({"ts": ts, "text": text})
-    return rows
 
 
 @pytest.fixture(autouse=True)
 def _small_batches(monkeypatch):
     # many source batches (pulses) per example, so windows close at batch boundaries
     monkeypatch.setattr("stretchflow.executors.vsn_batches.COLUMNAR_BATCH", 37)
-
-
-def _write(path, rows) -> None:
-    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
-
-
-def _flow(path, op):
-    flow = sf.Flow()
-    col = flow.source(JsonLines(path)).oplus(op).collect()
-    return flow, col
-
-
-def _reference(path, op_factory):
-    flow, col = _flow(path, op_factory())
-    flow.run("reference", columnar="off")  # the tuple path: an oracle independent of Arrow
-    return multiset(col)
-
-
-def _bounded(fn, seconds=90):
-    """``fn()`` in a thread that must end within ``seconds`` (a hang fails, never stalls)."""
-    box: dict = {}
-
-    def go():
-        try:
-            box["result"] = fn()
-        except BaseException as e:  # noqa: BLE001
-            box["error"] = e
-
-    t = threading.Thread(target=go, daemon=True)
-    t.start()
-    t.join(seconds)
-    assert not t.is_alive(), f"the run did not end within {seconds} s"
-    return box
 
 
 @SETTINGS
@@ -158,23 +116,6 @@ def test_pulses_the_parent_explodes_while_channels_start(tmp_path, monkeypatch):
         assert c["rows_exploded"] > tokens  # paircount: pairs at distance 1 and 2
         got = checked_multiset(col)
         assert got == want, diff(got, want)
-
-
-def _picky():
-    """wordcount whose columnar f_MK refuses every batch holding the token "zz": those
-    batches' pairs go to the channels pickled and are added tuple at a time."""
-    op = wordcount(size=2000, slide=500)
-    columns = op.columns
-
-    def picky(payloads):
-        texts = (payloads.column("text").to_pylist() if hasattr(payloads, "column")
-                 else [p["text"] for p in payloads])
-        if any("zz" in t.split() for t in texts):
-            raise ValueError("not this batch")
-        return columns(payloads)
-
-    op.columns = picky
-    return op
 
 
 @SETTINGS

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import threading
 
-import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import stretchflow as sf
+from columnar_cases import QUERIES, WORDS, tweets
+from columnar_cases import flow_of as _flow
+from columnar_cases import picky as _picky
+from columnar_cases import reference_collector as _reference
+from columnar_cases import write_rows as _write
 from conformance.contract import checked_multiset, diff, multiset, schedules
 from stretchflow.batch import Batch
 from stretchflow.errors import OperatorError
@@ -21,44 +25,10 @@ from stretchflow.executors import vsn
 from stretchflow.io.sinks import Collector
 from stretchflow.io.sources import JsonLines
 from stretchflow.operators.columnar_kernels import key_groups
-from stretchflow.queries.wordcount import paircount, wordcount
 
 SETTINGS = settings(max_examples=30, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow,
                                            HealthCheck.function_scoped_fixture])
-WORDS = ["a", "b", "c", "é", "x\ty", "", "  a  ", "b\u3000c", "d\u2028e", "#h", "zz"]
-
-
-@st.composite
-def tweets(draw, max_size=400):
-    ts = draw(st.integers(0, 50))
-    rows = []
-    for _ in range(draw(st.integers(1, max_size))):
-        ts += draw(st.one_of(st.just(0), st.integers(1, 40), st.integers(100, 900)))
-        text = " ".join(draw(st.lists(st.sampled_from(WORDS), max_size=5)))
-        rows.append({"ts": ts, "text": text})
-    return rows
-
-
-def _write(path, rows) -> None:
-    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
-
-
-def _flow(path, op):
-    flow = sf.Flow()
-    col = flow.source(JsonLines(path)).oplus(op).collect()
-    return flow, col
-
-
-def _reference(path, op_factory):
-    flow, col = _flow(path, op_factory())
-    flow.run("reference", columnar="off")  # the tuple path: an oracle independent of Arrow
-    return col
-
-
-QUERIES = {"wordcount": lambda: wordcount(size=2000, slide=500),
-           "tumbling": lambda: wordcount(size=700, slide=700),
-           "paircount": lambda: paircount(size=1500, slide=500, distance=2)}
 
 
 @pytest.fixture(autouse=True)
@@ -68,7 +38,7 @@ def _small_batches(monkeypatch):
 
 
 @SETTINGS
-@given(rows=tweets(), query=st.sampled_from(sorted(QUERIES)), p=st.integers(1, 3),
+@given(rows=tweets(max_size=400), query=st.sampled_from(sorted(QUERIES)), p=st.integers(1, 3),
        groups=st.sampled_from([None, 1, 5, 64]), steps=schedules(400, 4, 4))
 def test_same_output_as_the_tuple_path(tmp_path, rows, query, p, groups, steps):
     path = tmp_path / "in.jsonl"
@@ -82,25 +52,8 @@ def test_same_output_as_the_tuple_path(tmp_path, rows, query, p, groups, steps):
     assert got == want, diff(got, want)
 
 
-def _picky():
-    """wordcount whose columnar f_MK refuses every batch holding the token "zz": those
-    batches' partials are Python ones in the same σ, combined with the Arrow ones."""
-    op = wordcount(size=2000, slide=500)
-    columns = op.columns
-
-    def picky(payloads):
-        texts = (payloads.column("text").to_pylist() if hasattr(payloads, "column")
-                 else [p["text"] for p in payloads])
-        if any("zz" in t.split() for t in texts):
-            raise ValueError("not this batch")
-        return columns(payloads)
-
-    op.columns = picky
-    return op
-
-
 @SETTINGS
-@given(rows=tweets(), p=st.integers(1, 3), groups=st.sampled_from([None, 1, 64]),
+@given(rows=tweets(max_size=400), p=st.integers(1, 3), groups=st.sampled_from([None, 1, 64]),
        steps=schedules(400, 4, 3))
 def test_batches_the_columnar_form_refuses_go_tuple_at_a_time(tmp_path, rows, p, groups,
                                                                 steps):
