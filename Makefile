@@ -21,8 +21,10 @@ system:
 demo: venv
 	$(BIN)/stretchflow demo
 
+# two workers, one test file per worker (a file's module fixtures, such as the multi-host
+# Spark cluster, are set up once); most tests wait on processes, sockets or Spark's JVM
 test: venv system
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not bench" --durations=15 --doctest-modules src/stretchflow tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not bench" --durations=15 -n 2 --dist loadfile --doctest-modules src/stretchflow tests
 
 # every benchmark of `stretchflow bench all --quick` writes its JSON and plot (about 7 min; CI)
 bench-smoke: venv
