@@ -14,20 +14,28 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import stretchflow as sf
-from columnar_cases import QUERIES, WORDS, tweets
+from columnar_cases import (
+    QUERIES,
+    WORDS,
+    failing_tuple_case,
+    fallback_matches_reference,
+    tweets,
+    words_file,
+)
 from columnar_cases import bounded as _bounded
 from columnar_cases import flow_of as _flow
+from columnar_cases import marked as _marked
 from columnar_cases import picky as _picky
 from columnar_cases import reference_multiset as _reference
 from columnar_cases import write_rows as _write
-from conformance.contract import checked_multiset, diff, multiset
+from conformance.contract import checked_multiset, diff
 from stretchflow.batch import Batch
 from stretchflow.errors import FlowDefinitionError, OperatorError
 from stretchflow.executors import ordered
 from stretchflow.io.sinks import Collector
 from stretchflow.io.sources import JsonLines
 from stretchflow.operators.aggregate import Aggregate
-from stretchflow.queries.wordcount import token_columns, tokens_of, wordcount
+from stretchflow.queries.wordcount import wordcount
 
 SETTINGS = settings(max_examples=25, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow,
@@ -105,37 +113,13 @@ def test_windows_leave_as_batches_and_the_sinks_take_them(tmp_path):
 
 
 def test_a_failing_tuple_is_named_as_tuple_at_a_time(tmp_path):
-    rows = [{"ts": t, "text": "a b"} for t in range(0, 2000, 10)]
-    rows[150] = {"ts": rows[150]["ts"], "text": 5}  # tokens_of(5) fails: no split
-    rows[170] = {"ts": rows[170]["ts"], "text": 6}
-    path = tmp_path / "in.jsonl"
-    _write(path, rows)
-    flow, _ = _flow(path, QUERIES["wordcount"]())
-    with pytest.raises(OperatorError) as want:
-        flow.run("reference", columnar="off")
+    path, want = failing_tuple_case(tmp_path)
     for p in (1, 2, 3):
         flow, _ = _flow(path, QUERIES["wordcount"]())
         box = _bounded(lambda flow=flow, p=p: flow.run("ordered", parallelism=p))
         got = box.get("error")
         assert isinstance(got, OperatorError), box
-        assert (got.operator, got.ts, got.payload) == \
-            (want.value.operator, want.value.ts, want.value.payload)
-
-
-def _marked(update):
-    """wordcount whose columnar f_MK refuses a batch with a ``mark`` field (so f_U runs tuple
-    at a time on it) and whose f_U is ``update``."""
-    def columns(payloads):
-        names = payloads.column_names if hasattr(payloads, "column_names") else \
-            {k for p in payloads for k in p}
-        if "mark" in names:
-            raise ValueError("marked")
-        return token_columns(payloads)
-
-    return Aggregate(size=2000, slide=500, keys=lambda t: tokens_of(t["text"]), init=int,
-                     update=update, output=lambda w, n: {"word": w, "count": n},
-                     name="marked", columns=columns, combine=lambda a, b: a + b,
-                     output_columns=("word", "count"))
+        assert (got.operator, got.ts, got.payload) == (want.operator, want.ts, want.payload)
 
 
 def test_an_f_u_error_names_the_reference_s_tuple(tmp_path):
@@ -164,31 +148,12 @@ def test_an_f_u_error_names_the_reference_s_tuple(tmp_path):
         assert isinstance(err.__cause__, ZeroDivisionError)
 
 
-def _wc_file(tmp_path, n=400):
-    rows = [{"ts": t * 5, "text": " ".join(WORDS[(t * k) % len(WORDS)] for k in range(3))}
-            for t in range(n)]
-    path = tmp_path / "in.jsonl"
-    _write(path, rows)
-    return path
-
-
 @pytest.mark.parametrize(("opts", "reason"), [
     ({"columnar": "off"}, "columnar='off'"),
     ({"checkpoint": "CK"}, "checkpointed"),
 ])
 def test_runs_the_path_does_not_cover_take_tuples_and_say_why(tmp_path, opts, reason):
-    path = _wc_file(tmp_path)
-    flow = sf.Flow()
-    out = tmp_path / "out.jsonl"
-    flow.source(JsonLines(path)).oplus(QUERIES["wordcount"]()).sink(str(out))
-    if opts.get("checkpoint") == "CK":  # a checkpointed run writes a file sink
-        opts = {"checkpoint": str(tmp_path / "ck")}
-    res = flow.run("ordered", parallelism=2, **opts)
-    assert res.extra["paths"] == {"wordcount": "sliced"}
-    assert reason in res.extra["columnar_fallback"]["wordcount"]
-    recs = [orjson.loads(line) for line in out.read_bytes().splitlines()]
-    got = multiset((r.pop("ts"), r) for r in recs)
-    assert got == _reference(path, QUERIES["wordcount"])
+    fallback_matches_reference(tmp_path, "ordered", reason, **opts)
 
 
 def test_other_sources_and_shapes_take_tuples(tmp_path):
@@ -243,7 +208,7 @@ def test_empty_input_and_a_bad_line(tmp_path):
 
 
 def test_latency_markers_on_batches(tmp_path):
-    path = _wc_file(tmp_path, 2000)
+    path = words_file(tmp_path, 2000)
     flow, col = _flow(path, QUERIES["wordcount"]())
     res = flow.run("ordered", parallelism=2, marker_every=100)
     assert res.extra["paths"] == {"wordcount": "columnar"}
@@ -257,7 +222,7 @@ def test_the_source_reads_a_bounded_number_of_batches_ahead(tmp_path, p):
     """Flow control counts a batch as many tuples and follows the slowest instance: with
     capacity C the O+ holds about max(4, C // COLUMNAR_BATCH) batches not yet processed by
     every instance, not C of them (nor a reorder ring's worth behind a lagging instance)."""
-    path = _wc_file(tmp_path, 37 * 200)
+    path = words_file(tmp_path, 37 * 200)
     read = [0]
     ahead: list[int] = []
 

@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import stretchflow as sf
+from columnar_cases import bounded
 from conformance.contract import (
     QUERY_PARAMS,
     TWEET_QUERIES,
@@ -189,19 +190,7 @@ def _sn_threads():
 
 def _run_bounded(fn, seconds=20):
     """Runs ``fn`` in a thread; fails the test instead of hanging it."""
-    box = {}
-
-    def target():
-        try:
-            box["result"] = fn()
-        except BaseException as e:  # noqa: BLE001
-            box["error"] = e
-
-    t = threading.Thread(target=target, daemon=True)
-    t.start()
-    t.join(seconds)
-    assert not t.is_alive(), "the sn executor hung"
-    return box
+    return bounded(fn, seconds, "the sn executor")
 
 
 def _failing_flow(where):

@@ -17,9 +17,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import stretchflow as sf
-from columnar_cases import QUERIES, WORDS, tweets
+from columnar_cases import (
+    QUERIES,
+    WORDS,
+    failing_tuple_case,
+    fallback_matches_reference,
+    tweets,
+)
 from columnar_cases import bounded as _bounded
 from columnar_cases import flow_of as _flow
+from columnar_cases import marked as _marked
 from columnar_cases import picky as _picky
 from columnar_cases import reference_multiset as _reference
 from columnar_cases import write_rows as _write
@@ -31,7 +38,7 @@ from stretchflow.executors.sn_columnar_channel import pack
 from stretchflow.io.sources import JsonLines
 from stretchflow.operators.aggregate import Aggregate
 from stretchflow.operators.columnar_kernels import key_groups
-from stretchflow.queries.wordcount import token_columns, tokens_of, wordcount
+from stretchflow.queries.wordcount import tokens_of, wordcount
 
 PROC = {"channels": "processes"}
 SETTINGS = settings(max_examples=8, deadline=None,
@@ -132,36 +139,13 @@ def test_batches_the_columnar_form_refuses(tmp_path, rows, p, groups):
 
 
 def test_a_failing_tuple_is_named_as_tuple_at_a_time(tmp_path):
-    rows = [{"ts": t, "text": "a b"} for t in range(0, 2000, 10)]
-    rows[150] = {"ts": rows[150]["ts"], "text": 5}  # tokens_of(5) fails: no split
-    rows[170] = {"ts": rows[170]["ts"], "text": 6}
-    path = tmp_path / "in.jsonl"
-    _write(path, rows)
-    flow, _ = _flow(path, QUERIES["wordcount"]())
-    with pytest.raises(OperatorError) as want:
-        flow.run("reference", columnar="off")
+    path, want = failing_tuple_case(tmp_path)
     for p in (1, 3):
         flow, _ = _flow(path, QUERIES["wordcount"]())
         box = _bounded(lambda flow=flow, p=p: flow.run("sn", parallelism=p, **PROC))
         got = box.get("error")
         assert isinstance(got, OperatorError), box
-        assert (got.ts, got.payload) == (want.value.ts, want.value.payload)
-
-
-def _marked(update):
-    """wordcount whose columnar f_MK refuses a batch with a ``mark`` field (so f_U runs in
-    the channel process, tuple at a time) and whose f_U is ``update``."""
-    def columns(payloads):
-        names = payloads.column_names if hasattr(payloads, "column_names") else \
-            {k for p in payloads for k in p}
-        if "mark" in names:
-            raise ValueError("marked")
-        return token_columns(payloads)
-
-    return Aggregate(size=2000, slide=500, keys=lambda t: tokens_of(t["text"]), init=int,
-                     update=update, output=lambda w, n: {"word": w, "count": n},
-                     name="marked", columns=columns, combine=lambda a, b: a + b,
-                     output_columns=("word", "count"))
+        assert (got.ts, got.payload) == (want.ts, want.payload)
 
 
 def _marked_rows():
@@ -214,21 +198,7 @@ def test_a_channel_process_that_dies_stops_the_run(tmp_path):
     ({"columnar": "off", **PROC}, "columnar='off'"),
 ])
 def test_runs_the_path_does_not_cover_take_tuples_and_say_why(tmp_path, opts, reason):
-    rows = [{"ts": t * 5, "text": " ".join(WORDS[(t * k) % len(WORDS)] for k in range(3))}
-            for t in range(400)]
-    path = tmp_path / "in.jsonl"
-    _write(path, rows)
-    flow = sf.Flow()
-    out = tmp_path / "out.jsonl"
-    flow.source(JsonLines(path)).oplus(QUERIES["wordcount"]()).sink(str(out))
-    if opts.get("checkpoint") == "CK":  # a checkpointed run writes a file sink
-        opts = {**opts, "checkpoint": str(tmp_path / "ck")}
-    res = flow.run("sn", parallelism=2, **opts)
-    assert res.extra["paths"] == {"wordcount": "sliced"}
-    assert reason in res.extra["columnar_fallback"]["wordcount"]
-    recs = [orjson.loads(line) for line in out.read_bytes().splitlines()]
-    got = multiset((r.pop("ts"), r) for r in recs)
-    assert got == _reference(path, QUERIES["wordcount"])
+    fallback_matches_reference(tmp_path, "sn", reason, **opts)
 
 
 def test_a_source_without_batches_or_another_shape_takes_tuples(tmp_path):

@@ -13,7 +13,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import stretchflow as sf
-from columnar_cases import QUERIES, WORDS, tweets
+from columnar_cases import (
+    QUERIES,
+    WORDS,
+    failing_tuple_case,
+    tweets,
+)
 from columnar_cases import flow_of as _flow
 from columnar_cases import picky as _picky
 from columnar_cases import reference_collector as _reference
@@ -67,19 +72,12 @@ def test_batches_the_columnar_form_refuses_go_tuple_at_a_time(tmp_path, rows, p,
 
 
 def test_a_failing_tuple_is_named_as_tuple_at_a_time(tmp_path):
-    rows = [{"ts": t, "text": "a b"} for t in range(0, 2000, 10)]
-    rows[150] = {"ts": rows[150]["ts"], "text": 5}  # tokens_of(5) fails: no split
-    rows[170] = {"ts": rows[170]["ts"], "text": 6}
-    path = tmp_path / "in.jsonl"
-    _write(path, rows)
-    flow, _ = _flow(path, QUERIES["wordcount"]())
-    with pytest.raises(OperatorError) as want:
-        flow.run("reference", columnar="off")
+    path, want = failing_tuple_case(tmp_path)
     for p in (1, 2, 3):
         flow, _ = _flow(path, QUERIES["wordcount"]())
         with pytest.raises(OperatorError) as got:
             flow.run("vsn", parallelism=p)
-        assert (got.value.ts, got.value.payload) == (want.value.ts, want.value.payload)
+        assert (got.value.ts, got.value.payload) == (want.ts, want.payload)
 
 
 def test_reconfigurations_while_it_runs(tmp_path):
