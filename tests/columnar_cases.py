@@ -150,3 +150,17 @@ def marked(update: Any) -> Aggregate:
                      update=update, output=lambda w, n: {"word": w, "count": n},
                      name="marked", columns=columns, combine=lambda a, b: a + b,
                      output_columns=("word", "count"))
+
+
+def recording(calls: list) -> Aggregate:
+    """wordcount (2 s windows sliding by 0.5 s) whose columnar f_MK appends (the calling
+    thread's name, the batch's first ts) to ``calls`` at every call."""
+    op = wordcount(size=2000, slide=500)
+    columns = op.columns
+
+    def recorded(payloads: Any) -> Any:
+        calls.append((threading.current_thread().name, payloads.column("ts")[0].as_py()))
+        return columns(payloads)
+
+    op.columns = recorded
+    return op

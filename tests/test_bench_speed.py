@@ -110,6 +110,61 @@ def test_run_once_records_the_child_s_cpu_time_beside_its_wall_time(tmp_path, da
     assert r["cores_busy"] <= 1.1 and r["cores_busy"] <= (os.cpu_count() or 1)
 
 
+_PROBE = """import json, sys
+ours = sorted(m for m in sys.modules if m.split(".")[0] == "stretchflow")
+print(json.dumps({"argv": sys.argv, "path0": sys.path[0], "stretchflow": ours}))
+"""
+
+
+def _probe(tmp_path, **kw):
+    import subprocess
+
+    from stretchflow.bench.peak import command
+
+    script = tmp_path / "probe_main.py"
+    script.write_text(_PROBE)
+    peak = tmp_path / "peak"
+    if kw.get("script"):
+        cmd = command(peak, script, "a", "b", script=True)
+    else:
+        cmd = command(peak, "probe_main", "a", "b")
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout), float(peak.read_text())
+
+
+def test_the_peak_wrapper_adds_no_stretchflow_import_to_a_script(tmp_path):
+    """The pane loop must not pay for the engine's package: run as a script under the
+    wrapper, a child imports nothing of stretchflow (the wrapper run as ``-m
+    stretchflow.bench.peak`` imported stretchflow and stretchflow.bench first), sees the argv
+    and sys.path[0] that ``python SCRIPT a b`` gives, and its peak RSS is written."""
+    seen, peak = _probe(tmp_path, script=True)
+    assert seen["stretchflow"] == []
+    assert seen["argv"] == [str(tmp_path / "probe_main.py"), "a", "b"]
+    assert seen["path0"] == str(tmp_path)
+    assert 1 < peak < 4096
+
+
+def test_the_peak_wrapper_runs_a_module_as_python_m_does(tmp_path):
+    """``-m MODULE`` under the wrapper: the module is found from the working directory
+    (sys.path[0], as ``python -m`` sets it), not from the wrapper's folder."""
+    seen, peak = _probe(tmp_path)
+    assert seen["stretchflow"] == []
+    assert seen["argv"][1:] == ["a", "b"] and seen["argv"][0].endswith("probe_main.py")
+    assert seen["path0"] == str(tmp_path)
+    assert 1 < peak < 4096
+
+
+def test_the_speed_bench_runs_the_loop_as_a_script_and_engines_as_python_m(tmp_path):
+    cmd = speed._command("1T", "wordcount", tmp_path / "in", tmp_path / "out", {"size": 1},
+                         tmp_path / "pk")
+    assert cmd[1].endswith("bench/peak.py") and "-m" not in cmd
+    assert cmd[3].endswith("bench/onethread.py") and cmd[-1] == "size=1"
+    cmd = speed._command("vsn2", "wordcount", tmp_path / "in", tmp_path / "out", {"size": 1},
+                         tmp_path / "pk")
+    assert cmd[3:6] == ["-m", "stretchflow", "run"] and "--parallelism" in cmd
+
+
 def _speed_doc(with_cpu: bool) -> dict:
     def s(x: float) -> dict:
         return {"min": x, "median": x, "max": x, "n": 1}
@@ -138,6 +193,19 @@ def test_the_speed_report_shows_cores_busy_when_measured():
     assert "| reference | 50 (50–50) | 1.00 (1.00–1.00) | 1.50 (1.50–1.50) |" in text
     # a result from before CPU time was recorded renders without the column
     assert "cores busy" not in _speed(_speed_doc(False))
+
+
+def test_the_speed_report_gives_issue_16_s_own_time_ratios_of_what_was_measured():
+    from stretchflow.bench.report_more import _speed
+
+    doc = _speed_doc(True)
+    wc = doc["metrics"]["wordcount"]  # own time: 1T 1.0 s, vsn1 0.5 s
+    text = _speed(doc)
+    assert "reference over 1T" not in text and "vsn Π = 2 over Π = 1" not in text
+    wc["vsn2"] = dict(wc["vsn1"], own_s={"min": 0.4, "median": 0.4, "max": 0.4, "n": 1})
+    text = _speed(doc)
+    assert "vsn Π = 2 over Π = 1 1.25" in text  # 0.5 / 0.4
+    assert "over the reference" not in text  # neither sn2 nor the reference measured
 
 
 def test_speed_is_registered_and_spark_reason_is_a_string_or_none():
@@ -197,3 +265,32 @@ def test_speed_quick_outputs_equal_the_pane_loop(quick_doc, variant):
 def test_speed_quick_sn_processes_output_equals_the_pane_loop(quick_doc):
     for query in ("wordcount", "paircount"):
         assert quick_doc[1]["metrics"][query]["sn2-processes"]["outputs_identical"] is True
+
+
+def test_the_cpu_of_processes_a_child_leaves_behind_is_counted(tmp_path):
+    """sn's channels are children of a fork server the run never waits for: a child that
+    starts a process and exits without waiting for it still has that process's CPU time
+    counted (it is adopted and waited for), so cores_busy is not understated."""
+    import resource
+    import subprocess
+    import sys
+
+    got = tmp_path / "cpu"
+    grandchild = ("import time, sys\n"
+                  "t = time.process_time()\n"
+                  "x = sum(i * i for i in range(3_000_000))\n"
+                  "open(sys.argv[1], 'w').write(str(time.process_time()))\n")
+    child = ("import subprocess, sys\n"
+             f"subprocess.Popen([sys.executable, '-c', {grandchild!r}, {str(got)!r}])\n")
+
+    def children_cpu() -> float:
+        ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return ru.ru_utime + ru.ru_stime
+
+    c0 = children_cpu()
+    with speed._orphans_counted():
+        subprocess.run([sys.executable, "-c", child], check=True, timeout=60)
+    counted = children_cpu() - c0
+    burnt = float(got.read_text())  # written as the grandchild ends, before it is waited for
+    assert burnt > 0.05
+    assert counted >= burnt

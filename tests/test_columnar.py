@@ -236,3 +236,42 @@ def test_vsn_reports_each_operators_path():
     res = flow.run(engine="vsn", parallelism=2)
     assert res.extra["paths"] == {"wordcount": "sliced"}
     assert "paths: wordcount sliced" in res.summary()
+
+
+def test_the_reference_explodes_each_batch_once_in_order_on_the_reading_thread(tmp_path):
+    """A columnar O+ that is its source's one reader: f_MK's columnar form of the next batch
+    runs on the read-ahead thread (explode_ahead), once per batch and in batch order, and the
+    output is the tuple path's."""
+    from columnar_cases import flow_of, recording, reference_multiset, words_file
+    from stretchflow.executors.reference import BATCH
+    from stretchflow.io.sources import JsonLines
+
+    path = words_file(tmp_path, n=3 * BATCH + 5)
+    calls: list = []
+    flow, col = flow_of(path, recording(calls))
+    res = flow.run("reference")
+    assert res.extra["paths"] == {"wordcount": "columnar"}
+    assert multiset(col) == reference_multiset(path, lambda: wordcount(size=2000, slide=500))
+    n_batches = sum(1 for _ in JsonLines(path).batches(BATCH))
+    assert n_batches >= 4 and len(calls) == n_batches
+    assert {name for name, _ in calls} == {"stretchflow-read"}
+    firsts = [ts for _, ts in calls]
+    assert firsts == sorted(firsts) and len(set(firsts)) == len(firsts)
+
+
+def test_a_source_read_by_two_columnar_operators_is_exploded_by_each_on_the_run_thread(
+        tmp_path):
+    """Two readers of one source: each A+ explodes the batches itself (no f_MK computed ahead
+    for one of them only), and both outputs are the tuple path's."""
+    from columnar_cases import recording, reference_multiset, words_file
+    from stretchflow.io.sources import JsonLines
+
+    path = words_file(tmp_path, n=600)
+    calls: list = []
+    flow = sf.Flow()
+    src = flow.source(JsonLines(path))
+    cols = [src.oplus(recording(calls)).collect() for _ in range(2)]
+    flow.run("reference")
+    want = reference_multiset(path, lambda: wordcount(size=2000, slide=500))
+    assert all(multiset(c) == want for c in cols)
+    assert calls and "stretchflow-read" not in {name for name, _ in calls}

@@ -45,26 +45,28 @@ class _Counting(GCHold):
         self.disabled_at_acquire.append(not gc.isenabled())
 
 
-def _wordcount(rows=3000, fail_at=None):
+def _wordcount(rows=3000, fail_at=None, name="gc"):
+    """(flow, collector) of a small wordcount whose f_U fails from ``fail_at`` on (also the
+    switch-interval hold's tests' flow)."""
     recs = [{"ts": t, "text": f"w{t % 17} w{t % 5}"} for t in range(rows)]
-    flow = sf.Flow("gc")
+    flow = sf.Flow(name)
 
     def update(a, t):
         if fail_at is not None and t["ts"] >= fail_at:
             raise ZeroDivisionError("boom")
         return a + 1
 
-    flow.source(sf.io.iterable(recs)).aggregate(
+    col = flow.source(sf.io.iterable(recs)).aggregate(
         size=100, keys=lambda t: set(t["text"].split()), init=lambda: 0, update=update,
         output=lambda k, a: {"k": k, "n": a}, name="agg").collect()
-    return flow
+    return flow, col
 
 
 @pytest.mark.parametrize("defer", [True, False])
 def test_every_reconfiguration_takes_and_returns_one_hold(monkeypatch, defer):
     hold = _Counting()
     monkeypatch.setattr("stretchflow.executors.vsn_operator.GC_HOLD", hold)
-    res = _wordcount().run(engine="vsn", parallelism=1, max_parallelism=4,
+    res = _wordcount()[0].run(engine="vsn", parallelism=1, max_parallelism=4,
                            reconfigure=[(0, 2), (500, 4), (1500, 1), (2500, 3), (9999, 2)],
                            defer_gc=defer)
     assert len(res.extra["reconfigurations"]) == 5
@@ -77,7 +79,7 @@ def test_a_failing_run_releases_its_holds(monkeypatch):
     hold = _Counting()
     monkeypatch.setattr("stretchflow.executors.vsn_operator.GC_HOLD", hold)
     with pytest.raises(sf.OperatorError, match="boom"):
-        _wordcount(fail_at=1200).run(engine="vsn", parallelism=2, max_parallelism=4,
+        _wordcount(fail_at=1200)[0].run(engine="vsn", parallelism=2, max_parallelism=4,
                                      reconfigure=[(1000, 4), (1199, 1), (2000, 3)])
     assert hold.holds == 0 and gc.isenabled()
     assert gc_hold.GC_HOLD.holds == 0
@@ -100,7 +102,7 @@ def test_a_run_freezes_the_heap_it_starts_with_and_gives_it_back():
     assert seen and seen[0] > 0  # during the run, the objects alive at its start were frozen
     assert gc.get_freeze_count() == 0
     with pytest.raises(sf.OperatorError):  # a failing run gives them back too
-        _wordcount(fail_at=10).run()
+        _wordcount(fail_at=10)[0].run()
     assert gc.get_freeze_count() == 0
 
 

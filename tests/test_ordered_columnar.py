@@ -254,3 +254,32 @@ def test_the_source_reads_a_bounded_number_of_batches_ahead(tmp_path, p):
     assert res.extra["paths"] == {"wordcount": "columnar"}
     assert ahead and max(ahead) <= 12, max(ahead)
     assert checked_multiset(sink) == _reference(path, lambda: wordcount(size=200, slide=100))
+
+
+@pytest.mark.parametrize("p", [1, 2])
+def test_the_source_stage_explodes_every_batch_before_the_o_plus_stage_sums_it(
+        tmp_path, monkeypatch, p):
+    """f_MK's columnar form runs in the source stage's slices (explode_ahead): every batch the
+    O+ stage's instances sum arrives with its columns computed, each batch exploded once
+    and in batch order; the output is the reference's."""
+    from columnar_cases import recording, words_file
+    from stretchflow.operators import columnar_shared
+    from stretchflow.operators.columnar import Exploded
+
+    seen: list = []
+    partials = columnar_shared.ColumnarShared._partials
+
+    def spy(self, batch, hits):
+        seen.append(type(batch.ahead) is Exploded)
+        return partials(self, batch, hits)
+
+    monkeypatch.setattr(columnar_shared.ColumnarShared, "_partials", spy)
+    path = words_file(tmp_path, n=400)
+    calls: list = []
+    flow, col = _flow(path, recording(calls))
+    res = flow.run("ordered", parallelism=p)
+    assert res.extra["paths"] == {"wordcount": "columnar"}
+    assert checked_multiset(col) == _reference(path, lambda: wordcount(size=2000, slide=500))
+    assert len(seen) == len(calls) >= 8 and all(seen)
+    firsts = [ts for _, ts in calls]
+    assert firsts == sorted(firsts) and len(set(firsts)) == len(firsts)

@@ -181,3 +181,24 @@ def test_collector_gets_tuples_from_batches(tmp_path):
     flow.source(JsonLines(path)).oplus(QUERIES["wordcount"]()).sink(col)
     vsn.run(flow, parallelism=2)
     assert sum(p["count"] for _, p in col.items) == 10 * 4  # each tuple in 4 windows
+
+
+@pytest.mark.parametrize("p", [1, 2])
+def test_the_source_thread_explodes_each_batch_once_in_order(tmp_path, p):
+    """A columnar O+ that is its source's one reader: f_MK's columnar form runs on the
+    source's thread (explode_ahead), once per batch and in batch order, and the instances'
+    output is the tuple path's."""
+    from columnar_cases import recording, reference_multiset, words_file
+    from stretchflow.executors import vsn_batches
+
+    size = vsn_batches.COLUMNAR_BATCH  # 37 here (the module's fixture): many batches
+    path = words_file(tmp_path, n=20 * size + 7)
+    calls: list = []
+    flow, col = _flow(path, recording(calls))
+    res = flow.run("vsn", parallelism=p)
+    assert res.extra["paths"] == {"wordcount": "columnar"}
+    assert multiset(col) == reference_multiset(path, QUERIES["wordcount"])
+    assert len(calls) == sum(1 for _ in JsonLines(path).batches(size)) >= 20
+    assert {name for name, _ in calls} == {f"source {path.name}"}
+    firsts = [ts for _, ts in calls]
+    assert firsts == sorted(firsts) and len(set(firsts)) == len(firsts)

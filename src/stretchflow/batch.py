@@ -28,7 +28,7 @@ Item = tuple[int, Any]
 class Batch:
     """``n`` tuples in timestamp order as columns; see the module doc."""
 
-    __slots__ = ("ts", "_table", "_payloads", "_make_payloads", "memo")
+    __slots__ = ("ts", "_table", "_payloads", "_make_payloads", "memo", "ahead")
 
     def __init__(self, ts: Any, *, table: Any = None, payloads: Sequence[Any] | None = None,
                  make_payloads: Callable[[], Sequence[Any]] | None = None):
@@ -44,6 +44,9 @@ class Batch:
         #: (the VSN instances sharing an ESG read the same Batch object:
         #: :mod:`stretchflow.operators.columnar_shared`)
         self.memo: Any = None
+        #: f_MK's columnar form of this batch computed ahead of its reader, on the thread that
+        #: read it (:func:`stretchflow.operators.columnar.explode_ahead`), or None
+        self.ahead: Any = None
 
     # -- the two forms ---------------------------------------------------------------------------
     @property

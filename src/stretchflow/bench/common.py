@@ -64,20 +64,6 @@ def machine() -> dict[str, Any]:
     }
 
 
-def peak_rss_mb() -> float:
-    """This process's peak resident set size in MiB. VmHWM is reset by exec, unlike
-    ``ru_maxrss``, which a child started with fork+exec inherits from its parent on Linux."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
 
 def git_commit() -> tuple[str | None, bool | None]:
     """The commit HEAD of the checkout the package runs from and whether its work tree has

@@ -38,13 +38,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from .common import repeat_probe, results_dir, rotation, summarize, write_result
+from .peak import command
 from .peers import (
     PEERS,
     PROGRAMS,
@@ -133,9 +133,10 @@ def _write_inputs(kind: str, rows: int, rate: float, tmp: Path, seed: int) -> li
 
 def _stretchflow_cmd(engine: str, parallelism: int | None, query: str, inputs: list[Path],
                      out: Path, params: dict[str, Any], peak: Path) -> list[str]:
-    cmd = [sys.executable, "-m", "stretchflow.bench.peak", str(peak), "stretchflow", "run",
-           query, *(a for p in inputs for a in ("--input", str(p))), "--output", str(out),
-           "--engine", engine, *(a for k, v in params.items() for a in ("--param", f"{k}={v}"))]
+    cmd = command(peak, "stretchflow", "run", query,
+                  *(a for p in inputs for a in ("--input", str(p))), "--output", str(out),
+                  "--engine", engine,
+                  *(a for k, v in params.items() for a in ("--param", f"{k}={v}")))
     return cmd + (["--parallelism", str(parallelism)] if parallelism else [])
 
 

@@ -15,9 +15,12 @@ The output is the engine's JSON Lines sink byte for byte per row (``ts`` first, 
 query's fields, :func:`stretchflow.io.sinks.to_record` + ``orjson``); rows of one timestamp may
 come in another order (the determinism contract compares per-timestamp multisets).
 
-``python -m stretchflow.bench.onethread QUERY INPUT OUTPUT [NAME=VALUE ...]`` runs one loop and
-prints ``{"elapsed_s", "tuples_in", "rows_out"}`` as JSON, the elapsed time from opening the
-input to closing the output (what ``bench speed`` compares with the CLI summary's time).
+``python PATH/onethread.py QUERY INPUT OUTPUT [NAME=VALUE ...]`` (or ``python -m
+stretchflow.bench.onethread ...``) runs one loop and prints ``{"elapsed_s", "tuples_in",
+"rows_out"}`` as JSON, the elapsed time from opening the input to closing the output (what
+``bench speed`` compares with the CLI summary's time). The module imports only the standard
+library and orjson, so that run as a script (as ``bench speed`` runs it) it pays for nothing
+of the engine's package.
 """
 
 from __future__ import annotations

@@ -31,7 +31,8 @@ from typing import Any, NamedTuple
 import orjson
 
 from ..errors import StretchflowError
-from .common import peak_rss_mb, repeat_probe, summarize, write_result
+from .common import repeat_probe, summarize, write_result
+from .peak import peak_rss_mb
 
 
 class OutputsDiffer(StretchflowError):

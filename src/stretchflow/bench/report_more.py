@@ -345,7 +345,8 @@ def _speed(d: Doc) -> str:
                             "own time, s: median (min–max)",
                             "speed vs 1T (ratio of medians, whole process)",
                             "peak RSS, MB (median)",
-                            *([_CORES_HEAD] if cores else []), "output = 1T's"], rows))
+                            *([_CORES_HEAD] if cores else []), "output = 1T's"], rows)
+                   + _own_ratios(m))
     mem = d["metrics"].get("memory")
     if isinstance(mem, dict):
         names = ("reference", "reference-tuple")
@@ -363,6 +364,21 @@ def _speed(d: Doc) -> str:
 
 
 _CORES_HEAD = "cores busy (CPU / wall per run): median (min–max)"
+
+#: issue #16's comparisons in the runs' own time: (label, faster variant, slower variant)
+_OWN_PAIRS = (("vsn Π = 2 over Π = 1", "vsn2", "vsn1"),
+              ("sn, 2 process channels, over the reference", "sn2-processes", "reference"),
+              ("reference over 1T", "reference", "1T"))
+
+
+def _own_ratios(m: dict) -> str:
+    """Issue #16's own-time ratios of medians (> 1: the first is faster), when measured."""
+    got = [f"{label} {f2(ratio_of_medians(m[b]['own_s'], m[a]['own_s']))}"
+           for label, a, b in _OWN_PAIRS
+           if all(isinstance(m.get(v), dict) and isinstance(m[v].get("own_s"), dict)
+                  for v in (a, b))]
+    return ("\n\nOwn time (first read to last write), ratio of medians, > 1 faster: "
+            + "; ".join(got) + ".") if got else ""
 
 
 def _cores_busy(r: dict) -> str:

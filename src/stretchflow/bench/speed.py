@@ -1,18 +1,21 @@
 """``stretchflow bench run speed``: every local engine, Spark and the hand-written pane loop
 (:mod:`.onethread`, "1T") on the same generated tweets, as whole processes (issue #16).
 
-Each variant is a fresh ``python -m stretchflow run ...`` (or ``python -m
-stretchflow.bench.onethread ...``) process, so start-up, reading JSON Lines and writing the
-output are all counted (each child runs under :mod:`.peak`, which records its own peak RSS and
-adds the same few imports to every variant). Two times are kept per run: the parent's wall clock
-around the whole process, and the run's own time that the child reports (the CLI summary's
-elapsed, from first read to last write; the loop's own timer). Beside the wall time, the CPU
-time (user + system) of the child and of every process it waited for, so that CPU / wall says
-how many cores a variant kept busy on average ("cores_busy": 1.0 is one core all the time).
-Rounds alternate the variants, starting each round one variant later, so that drift in the
-shared machine's load spreads over all of them; the 1-minute load average is recorded before
-and after each round. Every output is compared with the pane loop's as a multiset of rows (a
-row carries its ``ts``, so this is the determinism contract's per-timestamp multiset).
+Each variant is a fresh ``python -m stretchflow run ...`` (or ``python .../onethread.py ...``)
+process, so start-up, reading JSON Lines and writing the output are all counted. Each child
+runs under :mod:`.peak`, which records its own peak RSS and imports only the standard library;
+the loop, run as a script, imports nothing of stretchflow. (Until 2026-11-26 both ran as
+modules of the package, so the loop paid for importing ``stretchflow`` and
+``stretchflow.bench``, about 80 ms here, and every ratio against it flattered the engines.)
+Two times are kept per run: the parent's wall clock around the whole process, and the run's
+own time that the child reports (the CLI summary's elapsed, from first read to last write;
+the loop's own timer). Beside the wall time, the CPU time (user + system) of the child and of
+every process it waited for, so that CPU / wall says how many cores a variant kept busy on
+average ("cores_busy": 1.0 is one core all the time). Rounds alternate the variants, starting
+each round one variant later, so that drift in the shared machine's load spreads over all of
+them; the 1-minute load average is recorded before and after each round. Every output is
+compared with the pane loop's as a multiset of rows (a row carries its ``ts``, so this is the
+determinism contract's per-timestamp multiset).
 """
 
 from __future__ import annotations
@@ -23,10 +26,11 @@ import re
 import resource
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +38,10 @@ import orjson
 
 from .common import repeat_probe, results_dir, rotation, summarize, write_result
 from .onethread import BASELINE
+from .peak import command
+
+#: the pane loop's file, run as a script (:mod:`.peak`)
+_ONETHREAD = Path(__file__).with_name("onethread.py")
 
 #: variant -> the ``stretchflow run`` engine flags (None: the hand-written pane loop)
 VARIANTS: dict[str, list[str] | None] = {
@@ -65,15 +73,16 @@ def _spark_missing() -> str | None:
 def _command(variant: str, query: str, data: Path, out: Path, params: dict[str, Any],
              peak: Path) -> list[str]:
     """The child's command line, run through :mod:`.peak`, which writes its own peak RSS to
-    ``peak`` (a child's rusage would carry this process's peak over)."""
+    ``peak`` (a child's rusage would carry this process's peak over). The pane loop runs as
+    a script, so it imports the standard library and orjson only, not stretchflow's package;
+    an engine variant runs ``python -m stretchflow run ...``, as a user would."""
     flags = VARIANTS[variant]
-    wrap = [sys.executable, "-m", "stretchflow.bench.peak", str(peak)]
     if flags is None:
-        return [*wrap, "stretchflow.bench.onethread", query, str(data), str(out),
-                *(f"{k}={v}" for k, v in params.items())]
-    return [*wrap, "stretchflow", "run", query, "--input", str(data),
-            "--output", str(out), *flags,
-            *(a for k, v in params.items() for a in ("--param", f"{k}={v}"))]
+        return command(peak, _ONETHREAD, query, str(data), str(out),
+                       *(f"{k}={v}" for k, v in params.items()), script=True)
+    return command(peak, "stretchflow", "run", query, "--input", str(data),
+                   "--output", str(out), *flags,
+                   *(a for k, v in params.items() for a in ("--param", f"{k}={v}")))
 
 
 def _children_cpu_s() -> tuple[float, float]:
@@ -82,22 +91,70 @@ def _children_cpu_s() -> tuple[float, float]:
     return ru.ru_utime, ru.ru_stime
 
 
+#: prctl's option that makes this process adopt its descendants' orphans (Linux >= 3.4)
+_PR_SET_CHILD_SUBREAPER = 36
+#: the longest a run's orphans are waited for after it (sn's fork server ends at once)
+ORPHAN_WAIT_S = 30.0
+
+
+@contextmanager
+def _orphans_counted() -> Iterator[None]:
+    """While the block runs, the processes a child leaves behind are adopted by this process
+    (Linux's child subreaper), not by init; at its end they are waited for (at most
+    :data:`ORPHAN_WAIT_S`), so that their CPU time, and that of the processes they waited
+    for, lands in this process's children's usage. Why: sn's process channels are children
+    of multiprocessing's fork server, which the run's process starts and never waits for;
+    without this a run's CPU time left out the channels (about half of sn's, issue #16)."""
+    import ctypes
+
+    from ..runtime import procfs
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        on = libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):  # not Linux: the children's usage is all there is
+        on = False
+    me = os.getpid()
+    before = set(procfs.children_map().get(me, ()))
+    try:
+        yield
+    finally:
+        if on:
+            deadline = time.monotonic() + ORPHAN_WAIT_S
+            adopted = set(procfs.children_map().get(me, ())) - before
+            while adopted and time.monotonic() < deadline:
+                for pid in list(adopted):
+                    try:
+                        done, _ = os.waitpid(pid, os.WNOHANG)
+                    except ChildProcessError:
+                        done = pid
+                    if done:
+                        adopted.discard(pid)
+                # their own children, adopted when they ended
+                adopted |= set(procfs.children_map().get(me, ())) - before
+                if adopted:
+                    time.sleep(0.01)
+            libc.prctl(_PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+
+
 def _run_once(variant: str, query: str, data: Path, out: Path,
               params: dict[str, Any]) -> dict[str, float]:
     """One whole process: the parent's wall time, the run's own time, the process's own
     peak RSS (:mod:`.peak`; Spark's JVM is another process, not counted) and its CPU time
-    (user + system, with its threads and the children it waited for; the difference of this
-    process's children's usage around the one child, since the variants run one at a time)."""
+    (user + system, with its threads and every process it started, also those it left
+    behind (:func:`_orphans_counted`); the difference of this process's children's usage
+    around the one child, since the variants run one at a time)."""
     peak = out.with_suffix(".peak")
     cmd = _command(variant, query, data, out, params, peak)
     u0, s0 = _children_cpu_s()
-    t0 = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
-    except subprocess.TimeoutExpired as e:
-        raise RuntimeError(f"{variant} ({' '.join(cmd)}) ran longer than {CHILD_TIMEOUT_S:.0f} "
-                           "s and was killed") from e
-    wall = time.perf_counter() - t0
+    with _orphans_counted():
+        t0 = time.perf_counter()
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
+        except subprocess.TimeoutExpired as e:
+            raise RuntimeError(f"{variant} ({' '.join(cmd)}) ran longer than "
+                               f"{CHILD_TIMEOUT_S:.0f} s and was killed") from e
+        wall = time.perf_counter() - t0
     u1, s1 = _children_cpu_s()
     stdout, stderr = proc.stdout, proc.stderr
     if proc.returncode != 0:
@@ -237,11 +294,17 @@ def run(quick: bool = False, out_dir: str | os.PathLike | None = None, seed: int
         "variants": {v: ("pane loop" if f is None else " ".join(f)) for v, f in VARIANTS.items()},
         "baseline_1T": BASELINE,
         "input": "generated tweets, JSON Lines", "output": "JSON Lines file",
+        "children": "each a fresh process under bench/peak.py started by path (standard "
+                    "library only); engines: python -m stretchflow run ...; the pane loop: "
+                    "python .../bench/onethread.py ... (imports the standard library and orjson, "
+                    "nothing of stretchflow)",
         "times": "wall_s: parent's wall clock around the whole process; own_s: the run's own "
                  "time as the child reports it (CLI summary's elapsed, 10 ms resolution); "
-                 "cpu_s (user_s + sys_s): CPU time of the process, its threads and the "
-                 "children it waited for (getrusage of the children; not Spark's JVM, "
-                 "which the driver does not wait for); cores_busy: cpu_s / wall_s of each run",
+                 "cpu_s (user_s + sys_s): CPU time of the process, its threads and every "
+                 "process it started, also those it left behind, which the benchmark adopts "
+                 "and waits for (Linux's child subreaper: sn's fork server and its channels; "
+                 "before 2026-11-26 these were missing, so sn's cpu_s and cores_busy were "
+                 "about half the truth); cores_busy: cpu_s / wall_s of each run",
     }
     plot(metrics, results_dir(out_dir) / "speed.png", quick)
     return write_result("speed", params_doc, metrics, out_dir, commit=_commit(),

@@ -130,13 +130,17 @@ def _phase_run(table: Any, phases: list[tuple[int, float | None]], gap: int,
 def reconfiguration(cycles: int = 4, interval: float = 0.1, seed: int = 1,
                     calib_rows: int = 30_000, calib_repeats: int = 3,
                     spreads: tuple[int | None, ...] = (None, 0, 32),
-                    hold_baseline: bool = True) -> dict[str, Any]:
+                    hold_baseline: bool = True,
+                    switch_baseline: bool = True) -> dict[str, Any]:
     """STRETCH Q4 under load. One instance's capacity C is calibrated in the run; then, for
     each ``max_spread`` of ``spreads`` (None: the engine's default; 0: unbounded, the
     baseline; 32: a tighter bound, to weigh its latency against its full-speed throughput)
     and, with ``hold_baseline``, for the default without the control hold
     (``executors.vsn.CONTROL_HOLD``: sources wait from a control tuple to its switch),
-    wordcount with a reconfiguration every ``interval`` × C input tuples
+    and, with ``switch_baseline``, for the default with the switch-interval hold flipped
+    (``executors.vsn.HOLD_SWITCH``, off by default: the GIL switch interval lowered from a
+    request to its switch, ``runtime/switch_hold.py``), wordcount with a reconfiguration every
+    ``interval`` × C input tuples
     (``STEPS``, ``cycles`` times per load): one run whose source offers 70 % of C and
     then steps to 120 % of C, and one at full speed. Each reconfiguration's time runs
     from the reconfigure call to the end of the barrier action: p50/p99/max per load, with
@@ -146,6 +150,7 @@ def reconfiguration(cycles: int = 4, interval: float = 0.1, seed: int = 1,
     over-time panels); ``phases_ms`` splits the durations (Reconfiguration.phases_ms)."""
     from ..executors import vsn as vsn_executor
     from ..executors.vsn import MAX_SPREAD
+    from ..runtime.switch_hold import SWITCH_HOLD
 
     table = tweets(calib_rows, seed=seed)
     cal = calibrate(table, calib_rows, calib_repeats)
@@ -154,22 +159,30 @@ def reconfiguration(cycles: int = 4, interval: float = 0.1, seed: int = 1,
     steps = list(STEPS[1:]) * cycles
     per_load = gap * len(steps)
     out: dict[str, Any] = {}
-    variants: list[tuple[int | None, bool]] = [(spread, True) for spread in spreads]
+    hold, switch = vsn_executor.CONTROL_HOLD, vsn_executor.HOLD_SWITCH
+    # (max_spread, control hold on, switch-interval hold on)
+    variants = [(spread, True, switch) for spread in spreads]
     if hold_baseline:
-        variants.append((None, False))
-    hold = vsn_executor.CONTROL_HOLD
-    for spread, held in variants:
+        variants.append((None, False, switch))
+    if switch_baseline:
+        variants.append((None, True, not switch))
+    for spread, held, switched in variants:
         vsn_kw = {} if spread is None else {"max_spread": spread}
         name = f"max_spread={MAX_SPREAD if spread is None else spread}" + (
-            ", no control hold" if not held else " (default)" if spread is None
-            else " (unbounded)" if spread == 0 else "")
-        vsn_executor.CONTROL_HOLD = hold if held else None  # read as each run starts
+            ", no control hold" if not held
+            else f", {'' if switched else 'no '}switch-interval hold" if switched != switch
+            else " (default)" if spread is None else " (unbounded)" if spread == 0 else "")
+        # both read as each run's executor is built
+        vsn_executor.CONTROL_HOLD = hold if held else None
+        vsn_executor.HOLD_SWITCH = switched
         try:
             out[name] = _variant(table, cap, gap, steps, per_load, vsn_kw)
         finally:
-            vsn_executor.CONTROL_HOLD = hold
+            vsn_executor.CONTROL_HOLD, vsn_executor.HOLD_SWITCH = hold, switch
     return {"query": "wordcount", "steps": list(STEPS), "gap_tuples": gap,
-            "capacity": cal, "control_hold_s": hold, "variants": out}
+            "capacity": cal, "control_hold_s": hold,
+            "switch_interval_hold_s": SWITCH_HOLD.interval, "switch_hold_default": switch,
+            "variants": out}
 
 
 def _variant(table: Any, cap: float, gap: int, steps: list[int], per_load: int,

@@ -97,7 +97,11 @@ def use_batches(ex: Any, batches: Iterator[Batch], key_groups: int | None) -> No
     st.weight = math.ceil(ex.capacity / (2 * allowed))
     st.done_of = [0] * p  # flow control follows the slowest instance
     ex.ctl.on_abort(lambda _e: shared.stop())  # nobody waits for a batch another sums
-    src.it = iter(batches)
+    # f_MK's explode in the source stage's slices (operators/columnar.explode_ahead): the O+
+    # stage's instances then only sum and combine, and the two stages share the work
+    from ..operators.columnar import explode_ahead
+
+    src.it = explode_ahead(op, iter(batches))
     # the three steps that differ from the tuple path; everything else (queues, serials,
     # reorder buffers, scheduler, merge) is the executor's own
     ex._run_source = lambda task, t0: _run_source(ex, shared, task, t0)

@@ -228,6 +228,11 @@ def _compile(flow: Flow, counts: dict[str, list[int]], P: int = 1, G: int = 1,
                     batchy.add(node)
                     if ckpt is not None:
                         return ckpt.batches(node.name, bs, counter)
+                    if len(readers[node]) == 1 and readers[node][0] in columnar:
+                        # f_MK's explode of the next batch on the reading thread
+                        from ..operators.columnar import explode_ahead
+
+                        bs = explode_ahead(readers[node][0].spec, bs)
                     return _counted_batches(read_ahead(bs, "stretchflow-read"), counter)
             items = _live_items(node.spec)
             if ckpt is not None:

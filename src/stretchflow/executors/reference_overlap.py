@@ -18,10 +18,11 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
-#: the longest a wait lasts before it looks again (a signal, a thread that died)
-TICK = 0.2
+from ..runtime.ordered_jobs import TICK, OrderedJobs
+
 _END = object()
 
 
@@ -89,69 +90,32 @@ class WriteBehind:
     ``depth`` calls handed over and not done (depth 1: the next output is computed while this
     one is written — two alive, not one). ``with WriteBehind(...) as w:`` starts it; the end of
     the block waits for every call and raises the first error of one (or, on leaving by an
-    exception, drops the calls not made yet and returns at once)."""
+    exception, drops the calls not made yet and returns at once). The thread and its order,
+    bound and errors are :class:`~stretchflow.runtime.ordered_jobs.OrderedJobs`'."""
 
     def __init__(self, write: Callable[[Any], None], write_batch: Callable[[Any], None],
                  name: str, depth: int = 1) -> None:
-        self._calls = (write, write_batch)
-        self._q: queue.SimpleQueue = queue.SimpleQueue()
-        self._slots = threading.Semaphore(depth)
-        self._error: BaseException | None = None
-        self._drop = False
-        self._t = threading.Thread(target=self._run, name=name, daemon=True)
-
-    def _run(self) -> None:
-        while True:
-            try:
-                job = self._q.get(timeout=TICK)
-            except queue.Empty:
-                if self._drop:
-                    return
-                continue
-            if job is _END:
-                return
-            try:
-                if self._error is None and not self._drop:
-                    self._calls[job[0]](job[1])
-            except BaseException as e:  # noqa: BLE001 - raised on the run's thread
-                self._error = e
-            finally:
-                self._slots.release()
-
-    def _put(self, job: Any) -> None:
-        while not self._slots.acquire(timeout=TICK):
-            if self._error is not None:
-                raise self._error
-            if not self._t.is_alive():
-                raise RuntimeError(f"{self._t.name}: the writing thread ended") from None
-        if self._error is not None:
-            self._slots.release()
-            raise self._error
-        self._q.put(job)
+        self._write, self._write_batch = write, write_batch
+        self._name, self._depth = name, depth
+        self._jobs: OrderedJobs | None = None
 
     def write(self, items: Any) -> None:
-        self._put((0, items))
+        self._started().submit(partial(self._write, items))
 
     def write_batch(self, batch: Any) -> None:
-        self._put((1, batch))
+        self._started().submit(partial(self._write_batch, batch))
+
+    def _started(self) -> OrderedJobs:
+        if self._jobs is None:
+            raise RuntimeError(f"{self._name}: a write before the write-behind was entered")
+        return self._jobs
 
     def __enter__(self) -> WriteBehind:
-        self._t.start()
+        # the thread starts here, not in __init__: one never entered leaves no thread behind
+        self._jobs = OrderedJobs(self._name, self._depth)
         return self
 
-    def __exit__(self, kind: Any, *_: Any) -> None:
-        if kind is not None:  # the run failed: what is not written yet never will be
-            self._drop = True
-            # the call under way ends before the sink is aborted (the thread drops the rest
-            # and ends); a write stuck for longer is left to the daemon thread
-            self._t.join(timeout=5 * TICK)
-            return
-        self._q.put(_END)
-        try:
-            while self._t.is_alive():
-                self._t.join(timeout=TICK)
-        except BaseException:  # a signal while waiting: the sink is aborted next
-            self._drop = True
-            raise
-        if self._error is not None:
-            raise self._error
+    def __exit__(self, kind: Any, *rest: Any) -> None:
+        # a failed run: the call under way ends (bounded wait) before the sink is aborted and
+        # the rest are dropped; a normal end waits for every call (a signal drops the rest)
+        self._started().__exit__(kind, *rest)

@@ -242,7 +242,7 @@ class _Run:
 
         if self.local is None:
             self.local = Channel(-1, self.op, self.p, self.G, self.assign, send)
-        self.local.explode(("batch", seq, pack(b), b.last))
+        self.local.explode_batch(seq, b, b.last)
         self.parent_pulses += 1
 
     def _wait_window(self, seq: int) -> None:
@@ -326,7 +326,13 @@ def run_columnar(flow: Flow, cp: ColumnarPlan, *, parallelism: int, n_groups: in
     # path does when it makes its store): a stale directory is removed by the next sn run
     sweep_stale("sn")
     r = _Run(flow, cp, parallelism, n_groups, queue_size * parallelism, start_method)
+    cpu0 = time.process_time()
     r.execute()
+    # the parent's CPU over the run, all its threads (reading, dealing, exploding while the
+    # channels start, the relays, merging and writing): beside the channels' cpu_s, where the
+    # run's CPU went (a whole-process CPU/wall from outside counts the parent alone: the
+    # channels are the fork server's children, not the parent's)
+    parent_cpu = time.process_time() - cpu0
     name = cp.node.name
     # the parent's counts are those of pulses it exploded while their channel started (its
     # rows sent to a channel count as shuffled: they cross a process boundary)
@@ -361,6 +367,7 @@ def run_columnar(flow: Flow, cp: ColumnarPlan, *, parallelism: int, n_groups: in
                          "ipc_bytes_from_channels": r.bytes_in,
                          "busy_s": [s.get("busy_s", 0.0) for s in r.stats],
                          "cpu_s": [s.get("cpu_s", 0.0) for s in r.stats],
+                         "parent_cpu_s": parent_cpu,
                          "parent_explode_s": stats[-1].get("busy_s", 0.0)},
         },
     }

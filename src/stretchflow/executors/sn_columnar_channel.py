@@ -115,8 +115,13 @@ class Channel:
     # -- explode: a dealt batch into every owner's part ---------------------------------------
     def explode(self, msg: tuple) -> None:
         _, seq, packed, wm = msg
+        self.explode_batch(seq, unpack(packed) if packed is not None else None, wm)
+
+    def explode_batch(self, seq: int, batch: Batch | None, wm: int) -> None:
+        """Pulse ``seq`` (``batch``, watermark ``wm``) into every owner's part (the parent
+        calls this directly on the batch it read: no IPC round trip of its own)."""
         t0 = time.perf_counter()
-        parts = self._parts(unpack(packed)) if packed is not None else [None] * self.p
+        parts = self._parts(batch) if batch is not None else [None] * self.p
         for o, part in enumerate(parts):
             if o == self.j:
                 self.pending[seq] = (part, wm)

@@ -76,6 +76,10 @@ MAX_SPREAD_RUNS = 2 * RUN_BATCH
 # until the switch is applied, the instances need not win the GIL from the sources; read
 # when an executor is built (None: no hold; the reconfiguration bench compares both)
 CONTROL_HOLD: float | None = 0.05
+# lower the GIL switch interval from a request until its switch (runtime/switch_hold.py);
+# off: measured, a reconfiguration's time is CPU work, not waits for the GIL (docs/vsn.md).
+# Read when an executor is built (the reconfiguration bench compares both)
+HOLD_SWITCH = False
 
 
 class VSNInstance:
@@ -339,7 +343,7 @@ class VSNExecutor:
         self.latency = LatencyRecorder()
         self.ops: dict[Node, VSNOperator] = {
             node: VSNOperator(node, parallelism, n, self.G, control=self.control,
-                              log=self.metrics_log, defer_gc=defer_gc)
+                              log=self.metrics_log, defer_gc=defer_gc, hold_switch=HOLD_SWITCH)
             for node in flow.nodes if node.kind == "oplus"
         }
         if columnar not in ("on", "off"):

@@ -51,6 +51,12 @@ def plan_batches(flow: Flow, ops: dict[Node, VSNOperator], n_groups: int,
         batches = getattr(src.spec, "batches", None)
         it = batches(COLUMNAR_BATCH) if batches is not None else None
         if it is not None:
+            if len(readers) == 1:
+                # f_MK's explode of each batch on the source's thread, ahead of the instances
+                # (operators/columnar.explode_ahead; the instances then only sum and combine)
+                from ..operators.columnar import explode_ahead
+
+                it = explode_ahead(readers[0].spec, it)
             out[src] = it
     if not out:
         return out

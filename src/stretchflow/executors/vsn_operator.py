@@ -43,6 +43,7 @@ from ..operators.oplus import SharedState
 from ..runtime.control import Barrier, RunControl, Stopped
 from ..runtime.gc_hold import GC_HOLD
 from ..runtime.metrics import MetricsLog
+from ..runtime.switch_hold import SWITCH_HOLD
 from .plan import Inlet
 
 if TYPE_CHECKING:
@@ -87,14 +88,19 @@ class Reconfiguration:
     note: str = ""
     done: threading.Event = field(default_factory=threading.Event, repr=False)
     gc_held: bool = field(default=False, repr=False)
+    switch_held: bool = field(default=False, repr=False)
     control: Control | None = field(default=None, repr=False)
 
     def finish(self) -> None:
-        """Marks the request done and lets garbage collection run again (see gc_hold);
-        called under the operator's lock, once or more."""
+        """Marks the request done, lets garbage collection run again (see gc_hold) and puts
+        back the GIL switch interval (switch_hold); called under the operator's lock, once
+        or more."""
         if self.gc_held:
             self.gc_held = False
             GC_HOLD.release()
+        if self.switch_held:
+            self.switch_held = False
+            SWITCH_HOLD.release()
         self.done.set()
 
     @property
@@ -145,11 +151,12 @@ class VSNOperator:
     The executor gives it its instances (:attr:`instances`) and its inlet (:attr:`inlet`);
     ``control`` is the run's, ``log`` the run's metrics log (an applied reconfiguration is a
     change of parallelism there), ``defer_gc`` holds cyclic garbage collection from a
-    request until it is settled (:mod:`~stretchflow.runtime.gc_hold`).
+    request until it is settled (:mod:`~stretchflow.runtime.gc_hold`), ``hold_switch`` lowers
+    the GIL switch interval as long (:mod:`~stretchflow.runtime.switch_hold`).
     """
 
     def __init__(self, node: Node, m: int, n: int, n_groups: int, *, control: RunControl,
-                 log: MetricsLog, defer_gc: bool = True):
+                 log: MetricsLog, defer_gc: bool = True, hold_switch: bool = False):
         if not 1 <= m <= n:
             raise FlowDefinitionError(f"{node.name}: need 1 <= parallelism ({m}) <= "
                                       f"max_parallelism ({n})")
@@ -161,6 +168,7 @@ class VSNOperator:
         self.control = control
         self.metrics_log = log
         self.defer_gc = defer_gc
+        self.hold_switch = hold_switch
         self.sigma = SharedState(n_groups)
         self.assign: tuple[int, ...] = default_assignment(n_groups, m)
         self.O: frozenset[int] = frozenset(range(m))
@@ -228,8 +236,11 @@ class VSNOperator:
             e = self._requested_epoch
             if self.defer_gc:  # before the clock starts: the hold is not free either
                 GC_HOLD.acquire()
+            if self.hold_switch:  # released with the GC hold, in Reconfiguration.finish
+                SWITCH_HOLD.acquire()
             rec = Reconfiguration(self.name, e, before, p, time.perf_counter(),
                                   assignment=assign, gc_held=self.defer_gc,
+                                  switch_held=self.hold_switch,
                                   control=Control(e, frozenset(range(p)), assign))
             self._requests[e] = rec
             self.log.append(rec)
@@ -374,10 +385,10 @@ class VSNOperator:
         rec.finish()
 
     def release_gc_holds(self) -> None:
-        """Settles the GC holds of requests a failed run left pending."""
+        """Settles the GC and switch-interval holds of requests a failed run left pending."""
         with self.lock:
             for rec in self.log:
-                if rec.gc_held:
+                if rec.gc_held or rec.switch_held:
                     rec.finish()
 
     def instance_finished(self) -> None:

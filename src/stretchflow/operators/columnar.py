@@ -35,7 +35,7 @@ partials are this instance's, not σ's, so they cannot be handed to another inst
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..batch import arrow_ints, int_numpy
@@ -97,12 +97,13 @@ class ColumnarSlicedInstance(SlicedAggregateInstance):
             self._update_w(last)
 
     def _columns(self, batch: Batch) -> tuple[Any, Any, Any] | None:
-        """f_MK's columnar form over the batch's table (or its payloads), None if it refuses."""
-        src: Any = batch.table if batch.has_table else None
-        try:
-            return self.op.columns(src if src is not None else batch.payloads)
-        except Exception:  # noqa: BLE001 - the tuple path reports the tuple it fails on
-            return None
+        """f_MK's columnar form over the batch's table (or its payloads), None if it refuses;
+        taken from :func:`explode_ahead` when a reader thread computed it already."""
+        ahead = batch.ahead
+        if type(ahead) is Exploded and ahead.op is self.op:
+            batch.ahead = None  # the columns are this instance's now: not kept twice
+            return ahead.cols
+        return columns_of(self.op, batch)
 
     def _tuple_at_a_time(self, batch: Batch) -> None:
         process = self.process
@@ -239,6 +240,41 @@ class ColumnarSlicedInstance(SlicedAggregateInstance):
                   else Batch(np.full(len(t), right, dtype=np.int64), table=t)
                   for right, t in tables]
         return Batch.concat(pieces)
+
+
+def columns_of(op: Aggregate, batch: Batch) -> tuple[Any, Any, Any] | None:
+    """f_MK's columnar form (``op.columns``) over ``batch``'s table (or its payloads), None if
+    it refuses the batch (the tuple path then names the tuple it fails on)."""
+    src: Any = batch.table if batch.has_table else None
+    try:
+        return op.columns(src if src is not None else batch.payloads)
+    except Exception:  # noqa: BLE001 - the tuple path reports the tuple it fails on
+        return None
+
+
+class Exploded:
+    """f_MK's columnar form of one batch for one A+, computed ahead of the instance."""
+
+    __slots__ = ("op", "cols")
+
+    def __init__(self, op: Any, cols: tuple[Any, Any, Any] | None):
+        self.op = op
+        self.cols = cols
+
+
+def explode_ahead(op: Aggregate, batches: Iterator[Batch]) -> Iterator[Batch]:
+    """``batches`` with f_MK's columnar form of ``op`` computed on each as it passes, for the
+    one :class:`ColumnarSlicedInstance` of ``op`` that reads them
+    (:meth:`ColumnarSlicedInstance._columns` takes it). Iterated by the reference executor's
+    read-ahead thread, so that the explode of batch k + 1 (Arrow's split and flatten, the
+    GIL released) runs while the instance sums batch k: f_MK's columnar form is called once
+    per batch and in batch order, as before, only earlier and on the reader's thread. A
+    refusal is kept as None, as :func:`columns_of` gives it, and the instance then goes tuple
+    at a time, naming the tuple."""
+    for b in batches:
+        if len(b) and b.ahead is None:
+            b.ahead = Exploded(op, columns_of(op, b))
+        yield b
 
 
 #: partials a slice collects before they are summed into one (bounds a long slice's memory by

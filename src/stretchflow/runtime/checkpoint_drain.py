@@ -35,9 +35,7 @@ from __future__ import annotations
 import copy
 import heapq
 import os
-import queue
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
@@ -48,6 +46,7 @@ from ..eventtime import WATERMARK
 from ..io.parts import copy_file, part_name
 from ..io.sinks import JsonLinesSink
 from .control import Barrier
+from .ordered_jobs import JobsTimeout, OrderedJobs
 from .pump import EpochParts
 
 #: sink items pulled (and written) at a time by the drain
@@ -119,58 +118,23 @@ class AsyncParts(EpochParts):
             sealed[1].unlink(missing_ok=True)
 
 
-class Committer:
-    """One thread running submitted jobs in order (the asynchronous phase). After a job
-    fails, later jobs are discarded, not run; :meth:`check` raises the failure on the
-    caller's thread, :meth:`finish` waits for the queue to empty (bounded) and raises it."""
+class Committer(OrderedJobs):
+    """One thread running submitted jobs in order (the asynchronous phase), with no bound on
+    the jobs queued (a job holds a sealed part's file, not its data). After a job fails,
+    later jobs are discarded, not run; :meth:`check` raises the failure on the caller's
+    thread, :meth:`finish` waits for the queue to empty (bounded) and raises it."""
 
     def __init__(self, name: str = "stretchflow-checkpoint"):
-        self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
+        super().__init__(name)
 
-    def submit(self, fn: Callable[[], Any], discard: Callable[[], Any] | None = None) -> None:
-        """Runs ``fn()`` after every job submitted before; ``discard()`` instead when an
-        earlier job failed, and after ``fn`` when it fails (to release what ``fn`` would
-        have taken over)."""
-        self.check()
-        self._q.put((fn, discard))
-
-    def _run(self) -> None:
-        while True:
-            job = self._q.get()
-            if job is None:
-                return
-            fn, discard = job
-            try:
-                if self.error is None:
-                    try:
-                        fn()
-                    except BaseException:
-                        if discard is not None:
-                            discard()  # what the failed job left (a part not renamed)
-                        raise
-                elif discard is not None:
-                    discard()
-            except BaseException as e:  # noqa: BLE001 - raised on the drain's thread
-                if self.error is None:
-                    self.error = e
-
-    def check(self) -> None:
-        if self.error is not None:
-            raise self.error
-
-    def finish(self, timeout: float = FINISH_WAIT) -> None:
+    def finish(self, timeout: float | None = FINISH_WAIT) -> None:
         """Waits for every submitted job, then raises the first failure if any."""
-        if self._thread.is_alive():
-            self._q.put(None)
-            self._thread.join(timeout)
-            if self._thread.is_alive():
-                raise StretchflowError(
-                    f"checkpoint: writing the checkpoint did not finish within {timeout:.0f} "
-                    f"s (is the disk of the checkpoint directory stalled?)")
-        self.check()
+        try:
+            super().finish(timeout)
+        except JobsTimeout as e:  # the cause names the job under way
+            raise StretchflowError(
+                f"checkpoint: writing the checkpoint did not finish within {timeout:.0f} "
+                f"s (is the disk of the checkpoint directory stalled?)") from e
 
 
 class AsyncDrain:

@@ -44,7 +44,7 @@ import gc
 import threading
 
 
-class _Counted:
+class CountedHold:
     """A process-wide switch under counted holds (thread-safe): the first hold turns it on,
     the last release puts back what was there before; a context manager too."""
 
@@ -74,7 +74,7 @@ class _Counted:
             if self._holds == 0 and self._restore:
                 self._off()
 
-    def __enter__(self) -> _Counted:
+    def __enter__(self) -> CountedHold:
         self.acquire()
         return self
 
@@ -86,7 +86,7 @@ class _Counted:
         return self._holds
 
 
-class GCHold(_Counted):
+class GCHold(CountedHold):
     """A counted hold on automatic garbage collection."""
 
     def _on(self) -> bool:
@@ -98,7 +98,7 @@ class GCHold(_Counted):
         gc.enable()
 
 
-class RunFreeze(_Counted):
+class RunFreeze(CountedHold):
     """A counted ``gc.freeze()`` over running flows."""
 
     def _on(self) -> bool:
@@ -116,4 +116,4 @@ GC_HOLD = GCHold()
 #: the heap of the running flows' start, frozen while any of them runs (gc.freeze is global)
 RUN_FREEZE = RunFreeze()
 
-__all__ = ["GC_HOLD", "RUN_FREEZE", "GCHold", "RunFreeze"]
+__all__ = ["GC_HOLD", "RUN_FREEZE", "CountedHold", "GCHold", "RunFreeze"]
