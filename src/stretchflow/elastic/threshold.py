@@ -52,7 +52,8 @@ __all__ = [
 
 K = TypeVar("K", bound=Hashable)
 
-# Absorbs float error in total/target (0.7 * 3 / 0.7 is 3.0000000000000004).
+# Absorbs float error in total/target (0.7 * 3 / 0.7 is 3.0000000000000004) and in the
+# average compared with a threshold (nine loads of 0.45 average 0.44999999999999996).
 _EPS = 1e-9
 
 
@@ -92,9 +93,11 @@ def threshold_parallelism(
     # Smallest count whose average is at most the target, clamped to the bounds.
     needed = max(0, math.ceil(total / target - _EPS))
     needed = min(max_parallelism, max(min_parallelism, needed))
-    if average > upper and needed > n:
+    # an average within _EPS of a threshold is at it: no action (the rule acts strictly
+    # above upper and strictly below lower)
+    if average > upper + _EPS and needed > n:
         return needed
-    if average < lower and needed < n:
+    if average < lower - _EPS and needed < n:
         return needed
     if n > max_parallelism:
         return max_parallelism
