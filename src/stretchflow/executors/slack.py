@@ -437,7 +437,8 @@ def run(flow: Flow, parallelism: int | Mapping[str, int] = 1, key_groups: int = 
         controller: the SLT tuner, a :class:`~stretchflow.elastic.controller.Controller`
             that answers :class:`~stretchflow.elastic.sltuner.SLTDecision` with new SLTs.
         deadline: the query deadline (Eq. 3) in wall-clock ms; intervals whose end-to-end
-            latency reaches it count as violations. Passed to the tuner as
+            latency reaches it count as violations (of the intervals in which the operators
+            read tuples: one that read none measured no latency). Passed to the tuner as
             ``Metrics.extras["deadline_ms"]``.
         slt: the initial SLT (event-time ms) of every O+, or a dict by operator name
             (``math.inf``: ready tuples only, deterministic).
@@ -449,9 +450,10 @@ def run(flow: Flow, parallelism: int | Mapping[str, int] = 1, key_groups: int = 
     (``parallelism``, ``latency_ms`` and ``latency_series`` of the outputs at the sinks,
     ``controller``) and adds the engine's own keys: ``series`` (one point per interval:
     ``t``, ``latency_ms`` (Eq. 2), per-operator latency / SLT / slack-ready / late / lost /
-    skew, ``events`` written to sinks in the interval), ``e2e_latency_ms`` (max and mean of
-    the series' Eq. 2 latencies), ``violations``, ``operators`` (totals per O+),
-    ``slack_ready``, ``lost_tuples``, ``events``, ``intervals``, ``decisions`` and
+    skew, ``events`` written to sinks in the interval, ``read``: tuples the operators read in
+    it), ``e2e_latency_ms`` (max and mean of the Eq. 2 latencies of the intervals that read
+    tuples), ``violations`` and ``intervals`` (of those), ``operators`` (totals per O+),
+    ``slack_ready``, ``lost_tuples``, ``events``, ``decisions`` and
     ``deadline_ms``.
     """
     if not metrics_interval > 0:
@@ -537,8 +539,12 @@ def _monitor(R: _Run, threads: list[threading.Thread], t0: float, interval: floa
         now = time.perf_counter()
         per_op = R.measure(now)
         out_now = sum(R.sink_counts)
+        # tuples the operators read in this interval: one that read none (the tail after
+        # the input ended, a stalled source) measured no latency, whatever Eq. 2 gives
+        read = sum(max(0, per_op[o.name]["read_total"] - prev_read[o.name])
+                   for o in R.ops.values())
         point = {"t": now - t0, "latency_ms": end_to_end(per_op, paths),
-                 "events": out_now - prev_out, "operators": per_op,
+                 "events": out_now - prev_out, "operators": per_op, "read": read,
                  "slack_ready": sum(v["slack_ready"] for v in per_op.values())}
         prev_out = out_now
         series.append(point)
@@ -598,7 +604,8 @@ def _summary(R: _Run, series: list[dict[str, Any]], decisions: list[dict[str, An
             "writer_waits": st["writer_waits"],
             "writer_wait_s": st["writer_wait_s"],
         }
-    lat = [p["latency_ms"] for p in series]
+    # the deadline is checked on the intervals that measured a latency (read tuples)
+    lat = [p["latency_ms"] for p in series if p.get("read", 1)]
     return {
         # the runtime's schema (stretchflow.runtime.result)
         "parallelism": {o.name: o.k for o in R.ops.values()},
@@ -615,7 +622,7 @@ def _summary(R: _Run, series: list[dict[str, Any]], decisions: list[dict[str, An
         "e2e_latency_ms": {"max": max(lat, default=0.0),
                            "mean": sum(lat) / len(lat) if lat else 0.0},
         "violations": sum(1 for x in lat if deadline is not None and x >= deadline),
-        "intervals": len(series),
+        "intervals": len(lat),
         "series": series,
         "decisions": decisions,
     }
