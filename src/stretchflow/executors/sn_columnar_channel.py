@@ -38,7 +38,7 @@ from typing import Any
 from ..batch import Batch, arrow_ints, int_numpy
 from ..errors import RunTupleError, StretchflowError
 from ..operators.aggregate_instance import _MISSING
-from ..operators.columnar import ColumnarSlicedInstance, key_arrays
+from ..operators.columnar import ColumnarSlicedInstance, columns_of, key_arrays
 from ..operators.columnar_kernels import key_groups, sum_by
 from ..operators.keys import key_pairs
 from ..runtime import raise_user_error, user_error
@@ -138,10 +138,10 @@ class Channel:
         import pyarrow as pa
 
         op = self.op
-        try:
-            rows, keys, values = op.columns(b.table if b.has_table else b.payloads)
-        except Exception:  # noqa: BLE001 - the tuple path names the tuple it fails on
+        cols = columns_of(op, b)
+        if cols is None:  # refused: the tuple path names the tuple it fails on
             return self._pairs(b)
+        rows, keys, values = cols
         rows = np.asarray(rows, dtype=np.int64)
         if not len(rows):
             return [None] * self.p

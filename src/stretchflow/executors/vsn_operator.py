@@ -41,7 +41,7 @@ from ..errors import FlowDefinitionError
 from ..flow import Node
 from ..operators.oplus import SharedState
 from ..runtime.control import Barrier, RunControl, Stopped
-from ..runtime.gc_hold import GC_HOLD
+from ..runtime.gc_hold import GC_HOLD, CountedHold
 from ..runtime.metrics import MetricsLog
 from ..runtime.switch_hold import SWITCH_HOLD
 from .plan import Inlet
@@ -87,20 +87,17 @@ class Reconfiguration:
     assignment: tuple[int, ...] = ()
     note: str = ""
     done: threading.Event = field(default_factory=threading.Event, repr=False)
-    gc_held: bool = field(default=False, repr=False)
-    switch_held: bool = field(default=False, repr=False)
+    #: the process-wide holds taken for this request (gc_hold, switch_hold), released once
+    holds: tuple[CountedHold, ...] = field(default=(), repr=False)
     control: Control | None = field(default=None, repr=False)
 
     def finish(self) -> None:
         """Marks the request done, lets garbage collection run again (see gc_hold) and puts
         back the GIL switch interval (switch_hold); called under the operator's lock, once
         or more."""
-        if self.gc_held:
-            self.gc_held = False
-            GC_HOLD.release()
-        if self.switch_held:
-            self.switch_held = False
-            SWITCH_HOLD.release()
+        holds, self.holds = self.holds, ()
+        for hold in holds:
+            hold.release()
         self.done.set()
 
     @property
@@ -234,13 +231,14 @@ class VSNOperator:
             assign = self._resolve_f_mu(f_mu, p)
             self._requested_epoch += 1
             e = self._requested_epoch
-            if self.defer_gc:  # before the clock starts: the hold is not free either
-                GC_HOLD.acquire()
-            if self.hold_switch:  # released with the GC hold, in Reconfiguration.finish
-                SWITCH_HOLD.acquire()
+            # taken before the clock starts (a hold is not free either); released in
+            # Reconfiguration.finish
+            holds = ((GC_HOLD,) if self.defer_gc else ()) + \
+                ((SWITCH_HOLD,) if self.hold_switch else ())
+            for hold in holds:
+                hold.acquire()
             rec = Reconfiguration(self.name, e, before, p, time.perf_counter(),
-                                  assignment=assign, gc_held=self.defer_gc,
-                                  switch_held=self.hold_switch,
+                                  assignment=assign, holds=holds,
                                   control=Control(e, frozenset(range(p)), assign))
             self._requests[e] = rec
             self.log.append(rec)
@@ -388,7 +386,7 @@ class VSNOperator:
         """Settles the GC and switch-interval holds of requests a failed run left pending."""
         with self.lock:
             for rec in self.log:
-                if rec.gc_held or rec.switch_held:
+                if rec.holds:
                     rec.finish()
 
     def instance_finished(self) -> None:

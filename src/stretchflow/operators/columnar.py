@@ -99,11 +99,7 @@ class ColumnarSlicedInstance(SlicedAggregateInstance):
     def _columns(self, batch: Batch) -> tuple[Any, Any, Any] | None:
         """f_MK's columnar form over the batch's table (or its payloads), None if it refuses;
         taken from :func:`explode_ahead` when a reader thread computed it already."""
-        ahead = batch.ahead
-        if type(ahead) is Exploded and ahead.op is self.op:
-            batch.ahead = None  # the columns are this instance's now: not kept twice
-            return ahead.cols
-        return columns_of(self.op, batch)
+        return take_columns(self.op, batch)
 
     def _tuple_at_a_time(self, batch: Batch) -> None:
         process = self.process
@@ -244,12 +240,14 @@ class ColumnarSlicedInstance(SlicedAggregateInstance):
 
 def columns_of(op: Aggregate, batch: Batch) -> tuple[Any, Any, Any] | None:
     """f_MK's columnar form (``op.columns``) over ``batch``'s table (or its payloads), None if
-    it refuses the batch (the tuple path then names the tuple it fails on)."""
+    it refuses the batch or gives no (rows, keys, values) triple (the tuple path then names
+    the tuple it fails on)."""
     src: Any = batch.table if batch.has_table else None
     try:
-        return op.columns(src if src is not None else batch.payloads)
+        rows, keys, values = op.columns(src if src is not None else batch.payloads)
     except Exception:  # noqa: BLE001 - the tuple path reports the tuple it fails on
         return None
+    return rows, keys, values
 
 
 class Exploded:
@@ -262,15 +260,25 @@ class Exploded:
         self.cols = cols
 
 
+def take_columns(op: Aggregate, batch: Batch) -> tuple[Any, Any, Any] | None:
+    """:func:`columns_of`, or what :func:`explode_ahead` computed for ``op`` already (then
+    dropped from the batch: the columns are the caller's now, not kept twice)."""
+    ahead = batch.ahead
+    if type(ahead) is Exploded and ahead.op is op:
+        batch.ahead = None
+        return ahead.cols
+    return columns_of(op, batch)
+
+
 def explode_ahead(op: Aggregate, batches: Iterator[Batch]) -> Iterator[Batch]:
     """``batches`` with f_MK's columnar form of ``op`` computed on each as it passes, for the
-    one :class:`ColumnarSlicedInstance` of ``op`` that reads them
-    (:meth:`ColumnarSlicedInstance._columns` takes it). Iterated by the reference executor's
-    read-ahead thread, so that the explode of batch k + 1 (Arrow's split and flatten, the
-    GIL released) runs while the instance sums batch k: f_MK's columnar form is called once
-    per batch and in batch order, as before, only earlier and on the reader's thread. A
-    refusal is kept as None, as :func:`columns_of` gives it, and the instance then goes tuple
-    at a time, naming the tuple."""
+    A+ of ``op`` that is their one reader (:func:`take_columns` takes it). Iterated by the
+    thread that reads the batches (the reference executor's read-ahead thread, vsn's source
+    thread, the ordered engine's source stage), so that the explode of batch k + 1 (Arrow's
+    split and flatten, the GIL released) runs while batch k is summed: f_MK's columnar form
+    is called once per batch and in batch order, as before, only earlier and on the reader's
+    thread. A refusal is kept as None, as :func:`columns_of` gives it, and the batch then
+    goes tuple at a time, naming the tuple."""
     for b in batches:
         if len(b) and b.ahead is None:
             b.ahead = Exploded(op, columns_of(op, b))

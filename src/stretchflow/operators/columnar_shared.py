@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..batch import Batch, arrow_mask, int_numpy
 from ..errors import RunTupleError, StretchflowError
-from .columnar import Exploded, _table, columns_of, key_arrays
+from .columnar import _table, key_arrays, take_columns
 from .columnar_kernels import key_groups, sum_by
 from .oplus import key_pairs
 
@@ -182,12 +182,7 @@ class ColumnarShared:
         import numpy as np
 
         op = self.op
-        ahead = batch.ahead  # f_MK's columns computed by the source's thread (explode_ahead)
-        if type(ahead) is Exploded and ahead.op is op:
-            batch.ahead = None
-            cols = ahead.cols
-        else:
-            cols = columns_of(op, batch)
+        cols = take_columns(op, batch)  # maybe computed by the source's thread already
         if cols is None:  # refused: the tuple path names the tuple it fails on
             return self._python_partials(batch, hits)
         rows, keys, values = cols
