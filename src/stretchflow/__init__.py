@@ -18,6 +18,7 @@ from .errors import (
     StretchflowError,
 )
 from .eventtime import Watermark, parse_duration
+from .expr import Expr, col, lit
 from .flow import Flow, Stream
 from .operators.aggregate import Aggregate
 from .operators.join import Join
@@ -26,7 +27,7 @@ from .operators.oplus import OPlus, WindowSet
 __version__ = "0.1.0"
 
 __all__ = [
-    "Aggregate", "EngineUnavailableError", "Flow", "FlowDefinitionError", "Join", "OPlus",
+    "Aggregate", "EngineUnavailableError", "Expr", "Flow", "FlowDefinitionError", "Join", "OPlus",
     "OperatorError", "SourceError", "Stream", "StretchflowError", "Watermark", "WindowSet",
-    "io", "parse_duration",
+    "col", "io", "lit", "parse_duration",
 ]
