@@ -498,7 +498,7 @@ def _arrow(e: Expr, table: Any) -> Any:
     if op == "col":
         return _column(table, a[0])
     if op == "lit":
-        return pa.scalar(a[0])
+        return arrow_scalar(a[0])
     if op == "alias":
         return _arrow(a[0], table)
     if op in _ARITH:
@@ -527,9 +527,9 @@ def _arrow(e: Expr, table: Any) -> Any:
     if op == "is_in":
         x = _arrow(a[0], table)
         if pa.types.is_null(x.type):
-            return pa.scalar(None, pa.bool_())
-        out = pc.is_in(x, value_set=pa.array(_value_set(a[1], x.type), x.type))
-        return pc.if_else(pc.is_null(x), pa.scalar(None, pa.bool_()), out)
+            return arrow_scalar(None, pa.bool_())
+        out = pc.is_in(x, value_set=_py_array(_value_set(a[1], x.type), x.type))
+        return pc.if_else(pc.is_null(x), arrow_scalar(None, pa.bool_()), out)
     if op == "is_null":
         return pc.is_null(_arrow(a[0], table))
     if op == "not_null":
@@ -547,7 +547,7 @@ def _arrow(e: Expr, table: Any) -> Any:
     if op in _STR:
         x = _arrow(a[0], table)
         if pa.types.is_null(x.type):
-            return pa.scalar(None, pa.int64() if op == "str_len" else pa.bool_())
+            return arrow_scalar(None, pa.int64() if op == "str_len" else pa.bool_())
         if not _is_str(x.type):
             raise TypeError(f"str.{_STR[op]}() needs strings, got {x.type}")
         if op == "str_len":
@@ -560,7 +560,7 @@ def _arrow(e: Expr, table: Any) -> Any:
         vals = [_arrow(v, table) for v in a[1::2]] + [_arrow(a[-1], table)]
         typed = [v for v in vals if not pa.types.is_null(v.type)]
         if not typed:
-            return pa.scalar(None)
+            return arrow_scalar(None)
         for v in typed[1:]:
             _same_type(typed[0], v)
         t = typed[0].type
@@ -637,6 +637,63 @@ def _same_type(x: Any, y: Any) -> None:
         raise TypeError(f"values of types {x.type} and {y.type} in one column")
 
 
+# Arrow values built from their buffers: pyarrow's own pa.scalar and pa.array import pandas
+# on first use (~0.25 s and tens of MB at start-up, measured with pyarrow 26), which a flow
+# that never needs pandas must not pay for (batch.arrow_ints says the same)
+def _py_array(values: list[Any], t: Any) -> Any:
+    """Python values (None for null) as an Arrow array of type ``t`` (int64, float64,
+    string or bool)."""
+    import numpy as np
+    import pyarrow as pa
+
+    from .batch import arrow_ints, arrow_mask, arrow_strings
+
+    if t == pa.int64():
+        arr = arrow_ints(np.array([0 if v is None else v for v in values], np.int64))
+    elif t == pa.float64():
+        arr = _py_numpy(np.array([0.0 if v is None else v for v in values], np.float64))
+    elif _is_str(t):
+        arr = arrow_strings(["" if v is None else v for v in values])
+    elif pa.types.is_boolean(t):
+        arr = arrow_mask([bool(v) for v in values])
+    elif pa.types.is_null(t):
+        return pa.nulls(len(values))
+    else:
+        raise TypeError(f"no Arrow array of {t} here")
+    valid = [v is not None for v in values]
+    if all(valid):
+        return arr
+    return pa.Array.from_buffers(arr.type, len(arr), [arrow_mask(valid).buffers()[1],
+                                                      *arr.buffers()[1:]])
+
+
+def _py_numpy(values: Any, mask: Any = None) -> Any:
+    """A numpy int64 or float64 array as an Arrow array, null where ``mask`` is True."""
+    import numpy as np
+    import pyarrow as pa
+
+    from .batch import arrow_mask
+
+    values = np.ascontiguousarray(values)
+    t = {"i": pa.int64(), "f": pa.float64()}[values.dtype.kind]
+    values = values.astype(np.int64 if t == pa.int64() else np.float64, copy=False)
+    validity = None if mask is None or not mask.any() else arrow_mask(~mask).buffers()[1]
+    return pa.Array.from_buffers(t, len(values), [validity, pa.py_buffer(values)])
+
+
+def arrow_scalar(v: Any, t: Any = None) -> Any:
+    """A Python constant as an Arrow scalar (``t``: the type of a null). An int beyond int64
+    is refused: Arrow has no type for Python's large ints."""
+    import pyarrow as pa
+
+    if v is None:
+        return pa.nulls(1, t or pa.null())[0]
+    kind = {bool: pa.bool_(), int: pa.int64(), float: pa.float64(), str: pa.string()}[type(v)]
+    if kind == pa.int64() and not -(1 << 63) <= v < (1 << 63):
+        raise OverflowError(f"{v} is beyond int64")
+    return _py_array([v], kind)[0]
+
+
 def _broadcast(x: Any, n: int) -> Any:
     import pyarrow as pa
 
@@ -659,7 +716,7 @@ def _cast(x: Any, to: str) -> Any:
         return x
     if isinstance(x, pa.Scalar):
         v = x.as_py()
-        return pa.scalar({"int64": int, "float64": float, "string": str, "bool": bool}[to](v))
+        return arrow_scalar({"int64": int, "float64": float, "string": str, "bool": bool}[to](v))
     if to == "int64":
         if pa.types.is_integer(t) or pa.types.is_boolean(t):
             return pc.cast(x, pa.int64())
@@ -684,15 +741,15 @@ def _cast(x: Any, to: str) -> Any:
         if pa.types.is_integer(t):
             return pc.cast(x, pa.string())
         if pa.types.is_boolean(t):
-            return pc.if_else(x, pa.scalar("True"), pa.scalar("False"))
+            return pc.if_else(x, arrow_scalar("True"), arrow_scalar("False"))
         if pa.types.is_floating(t):  # str(1.0) is "1.0", Arrow's cast writes "1": repr each
-            return pa.array([None if v is None else repr(v) for v in x.to_pylist()],
-                            pa.string())
+            return _py_array([None if v is None else repr(v) for v in x.to_pylist()],
+                             pa.string())
     elif to == "bool":
         if pa.types.is_boolean(t):
             return x
         if pa.types.is_integer(t) or pa.types.is_floating(t):  # NaN is True, as bool(nan)
-            return pc.not_equal(x, pa.scalar(0, t))
+            return pc.not_equal(x, arrow_scalar(0 if pa.types.is_integer(t) else 0.0))
         if _is_str(t):
             return pc.greater(pc.binary_length(x), 0)
     raise TypeError(f"cast to {to}: a {t} column goes tuple at a time")
@@ -712,7 +769,6 @@ def _numpy_binary(op: str, x: Any, y: Any, n: int) -> Any:
     """``//`` and ``%`` with Python's meaning (floor, the divisor's sign), by numpy: Arrow has
     no such kernel. Nulls propagate; a zero divisor is an error, as in Python."""
     import numpy as np
-    import pyarrow as pa
 
     xs, xm = _numpy(x, n)
     ys, ym = _numpy(y, n)
@@ -725,7 +781,7 @@ def _numpy_binary(op: str, x: Any, y: Any, n: int) -> Any:
         raise OverflowError("// overflows int64")  # Python's int gives 2**63
     with np.errstate(all="ignore"):  # inf and NaN give what Python's floats give
         out = np.floor_divide(xs, ys) if op == "floordiv" else np.remainder(xs, ys)
-    return pa.array(out, mask=mask if mask.any() else None)
+    return _py_numpy(out, mask)
 
 
 def _numpy(x: Any, n: int) -> tuple[Any, Any]:
@@ -742,11 +798,18 @@ def _numpy(x: Any, n: int) -> tuple[Any, Any]:
         return np.full(n, v), np.zeros(n, bool)
     if isinstance(x, pa.ChunkedArray):
         x = x.combine_chunks()
-    if not (pa.types.is_integer(x.type) or pa.types.is_floating(x.type)):
+    if pa.types.is_integer(x.type):
+        t, dt = pa.int64(), np.int64  # a uint64 beyond int64 refuses (a safe cast)
+    elif pa.types.is_floating(x.type):
+        t, dt = pa.float64(), np.float64
+    else:
         raise TypeError(f"// and % need numbers, got {x.type}")
-    mask = x.is_null().to_numpy(zero_copy_only=False) if x.null_count else np.zeros(n, bool)
-    vals = x.fill_null(0).to_numpy(zero_copy_only=False) if x.null_count else \
-        x.to_numpy(zero_copy_only=False)
-    if pa.types.is_unsigned_integer(x.type):
-        vals = vals.astype(np.int64)
-    return vals, mask
+    if x.type != t:
+        x = x.cast(t)
+    # read off the buffers: to_numpy imports pandas (batch.int_numpy says why not)
+    vals = np.frombuffer(x.buffers()[1], dt, len(x), x.offset)
+    if not x.null_count:
+        return vals, np.zeros(n, bool)
+    bits = np.frombuffer(x.buffers()[0], np.uint8)
+    mask = np.unpackbits(bits, bitorder="little")[x.offset:x.offset + len(x)] == 0
+    return np.where(mask, dt(0), vals), mask

@@ -19,7 +19,7 @@ from typing import Any
 
 from ..errors import FlowDefinitionError, OperatorError, StretchflowError
 from ..eventtime import WATERMARK
-from ..expr import Expr, MissingColumn, col
+from ..expr import Expr, MissingColumn, arrow_scalar, col
 
 
 @dataclass(frozen=True)
@@ -265,7 +265,7 @@ class _ExprFilterBatch:
             raise TypeError(f"the filter expression gives {mask.type}, not booleans")
         if mask.null_count == 0 and mask.false_count == 0:
             return np.arange(table.num_rows), table  # all kept: no copy
-        return int_numpy(pc.indices_nonzero(mask.fill_null(False))), \
+        return int_numpy(pc.indices_nonzero(mask.fill_null(arrow_scalar(False)))), \
             table.filter(mask, null_selection_behavior="drop")
 
 
