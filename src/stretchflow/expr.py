@@ -88,6 +88,9 @@ _COMPARE = {
     "gt": (operator.gt, "greater"),
     "ge": (operator.ge, "greater_equal"),
 }
+_REPR = {"col": "col({0!r})", "lit": "lit({0!r})", "alias": "{0!r}.alias({1!r})",
+         "not": "~{0!r}", "neg": "-{0!r}", "abs": "abs({0!r})", "cast": "{0!r}.cast({1!r})",
+         "fill_null": "{0!r}.fill_null({1!r})"}
 _SYMBOL = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//", "mod": "%",
            "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
            "and": "&", "or": "|"}
@@ -224,26 +227,12 @@ class Expr:
 
     def __repr__(self) -> str:
         op, a = self.op, self.args
-        if op == "col":
-            return f"col({a[0]!r})"
-        if op == "lit":
-            return f"lit({a[0]!r})"
-        if op == "alias":
-            return f"{a[0]!r}.alias({a[1]!r})"
+        if op in _REPR:
+            return _REPR[op].format(*a)
         if op in _SYMBOL:
             return f"({a[0]!r} {_SYMBOL[op]} {a[1]!r})"
-        if op == "not":
-            return f"~{a[0]!r}"
-        if op == "neg":
-            return f"-{a[0]!r}"
-        if op == "abs":
-            return f"abs({a[0]!r})"
         if op == "is_in":
             return f"{a[0]!r}.is_in({list(a[1])!r})"
-        if op == "cast":
-            return f"{a[0]!r}.cast({a[1]!r})"
-        if op == "fill_null":
-            return f"{a[0]!r}.fill_null({a[1]!r})"
         if op in _STR:
             return f"{a[0]!r}.str.{_STR[op]}({', '.join(map(repr, a[1:]))})"
         if op == "case":
@@ -403,24 +392,18 @@ def _compile_row(e: Expr) -> Callable[[Any], Any]:
             x, y = f(r), g(r)
             return None if x is None or y is None else fn(x, y)
         return binary
-    if op == "and":
+    if op in ("and", "or"):
         f, g = _compile_row(a[0]), _compile_row(a[1])
+        # the value that decides alone, whatever the other (None included): False for &
+        dominant = op == "or"
+        both = (lambda x, y: bool(x and y)) if op == "and" else (lambda x, y: bool(x or y))
 
-        def and_(r: Any) -> Any:
+        def logic(r: Any) -> Any:
             x, y = f(r), g(r)
-            if x is False or y is False:
-                return False
-            return None if x is None or y is None else bool(x and y)
-        return and_
-    if op == "or":
-        f, g = _compile_row(a[0]), _compile_row(a[1])
-
-        def or_(r: Any) -> Any:
-            x, y = f(r), g(r)
-            if x is True or y is True:
-                return True
-            return None if x is None or y is None else bool(x or y)
-        return or_
+            if x is dominant or y is dominant:
+                return dominant
+            return None if x is None or y is None else both(x, y)
+        return logic
     if op in ("not", "neg", "abs"):
         f = _compile_row(a[0])
         fn1 = {"not": operator.not_, "neg": operator.neg, "abs": abs}[op]
