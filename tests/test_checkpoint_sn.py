@@ -27,15 +27,12 @@ from stretchflow.executors import sn
 from stretchflow.executors.sn_checkpoint import split_restore
 from stretchflow.io.generators import generate
 from stretchflow.runtime.checkpoint import MANIFEST
-from test_checkpoint_reference import assert_no_leftovers, kill_until_done
+from test_checkpoint_reference import Crash, _crashing, assert_no_leftovers, kill_until_done
+from threadutil import within
 
 CLI = [sys.executable, "-m", "stretchflow.cli"]
 WC = {"size": "60000", "slide": "20000"}
 PROC = {"channels": "processes"}
-
-
-class Crash(Exception):
-    pass
 
 
 @pytest.fixture(scope="module")
@@ -48,18 +45,6 @@ def tweets(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def bands(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     return generate("bandjoin", 1_500, 3, tmp_path_factory.mktemp("bj") / "bj.jsonl")
-
-
-def _crashing(items, after: int, ck: Path):
-    for n, item in enumerate(items()):
-        if n == after:
-            # the regions run behind the source: wait (at most 20 s) for a checkpoint, so
-            # the resume starts from one (asserted by the caller)
-            t = time.monotonic() + 20
-            while not (ck / MANIFEST).is_file() and time.monotonic() < t:
-                time.sleep(0.01)
-            raise Crash(f"after {after}")
-        yield item
 
 
 def _per_ts(*paths: Path) -> Counter:
@@ -234,14 +219,13 @@ def _recording_popen(pgids: list[int]) -> type:
 
 
 def _group_gone(pgid: int, bound: float = 15.0) -> bool:
-    end = time.monotonic() + bound
-    while time.monotonic() < end:
+    def gone() -> bool:
         try:
             os.killpg(pgid, 0)
         except ProcessLookupError:
             return True
-        time.sleep(0.05)
-    return False
+        return False
+    return within(gone, bound, poll=0.05)
 
 
 #: the kill tests' run: wordcount on sn with process channels, P=2 with migrations, so kills
