@@ -311,6 +311,7 @@ def _kill_cycles(tweets: Path, tmp_path: Path, engine: str, cycles: int, seed: i
     return stats
 
 
+@pytest.mark.slow  # CLI runs SIGKILLed at random and resumed (12 and 42 s on a loaded machine)
 @pytest.mark.parametrize(("engine", "extra"), [
     ("ordered", ["--parallelism", "2"]), ("slack", ["--parallelism", "2"])])
 def test_sigkill_and_resume(engine: str, extra: list[str], tweets: Path,

@@ -297,15 +297,16 @@ def _cycles(tweets: Path, tmp_path: Path, out: Path, ck: Path, tmp: Path, cycles
     return stats
 
 
+@pytest.mark.slow  # 6 CLI runs with channel processes SIGKILLed and resumed: 20 s loaded
 def test_sigkill_and_resume(tweets: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                             uninterrupted: Counter) -> None:
     stats = _kill_cycles(tweets, tmp_path, 6, 11, monkeypatch, uninterrupted)
     assert stats["kills"] >= 1
 
 
-#: the slow test's cycles: 8 in make test (with test_sigkill_and_resume's 6, 14 cycles of
-#: sn), KILL_CYCLES when set (KILL_CYCLES=100 for the issue's 100; `stretchflow bench kills`
-#: records 100 per engine in kills.json)
+#: the many-cycle test's cycles: 8 in make test-slow (with test_sigkill_and_resume's 6, 14
+#: cycles of sn), KILL_CYCLES when set (KILL_CYCLES=100 for the issue's 100; `stretchflow
+#: bench kills` records 100 per engine in kills.json)
 SN_KILL_CYCLES = int(os.environ.get("KILL_CYCLES", "8"))
 
 

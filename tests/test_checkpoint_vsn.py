@@ -106,7 +106,9 @@ def test_spec_and_signature() -> None:
 
 @pytest.mark.parametrize(("query", "columnar", "p"), [
     ("wordcount", "off", 1), ("wordcount", "off", 2), ("wordcount", "off", 3),
-    ("paircount", "off", 2), ("wordcount", "on", 1), ("wordcount", "on", 3)])
+    # three paircount runs of about 3 s each (the others: a second in all)
+    pytest.param("paircount", "off", 2, marks=pytest.mark.slow),
+    ("wordcount", "on", 1), ("wordcount", "on", 3)])
 def test_resume_equals_uninterrupted(query: str, columnar: str, p: int, tweets: Path,
                                      tmp_path: Path) -> None:
     # (paircount's windows are smaller: its pairs grow with the square of a window's words)
@@ -206,6 +208,7 @@ def _kill_cycles(tweets: Path, tmp_path: Path, cycles: int, seed: int) -> dict:
     return stats
 
 
+@pytest.mark.slow  # 6 CLI runs SIGKILLed and resumed: 28 s on a loaded 2-core machine
 def test_sigkill_and_resume(tweets: Path, tmp_path: Path) -> None:
     stats = _kill_cycles(tweets, tmp_path, 6, seed=11)
     assert stats["kills"] >= 1

@@ -12,10 +12,11 @@ it ran at the default log level.
 
 A lost worker is SIGKILLed (its whole process tree) while a task of the flow runs on it: the
 driver's UI (``--spark-ui``) lists the executors' active tasks, and job 0 is the session's
-warm-up. The cluster tests are ``slow``; ``make test`` runs them. Their runs are made once, in
-three drivers (a session start is 20-40 s on two cores), by the ``scenario`` fixture, and each
-test checks its part of what it recorded. Where namespaces cannot be made they are skipped,
-with the reason :class:`HostsUnavailableError` gives.
+warm-up. The cluster tests are ``slow``: ``make test-slow`` runs them (and CI), ``make test``
+does not. Their runs are made once, in three drivers (a session start is 20-40 s on two
+cores), by the ``scenario`` fixture, and each test checks its part of what it recorded.
+Where namespaces cannot be made they are skipped, with the reason
+:class:`HostsUnavailableError` gives.
 """
 
 from __future__ import annotations
