@@ -139,6 +139,13 @@ class Aggregate(OPlus):
             raise ValueError(f"{name}: output_columns needs two or more different field "
                              f"names, got {output_columns!r}")
         self.output_columns = tuple(output_columns) if output_columns is not None else None
+        if columns is None and self.column_agg is not None and spec.exprs is not None and \
+                self.column_agg.kind in ("count", "sum"):
+            from .column_forms import DeclColumns
+
+            # issue #16's columns protocol (SN's process channels take it): int64 values
+            # that f_U adds, for a declarative count or integer sum
+            self.columns = DeclColumns(self)
         self.user_init = init
         self.user_update = update
         self.user_output = output if output is not None else _pair
@@ -214,7 +221,8 @@ class Aggregate(OPlus):
     @property
     def columnar(self) -> bool:
         """Whether whole batches can run through Arrow kernels, windows coming out as tables
-        (:mod:`.columnar`): a columnar f_MK, f_O and ``combine``, WT multi."""
+        (:mod:`.columnar`): a declarative aggregate with key expressions, or a hand-written
+        columnar f_MK, f_O and ``combine``; WT multi (:func:`.column_forms.form_of`)."""
         from .columnar import applies
 
         return applies(self)
@@ -225,8 +233,9 @@ class Aggregate(OPlus):
         from .columnar import ColumnarSlicedInstance
 
         if not self.columnar:
-            raise ValueError(f"{self.name}: needs columns=, output_columns= and combine= "
-                             f"with WT multi to run on columns")
+            raise ValueError(f"{self.name}: needs key expressions and a declarative "
+                             f"accumulator, or columns=, output_columns= and combine=, with "
+                             f"WT multi to run on columns")
         return ColumnarSlicedInstance(self)
 
     def instance(self, sigma: SharedState | None = None, j: int = 0,

@@ -38,21 +38,24 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..batch import arrow_ints, int_numpy
 from ..errors import RunTupleError, StretchflowError
-from .columnar_kernels import sum_by
+from .column_forms import Refused, form_of, key_cols, partial, state_of
 from .slicing import NEXT, SlicedAggregateInstance
 
 if TYPE_CHECKING:
     from ..batch import Batch
     from .aggregate import Aggregate
 
+#: what makes the columnar path hand a batch or a window to the tuple path (exactly, in
+#: Python) instead of failing: a refusal, a sum that may leave int64, types that differ
+#: from the first batch's
+FALLBACK = (Refused, OverflowError, TypeError, ValueError, UnicodeError)
+
 
 def applies(op: Any) -> bool:
-    """Whether ``op`` can run as a :class:`ColumnarSlicedInstance`."""
-    return (getattr(op, "columns", None) is not None
-            and getattr(op, "output_columns", None) is not None
-            and getattr(op, "combine", None) is not None and op.WT == "multi")
+    """Whether ``op`` can run as a :class:`ColumnarSlicedInstance`: it has a columnar form
+    (:func:`.column_forms.form_of`)."""
+    return form_of(op) is not None
 
 
 class ColumnarSlicedInstance(SlicedAggregateInstance):
@@ -63,15 +66,25 @@ class ColumnarSlicedInstance(SlicedAggregateInstance):
 
     def __init__(self, op: Aggregate) -> None:
         super().__init__(op)
-        self._parts: dict[int, list[Any]] = {}  # slice start -> Arrow tables (k, v) to add
+        form = form_of(op)
+        if form is None:
+            raise ValueError(f"{op.name}: no columnar form")
+        self.form = form
+        self._parts: dict[int, list[Any]] = {}  # slice start -> partials, in time order
+        self._raw: set[int] = set()  # slices with rows not folded yet (float sums, means)
         self._tables: list[tuple[int, Any]] = []  # (window right boundary, output table)
         self._key_types: list[Any] | None = None  # one Arrow type per key column
+        self._v_type: Any = None  # the state column's type, from the first batch
+        #: batches taken through the kernels and tuple at a time (the run summary, tests)
+        self.batch_counts = {"columnar": 0, "tuple": 0}
 
     # -- accumulate: a batch into per-slice partials --------------------------------------------
     def process_batch(self, batch: Batch) -> None:
         """``process(ts, payload)`` for every tuple of ``batch`` (timestamps non-decreasing,
-        not below the watermark), through f_MK's columnar form and one Arrow aggregation;
+        not below the watermark), through f_MK's columnar form and one grouping per batch;
         tuple at a time when the columnar form refuses the batch."""
+        import pyarrow as pa
+
         n = len(batch)
         if not n:
             return
@@ -80,25 +93,33 @@ class ColumnarSlicedInstance(SlicedAggregateInstance):
             raise ValueError(f"{self.op.name}: a batch starting at {first} is behind the "
                              f"watermark {self.W}")
         cols = self._columns(batch)
-        if cols is None:
-            self._tuple_at_a_time(batch)
-            return
-        if first > self.W:
-            self._update_w(first)  # updateW before the batch's first tuple (Alg. 2 L25-L29)
-        rows, keys, values = cols
-        if len(rows):
+        parts = None
+        if cols is not None:
             try:
-                self._accumulate(batch.ts, rows, keys, values)
+                parts = self._partials(batch.ts, *cols)
+            except (*FALLBACK, pa.ArrowInvalid, pa.ArrowTypeError,
+                    pa.ArrowNotImplementedError):
+                parts = None
             except (RunTupleError, StretchflowError):
                 raise
             except Exception as e:
                 raise RunTupleError(first, batch.payloads[0], e) from e
+        if parts is None:
+            self.batch_counts["tuple"] += 1
+            self._tuple_at_a_time(batch)
+            return
+        self.batch_counts["columnar"] += 1
+        if first > self.W:
+            self._update_w(first)  # updateW before the batch's first tuple (Alg. 2 L25-L29)
+        sg = self.groups[0]
+        for s, part, raw in parts:
+            self._add_part(sg, s, part, raw)
         if last > self.W:
             self._update_w(last)
 
     def _columns(self, batch: Batch) -> tuple[Any, Any, Any] | None:
-        """f_MK's columnar form over the batch's table (or its payloads), None if it refuses;
-        taken from :func:`explode_ahead` when a reader thread computed it already."""
+        """f_MK's columnar form over the batch, None if it refuses; taken from
+        :func:`explode_ahead` when a reader thread computed it already."""
         return take_columns(self.op, batch)
 
     def _tuple_at_a_time(self, batch: Batch) -> None:
@@ -112,22 +133,34 @@ class ColumnarSlicedInstance(SlicedAggregateInstance):
         except Exception as e:
             raise RunTupleError(ts, v, e) from e
 
-    def _accumulate(self, ts: Any, rows: Any, keys: Any, values: Any) -> None:
+    def _partials(self, ts: Any, rows: Any, keys: list[Any], v: Any
+                  ) -> list[tuple[int, Any, bool]]:
+        """The batch's partials, ``(slice start, table, raw)`` in slice order: its rows
+        grouped per (slice, key) by one fold, or, where the fold must wait for the rest of
+        the slice (``pregroup`` False), the rows as they are."""
         import numpy as np
 
+        form = self.form
+        cols = list(self._key_columns(keys).values())
+        self._state_type(v)
         width = self._width
         ts = np.asarray(ts)
-        # each tuple's slice, then each key's (a tuple has many keys: one gather, no modulo)
-        t = (ts - ts % width)[np.asarray(rows, dtype=np.int64)]
-        cols = self._key_columns(keys)
-        # one grouping by (slice, key) for the whole batch (rows need not come in time
-        # order: paircount's come per distance), then a partial per slice
-        sl, ks, sums = sum_by(list(cols.values()), values, t)
+        t = ts - ts % width  # each tuple's slice, then each row's (a tuple has many rows:
+        if rows is not None:  # one gather, no modulo per row)
+            t = t[rows]
+        raw = not form.pregroup(v)
+        if raw:
+            sl, ks, vs = t, cols, v  # rows come in time order: slices ascending
+        else:
+            # one grouping by (slice, key) for the whole batch (rows need not come in time
+            # order: paircount's come per distance), then a partial per slice
+            sl, ks, vs = form.fold(cols, v, t)
+        if not len(sl):
+            return []
         cut = np.flatnonzero(sl[1:] != sl[:-1]) + 1
-        sg = self.groups[0]
-        for a, b in zip(np.r_[0, cut].tolist(), np.r_[cut, len(sl)].tolist(), strict=True):
-            self._add_part(sg, int(sl[a]), _table(list(cols), [k.slice(a, b - a) for k in ks],
-                                                  sums[a:b]))
+        return [(int(sl[a]), partial([k.slice(a, b - a) for k in ks], vs.slice(a, b - a)), raw)
+                for a, b in zip(np.r_[0, cut].tolist(), np.r_[cut, len(sl)].tolist(),
+                                strict=True)]
 
     def _key_columns(self, keys: Any) -> dict[str, Any]:
         """f_MK's key column(s) as ``{"k0": ..., "k1": ...}``: one Arrow array, or a tuple
@@ -142,14 +175,32 @@ class ColumnarSlicedInstance(SlicedAggregateInstance):
         return {f"k{i}": a if a.type == t else a.cast(t)
                 for i, (a, t) in enumerate(zip(arrays, self._key_types, strict=True))}
 
-    def _add_part(self, sg: dict, s: int, part: Any) -> None:
-        import pyarrow as pa
+    def _state_type(self, v: Any) -> None:
+        """Pins the state column's type to the first batch's; a batch of another (ints after
+        floats) is refused, since the tuple path keeps each value's own type."""
+        if self._v_type is None:
+            self._v_type = v.type
+        elif v.type != self._v_type:
+            raise Refused(f"state {v.type}, earlier {self._v_type}")
 
+    def _add_part(self, sg: dict, s: int, part: Any, raw: bool = False) -> None:
         self._entry(sg, s, 0)  # σ_g's slice entry: the expiry bookkeeping is the sliced one's
         ps = self._parts.setdefault(s, [])
         ps.append(part)
+        if raw:
+            self._raw.add(s)
         if len(ps) >= _COMPACT:  # a long slice: keep its memory near its distinct keys'
-            ps[:] = [_sum_by_key(pa.concat_tables(ps))]
+            self._compact(s, ps)
+
+    def _compact(self, s: int, ps: list[Any]) -> None:
+        """The slice's partials folded into one (in time order); left as they are if the
+        fold cannot be exact (a sum beyond int64: the window combines in Python)."""
+        try:
+            folded = fold_parts(self.form, ps)
+        except (OverflowError, TypeError, ValueError):
+            return
+        ps[:] = [folded]
+        self._raw.discard(s)
 
     # -- combine: a window's slices into its output table --------------------------------------
     def _emit_window(self, sg: dict, l: int) -> list[int]:
@@ -165,59 +216,77 @@ class ColumnarSlicedInstance(SlicedAggregateInstance):
     def _drop_slice(self, sg: dict, s: int) -> None:
         super()._drop_slice(sg, s)
         self._parts.pop(s, None)
+        self._raw.discard(s)
 
     def _window(self, sg: dict, ss: Sequence[int]) -> Any:
-        """Window output combined from slices ``ss``: their Arrow partials and any tuple-path
-        dict slices, summed per key (combine = +), then f_O's columnar form — a table; or,
-        when a dict slice holds keys Arrow cannot represent (a string with a lone surrogate,
-        which only the tuple path accepts), the same combine in Python and f_O per key — a
-        list of payloads."""
+        """Window output combined from slices ``ss``: each slice's partials folded (once: later
+        windows reuse it), then the slices' partials and any tuple-path dict slices folded in
+        time order, then f_O's columnar form — a table; or, where that cannot be exact (dict
+        slices Arrow cannot hold, types that differ, a sum beyond int64), the same combine in
+        Python and f_O per key — a list of payloads."""
         import pyarrow as pa
 
         parts = []
         for s in ss:
             ps = self._parts.get(s)
             if ps:
-                if len(ps) > 1:  # compact once: the slice is combined again by later windows
-                    ps[:] = [_sum_by_key(pa.concat_tables(ps))]
+                if len(ps) > 1 or s in self._raw:
+                    self._compact(s, ps)
+                    if len(ps) > 1 or s in self._raw:
+                        return self._window_in_python(sg, ss)
                 parts.append(ps[0])
             d = sg.get(s)
             if d:
                 try:
                     parts.append(self._dict_part(d))
-                except (pa.ArrowException, UnicodeError, OverflowError, TypeError):
+                except (*FALLBACK, pa.ArrowException):
                     return self._window_in_python(sg, ss)
         if not parts:
             return None
-        total = parts[0] if len(parts) == 1 else _sum_by_key(pa.concat_tables(parts))
-        return self.op.output_table([c for c in total.column_names if c != "v"],
-                                    total)
+        try:
+            total = parts[0] if len(parts) == 1 else fold_parts(self.form, parts)
+        except (*FALLBACK, pa.ArrowInvalid, pa.ArrowTypeError):
+            return self._window_in_python(sg, ss)
+        return self.form.output_part(total)
 
     def _window_in_python(self, sg: dict, ss: Sequence[int]) -> list[Any]:
-        combine, output = self.op.combine, self.op.user_output
+        """The window combined as the sliced instance combines it: per slice, its partials'
+        rows and dict slice folded from ``init()``, then the slices in time order."""
+        op = self.op
+        combine, output, init, many = op.combine, op.user_output, op.user_init, op.many_outputs
         acc: dict[Any, Any] = {}
         for s in ss:  # slices in time order, as the sliced instance combines them
-            for part in self._parts.get(s, ()):
-                for k, v in zip(_keys_of(part), part.column("v").to_pylist(), strict=True):
-                    acc[k] = combine(acc[k], v) if k in acc else v
-            for k, v in (sg.get(s) or {}).items():
-                acc[k] = combine(acc[k], v) if k in acc else v
-        return [r for r in (output(k, a) for k, a in acc.items()) if r is not None]
+            sacc: dict[Any, Any] = {}
+            rows = [(k, a) for part in self._parts.get(s, ())
+                    for k, a in zip(_keys_of(part), self.form.to_accs(state_of(part)),
+                                    strict=True)]
+            for k, a in [*rows, *(sg.get(s) or {}).items()]:
+                sacc[k] = combine(sacc[k] if k in sacc else init(), a)  # type: ignore[misc]
+            for k, a in sacc.items():
+                acc[k] = combine(acc[k], a) if k in acc else a  # type: ignore[misc]
+        out: list[Any] = []
+        for k, a in acc.items():
+            r = output(k, a)
+            if r is not None:
+                out.extend(r) if many else out.append(r)
+        return out
 
     def _dict_part(self, d: dict) -> Any:
+        """A dict slice (tuple-path accumulators) as a partial, typed as the columnar ones;
+        TypeError (or Arrow's error) where it does not fit them exactly."""
         import pyarrow as pa
 
         ks = list(d)
-        if self._key_types is not None and len(self._key_types) > 1:
-            cols = self._key_columns(tuple(pa.array([k[i] for k in ks], t)
-                                           for i, t in enumerate(self._key_types)))
-        elif self._key_types is not None:
-            cols = self._key_columns(pa.array(ks, self._key_types[0]))
-        elif ks and type(ks[0]) is tuple:
-            cols = self._key_columns(tuple(pa.array(c) for c in zip(*ks, strict=True)))
+        types = self._key_types
+        if types is None:
+            raise TypeError("no columnar partial to type the keys by")
+        if len(types) > 1:
+            cols = [exact_keys([k[i] for k in ks], t) for i, t in enumerate(types)]
         else:
-            cols = self._key_columns(pa.array(ks))
-        return pa.table({**cols, "v": pa.array(list(d.values()), pa.int64())})
+            cols = [exact_keys(ks, types[0])]
+        like = None if self._v_type is None else pa.array([], self._v_type)
+        v = self.form.from_accs(list(d.values()), like)
+        return partial(cols, v)
 
     # -- outputs --------------------------------------------------------------------------------
     def take_batch(self) -> Batch | None:
@@ -236,6 +305,32 @@ class ColumnarSlicedInstance(SlicedAggregateInstance):
                   else Batch(np.full(len(t), right, dtype=np.int64), table=t)
                   for right, t in tables]
         return Batch.concat(pieces)
+
+
+def fold_parts(form: Any, parts: list[Any]) -> Any:
+    """Partials of one run, in time order, folded into one (``form.fold`` of their rows)."""
+    import pyarrow as pa
+
+    table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+    _, ks, v = form.fold(key_cols(table), state_of(table))
+    return partial(ks, v)
+
+
+def exact_keys(values: list[Any], typ: Any) -> Any:
+    """Python keys as an Arrow array of ``typ``, only if each is of that type's Python type
+    (an int key is not a float's, True is not 1): TypeError otherwise."""
+    import pyarrow as pa
+
+    want: type = str
+    if pa.types.is_integer(typ):
+        want = int
+    elif pa.types.is_boolean(typ):
+        want = bool
+    elif not (pa.types.is_string(typ) or pa.types.is_large_string(typ)):
+        raise TypeError(f"keys of type {typ}")
+    if any(type(v) is not want for v in values):
+        raise TypeError("keys of another type")
+    return pa.array(values, typ)
 
 
 def columns_of(op: Aggregate, batch: Batch) -> tuple[Any, Any, Any] | None:
@@ -260,14 +355,21 @@ class Exploded:
         self.cols = cols
 
 
-def take_columns(op: Aggregate, batch: Batch) -> tuple[Any, Any, Any] | None:
-    """:func:`columns_of`, or what :func:`explode_ahead` computed for ``op`` already (then
+def explode_of(op: Aggregate, batch: Batch) -> tuple[Any, list[Any], Any] | None:
+    """f_MK's columnar form of ``op``'s columnar form (:mod:`.column_forms`) over ``batch``:
+    ``(rows or None, key arrays, state column)``, or None if it refuses the batch."""
+    form = form_of(op)
+    return None if form is None else form.explode(batch)
+
+
+def take_columns(op: Aggregate, batch: Batch) -> tuple[Any, list[Any], Any] | None:
+    """:func:`explode_of`, or what :func:`explode_ahead` computed for ``op`` already (then
     dropped from the batch: the columns are the caller's now, not kept twice)."""
     ahead = batch.ahead
     if type(ahead) is Exploded and ahead.op is op:
         batch.ahead = None
         return ahead.cols
-    return columns_of(op, batch)
+    return explode_of(op, batch)
 
 
 def explode_ahead(op: Aggregate, batches: Iterator[Batch]) -> Iterator[Batch]:
@@ -281,7 +383,7 @@ def explode_ahead(op: Aggregate, batches: Iterator[Batch]) -> Iterator[Batch]:
     goes tuple at a time, naming the tuple."""
     for b in batches:
         if len(b) and b.ahead is None:
-            b.ahead = Exploded(op, columns_of(op, b))
+            b.ahead = Exploded(op, explode_of(op, b))
         yield b
 
 
@@ -295,23 +397,13 @@ def key_arrays(keys: Any) -> list[Any]:
     keys (paircount's), each a plain (not chunked) array."""
     import pyarrow as pa
 
-    arrays = list(keys) if isinstance(keys, tuple) else [keys]
+    if isinstance(keys, tuple) or (isinstance(keys, list) and keys and all(
+            isinstance(a, pa.Array | pa.ChunkedArray) for a in keys)):
+        arrays = list(keys)  # one array per key column (a columnar form's list of them)
+    else:
+        arrays = [keys]
     arrays = [a if isinstance(a, pa.Array | pa.ChunkedArray) else pa.array(a) for a in arrays]
     return [a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in arrays]
-
-
-def _table(names: list[str], keys: list[Any], sums: Any) -> Any:
-    import pyarrow as pa
-
-    return pa.table({**dict(zip(names, keys, strict=True)), "v": arrow_ints(sums)})
-
-
-def _sum_by_key(table: Any) -> Any:
-    """A partial (key columns and ``v``) summed per key (:func:`.columnar_kernels.sum_by`)."""
-    names = [c for c in table.column_names if c != "v"]
-    keys = [table.column(c).combine_chunks() for c in names]
-    _, ks, sums = sum_by(keys, int_numpy(table.column("v")))
-    return _table(names, ks, sums)
 
 
 def _keys_of(part: Any) -> list[Any]:

@@ -39,16 +39,18 @@ from different batches combine in whatever order their batches were summed.
 
 from __future__ import annotations
 
+import bisect
 import math
 import threading
 from collections import deque
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
-from ..batch import Batch, arrow_mask, int_numpy
+from ..batch import Batch, arrow_mask
 from ..errors import RunTupleError, StretchflowError
-from .columnar import _table, key_arrays, take_columns
-from .columnar_kernels import key_groups, sum_by
+from .column_forms import Refused, form_of, key_cols, partial, state_of
+from .columnar import FALLBACK, _keys_of, fold_parts, key_arrays, take_columns
+from .columnar_kernels import key_groups
 from .oplus import key_pairs
 
 if TYPE_CHECKING:
@@ -83,6 +85,10 @@ class ColumnarShared:
     def __init__(self, op: Aggregate, n_groups: int):
         self.op = op
         self.G = n_groups
+        form = form_of(op)
+        if form is None:
+            raise ValueError(f"{op.name}: no columnar form")
+        self.form = form
         self.lock = threading.Lock()
         self.cond = threading.Condition(self.lock)
         #: slice start -> partials: (table of key columns and v, key group per row or None)
@@ -93,6 +99,14 @@ class ColumnarShared:
         #: connected instance -> the left boundary of its next window not yet emitted
         self.next_l: dict[int, float] = {}
         self._key_types: list[Any] | None = None
+        self._v_type: Any = None  # the state column's type, from the first batch summed
+        #: slice start -> the ESG position of each of its partials' batch (parts are kept in
+        #: that order: a float sum adds in the tuple path's order whoever summed a batch)
+        self.part_seqs: dict[int, list[int]] = {}
+        #: slices whose one partial is folded already (every batch of theirs is in)
+        self.folded: set[int] = set()
+        self._seqs: dict[int, int] = {}  # id(batch) -> ESG position, while it is pending
+        self._next_seq = 0
         self.stopped = False
         #: checkpoint cuts whose barrier is in ESG_in but not yet snapshotted: no helper
         #: sums a batch past the first (the snapshot holds exactly the batches <= the cut)
@@ -102,7 +116,19 @@ class ColumnarShared:
     def offer(self, batches: list[Batch]) -> None:
         """Batches just added to ESG_in (called by their producer): helpers may sum them."""
         with self.lock:
+            for b in batches:
+                self._seq(b)
             self.pending.extend(batches)
+
+    def _seq(self, batch: Batch) -> int:
+        """``batch``'s position in ESG_in (under the lock): numbered on first sight, which is
+        in ESG order (its producer offers batches in order, and an instance reads one only
+        after all before it)."""
+        seq = self._seqs.get(id(batch))
+        if seq is None:
+            seq = self._seqs[id(batch)] = self._next_seq
+            self._next_seq += 1
+        return seq
 
     def prepared(self, batch: Batch, hits: list[int] | None) -> _Prep:
         """``batch``'s accumulate step, done: by this instance if nobody claimed it, else by
@@ -143,6 +169,8 @@ class ColumnarShared:
         return b, prep
 
     def _compute(self, batch: Batch, prep: _Prep, hits: list[int] | None) -> None:
+        with self.lock:
+            seq = self._seq(batch)
         try:
             parts = self._partials(batch, hits)
         except BaseException as e:  # raised by the instance that processes the batch
@@ -154,10 +182,23 @@ class ColumnarShared:
                 raise
             return
         with self.lock:
+            self._seqs.pop(id(batch), None)
             for s, part in parts:
-                self.parts.setdefault(s, []).append(part)
+                self._insert(s, seq, part)
             prep.done = True
             self.cond.notify_all()
+
+    def _insert(self, s: int, seq: int, part: Any) -> None:
+        """Partial ``part`` of the batch at ESG position ``seq`` into slice ``s``, in ESG order
+        (under the lock). Partials restored from a checkpoint count as earlier than any."""
+        ps = self.parts.setdefault(s, [])
+        seqs = self.part_seqs.setdefault(s, [])
+        if len(seqs) < len(ps):
+            seqs[:0] = [-1] * (len(ps) - len(seqs))
+        i = bisect.bisect(seqs, seq)
+        seqs.insert(i, seq)
+        ps.insert(i, part)
+        self.folded.discard(s)
 
     def fence_at(self, cut: float) -> None:
         """A checkpoint barrier for ``cut`` enters ESG_in (before the batches after it)."""
@@ -178,36 +219,45 @@ class ColumnarShared:
             self.cond.notify_all()
 
     def _partials(self, batch: Batch, hits: list[int] | None) -> list[tuple[int, Any]]:
-        """The batch summed per (slice, key), as ``(slice start, partial)`` pairs."""
+        """The batch's partials per slice, as ``(slice start, partial)`` pairs: its rows
+        folded per (slice, key), or (a float sum's) as they are, each row with its key group;
+        tuple at a time where the columnar form refuses the batch."""
         import numpy as np
+        import pyarrow as pa
 
-        op = self.op
+        op, form = self.op, self.form
         cols = take_columns(op, batch)  # maybe computed by the source's thread already
         if cols is None:  # refused: the tuple path names the tuple it fails on
             return self._python_partials(batch, hits)
-        rows, keys, values = cols
-        rows = np.asarray(rows, dtype=np.int64)
-        if not len(rows):
-            return []
+        rows, keys, v = cols
         try:
             cols = self._key_columns(keys)
+            self._state_type(v)
             width = op.slice_width
-            t = batch.ts[rows]
-            sl, ks, sums = sum_by(cols, np.asarray(values, dtype=np.int64), t - t % width)
-            g = key_groups(ks, self.G) if self.G > 1 else None
+            t = batch.ts - batch.ts % width  # each tuple's slice, then each row's
+            if rows is not None:
+                t = t[rows]
+            if form.pregroup(v):
+                sl, ks, vs = form.fold(cols, v, t)
+            else:
+                sl, ks, vs = t, cols, v  # rows in time order: slices ascending
+            g = key_groups(ks, self.G) if self.G > 1 and len(sl) else None
+        except (*FALLBACK, pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+            return self._python_partials(batch, hits)
         except (RunTupleError, StretchflowError):
             raise
         except Exception as e:
             raise RunTupleError(batch.first, batch.payloads[0], e) from e
+        if not len(sl):
+            return []
         if g is not None and hits is not None:
             for grp, c in enumerate(np.bincount(g, minlength=self.G).tolist()):
                 if c:
                     hits[grp] += c
-        names = [f"k{i}" for i in range(len(ks))]
         cut = np.flatnonzero(sl[1:] != sl[:-1]) + 1
         out = []
         for a, b in zip(np.r_[0, cut].tolist(), np.r_[cut, len(sl)].tolist(), strict=True):
-            table = _table(names, [k.slice(a, b - a) for k in ks], sums[a:b])
+            table = partial([k.slice(a, b - a) for k in ks], vs.slice(a, b - a))
             out.append((int(sl[a]), (table, None if g is None else g[a:b])))
         return out
 
@@ -223,6 +273,16 @@ class ColumnarShared:
             raise ValueError(f"{self.op.name}: the columnar f_MK gave {len(arrays)} key "
                              f"columns, earlier {len(types)}")
         return [a if a.type == t else a.cast(t) for a, t in zip(arrays, types, strict=True)]
+
+    def _state_type(self, v: Any) -> None:
+        """The state column's type is the first batch's; another (ints after floats) is
+        refused, as on one instance (:meth:`.columnar.ColumnarSlicedInstance._state_type`)."""
+        with self.lock:
+            if self._v_type is None:
+                self._v_type = v.type
+            want = self._v_type
+        if v.type != want:
+            raise Refused(f"state {v.type}, earlier {want}")
 
     def _python_partials(self, batch: Batch, hits: list[int] | None) -> list[tuple[int, Any]]:
         """Tuple at a time (f_MK, then f_U per (slice, key), as the sliced instance does)."""
@@ -269,9 +329,38 @@ class ColumnarShared:
         return out
 
     # -- the combine step, per instance ---------------------------------------------------------
-    def window_parts(self, slices: list[int]) -> list[Any]:
-        with self.lock:
-            return [p for s in slices for p in self.parts.get(s, ())]
+    def window_parts(self, slices: list[int]) -> list[list[Any]]:
+        """Each slice's partials in ESG order, folded into one first where they are all
+        Arrow partials (once per slice: every batch of a slice is in when a window holding it
+        closes, so the fold is final and the same whichever instance makes it)."""
+        out = []
+        for s in slices:
+            with self.lock:
+                ps = list(self.parts.get(s, ()))
+                done = s in self.folded
+            if not done and ps and all(type(p) is tuple for p in ps):
+                folded = self._fold_slice(ps)
+                if folded is not None:
+                    with self.lock:
+                        if len(self.parts.get(s, ())) == len(ps):
+                            self.parts[s] = [folded]
+                            self.part_seqs[s] = self.part_seqs.get(s, [-1])[-1:]
+                            self.folded.add(s)
+                    ps = [folded]
+            out.append(ps)
+        return out
+
+    def _fold_slice(self, ps: list[tuple[Any, Any]]) -> tuple[Any, Any] | None:
+        """A slice's Arrow partials folded into one, with its rows' key groups; None when the
+        fold cannot be exact (a sum beyond int64: the window is combined in Python)."""
+        import pyarrow as pa
+
+        try:
+            table = fold_parts(self.form, [t for t, _ in ps])
+        except (*FALLBACK, pa.ArrowInvalid, pa.ArrowTypeError):
+            return None
+        g = key_groups(key_cols(table), self.G) if self.G > 1 and table.num_rows else None
+        return table, g
 
     def slices_from(self, l: float) -> list[int]:
         with self.lock:
@@ -396,27 +485,26 @@ class ColumnarVSNInstance:
             self.next_l = l
             sh.moved(self.j, l)
 
-    def _emit_windows(self, windows: list[tuple[int, list[Any]]]) -> None:
-        """The windows that closed, in order: combined over the owned key groups in one
-        grouping by (window, key) — a slice's partial counts once in every window it is in
-        — then cut into one output batch per window (ESG_out orders entries by timestamp, so
-        each carries one)."""
+    def _emit_windows(self, windows: list[tuple[int, list[list[Any]]]]) -> None:
+        """The windows that closed, in order (each with its slices' partials): combined over
+        the owned key groups in one fold by (window, key) — a slice's partial counts once in
+        every window it is in, slices in time order — then cut into one output batch per
+        window (ESG_out orders entries by timestamp, so each carries one)."""
         import numpy as np
         import pyarrow as pa
 
-        if any(type(p) is _PyPart for _, parts in windows for p in parts):
-            for right, parts in windows:  # keys only the tuple path could hold: per window
-                payloads = self._window_in_python(parts)
-                if payloads:
-                    self.out.append((right, Batch(np.full(len(payloads), right, np.int64),
-                                                  payloads=payloads)))
+        if any(type(p) is not tuple or len(ps) > 1 for _, slices in windows
+               for ps in slices for p in ps):
+            self._emit_in_python(windows)
             return
         tables, rights, gs = [], [], []
-        for right, parts in windows:
-            for t, g in parts:
-                tables.append(t)
-                rights.append(np.full(len(t), right, np.int64))
-                gs.append(g if g is not None or self._owns_all else np.zeros(len(t), np.int64))
+        for right, slices in windows:
+            for ps in slices:
+                for t, g in ps:
+                    tables.append(t)
+                    rights.append(np.full(len(t), right, np.int64))
+                    gs.append(g if g is not None or self._owns_all
+                              else np.zeros(len(t), np.int64))
         if not tables:
             return
         table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
@@ -428,33 +516,59 @@ class ColumnarVSNInstance:
             if not mine.all():
                 table = table.filter(arrow_mask(mine))
                 r = r[mine]
-        names = [c for c in table.column_names if c != "v"]
-        rs, ks, sums = sum_by([table.column(c).combine_chunks() for c in names],
-                              int_numpy(table.column("v")), r)
-        out = self.op.output_table(names, _table(names, ks, sums))
+        form = self.shared.form
+        try:
+            rs, ks, v = form.fold(key_cols(table), state_of(table), r)
+        except (*FALLBACK, pa.ArrowInvalid, pa.ArrowTypeError):
+            self._emit_in_python(windows)
+            return
+        out = form.output(ks, v)
         cut = np.flatnonzero(rs[1:] != rs[:-1]) + 1
         for a, b in zip(np.r_[0, cut].tolist(), np.r_[cut, len(rs)].tolist(), strict=True):
             if b > a:
                 right = int(rs[a])
                 self.out.append((right, Batch(rs[a:b], table=out.slice(a, b - a))))
 
-    def _window_in_python(self, parts: list[Any]) -> list[Any]:
-        combine, output = self.op.combine, self.op.user_output
+    def _emit_in_python(self, windows: list[tuple[int, list[list[Any]]]]) -> None:
+        import numpy as np
+
+        for right, slices in windows:  # keys only the tuple path could hold: per window
+            payloads = self._window_in_python(slices)
+            if payloads:
+                self.out.append((right, Batch(np.full(len(payloads), right, np.int64),
+                                              payloads=payloads)))
+
+    def _window_in_python(self, slices: list[list[Any]]) -> list[Any]:
+        """A window combined as the sliced instance combines it, over the owned key groups:
+        per slice its partials (in ESG order) folded from ``init()``, then the slices in
+        time order, then f_O per key."""
+        op = self.op
+        combine, output, init, many = op.combine, op.user_output, op.user_init, op.many_outputs
+        to_accs = self.shared.form.to_accs
         mine = self._mine
         acc: dict[Hashable, Any] = {}
-        for p in parts:
-            if type(p) is _PyPart:
-                pairs = [(k, a) for k, a in p.accs.items() if mine(p.groups[k])]
-            else:
-                table, g = p
-                cols = [table.column(c).to_pylist() for c in table.column_names if c != "v"]
-                keys = cols[0] if len(cols) == 1 else list(zip(*cols, strict=True))
-                vals = table.column("v").to_pylist()
-                gs = [0] * len(keys) if g is None else g.tolist()
-                pairs = [(k, v) for k, v, grp in zip(keys, vals, gs, strict=True) if mine(grp)]
-            for k, a in pairs:
-                acc[k] = combine(acc[k], a) if k in acc else a
-        return [r for r in (output(k, a) for k, a in acc.items()) if r is not None]
+        for ps in slices:
+            sacc: dict[Hashable, Any] = {}
+            for p in ps:
+                if type(p) is _PyPart:
+                    pairs = [(k, a) for k, a in p.accs.items() if mine(p.groups[k])]
+                else:
+                    table, g = p
+                    keys = _keys_of(table)
+                    vals = to_accs(state_of(table))
+                    gs = [0] * len(keys) if g is None else g.tolist()
+                    pairs = [(k, v) for k, v, grp in zip(keys, vals, gs, strict=True)
+                             if mine(grp)]
+                for k, a in pairs:
+                    sacc[k] = combine(sacc[k] if k in sacc else init(), a)  # type: ignore[misc]
+            for k, a in sacc.items():
+                acc[k] = combine(acc[k], a) if k in acc else a  # type: ignore[misc]
+        out: list[Any] = []
+        for k, a in acc.items():
+            r = output(k, a)
+            if r is not None:
+                out.extend(r) if many else out.append(r)
+        return out
 
     def _mine(self, g: int) -> bool:
         return self._owns_all or int(self._owner[g]) == self.j
