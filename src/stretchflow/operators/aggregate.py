@@ -27,7 +27,7 @@ import operator
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
-from ..errors import RunTupleError
+from ..errors import FlowDefinitionError, RunTupleError
 from ..expr import Expr
 from .aggregate_instance import _MISSING, AggregateInstance
 from .column_agg import (
@@ -159,6 +159,30 @@ class Aggregate(OPlus):
             output=self._fold_output,
             name=name,
         )
+
+    def check_columns(self, available: Sequence[str]) -> list[str] | None:
+        """Before a run whose input schema is known (Parquet, a typed source): raises
+        FlowDefinitionError naming this operator, the column and ``available`` when a key or
+        value expression reads a column not in ``available``; returns the columns of this
+        aggregate's outputs (``[key names..., name]``; top_k: ``available``, its rows as they
+        are), or None where they are not known (a callable ``keys``, or the user's own f_O)."""
+        have = list(available)
+        need = []
+        for e in self.key_exprs or ():
+            need.extend(sorted(e.columns()))
+        agg = self.column_agg
+        if agg is not None and agg.of is not None:
+            need.extend(sorted(agg.of.columns()))
+        for c in need:
+            if c not in have:
+                raise FlowDefinitionError(
+                    f"aggregate {self.name!r}: no column {c!r} (columns: "
+                    f"{', '.join(have) or 'none'})")
+        if agg is None or self.key_exprs is None:
+            return None
+        if agg.kind == "top_k":
+            return have
+        return [*self.key_names, agg.name]
 
     @property
     def sliced(self) -> bool:

@@ -34,8 +34,8 @@ table has null both for a null and a missing field (the tuple path fails on a mi
 float64 for a column mixing ints and floats (``3`` and ``3.5``: the tuple path sums ``3`` as an
 int). So unless the payloads are the table's own rows (Parquet, an O+'s output table), a batch
 whose key or value columns hold nulls has its null rows checked against the payloads, float
-columns feeding sum, min, max or top_k have their payloads' types checked, and top_k takes only
-tables of int, str and bool columns without nulls (its output is the rows). Float keys are
+columns feeding sum, min, max or top_k have their payloads' types checked, and top_k (whose
+output is the rows) checks every column so and takes only scalar ones. Float keys are
 refused (Python's dict merges 0.0 with -0.0 and keeps NaNs apart, Arrow does the opposite), so
 are NaN and -0.0 values of min, max and top_k (numpy's minimum keeps the second of two equal
 values, Python's ``min`` the first), non-numeric values, and a key or value type that differs
@@ -210,6 +210,13 @@ class DeclForm:
         import pyarrow.compute as pc
 
         n, agg, kind = table.num_rows, self.agg, self.kind
+        rows_table = table
+        if any(pa.types.is_null(t) for t in table.schema.types):
+            # a column null in every row of this batch has Arrow's null type, which numeric
+            # kernels refuse: as int64 nulls it gives the nulls the tuple path's None gives
+            table = pa.Table.from_arrays(
+                [pa.nulls(n, pa.int64()) if pa.types.is_null(c.type) else c
+                 for c in table.columns], names=table.column_names)
         keys = [e.arrow(table) for e in self.key_exprs] if self.key_exprs \
             else [arrow_ints(np.zeros(n, np.int64))]  # keys=None: the one key 0
         for k in keys:
@@ -254,8 +261,8 @@ class DeclForm:
                                            names=["s", "n"])
         else:  # top_k: the rows themselves travel with their values
             if not faithful:
-                _check_rows(table)
-            rt = table if rows is None else table.take(arrow_ints(rows))
+                _check_rows(batch, rows_table)
+            rt = rows_table if rows is None else rows_table.take(arrow_ints(rows))
             r = pa.StructArray.from_arrays([c.combine_chunks() for c in rt.columns],
                                            names=rt.column_names)
             v = pa.StructArray.from_arrays([_num(x), r], names=["x", "r"])
@@ -408,6 +415,28 @@ class DeclColumns:
 
 
 # -- helpers -------------------------------------------------------------------------------------
+def unify(a: Any, b: Any) -> Any:
+    """The type partials of state types ``a`` and ``b`` concatenate to (Arrow's "default"
+    promotion: a column null in a whole batch has the null type, which takes any other), or
+    None when they differ otherwise (ints and floats: the tuple path keeps each value's
+    type, so such a batch goes tuple at a time)."""
+    import pyarrow as pa
+
+    if a == b or pa.types.is_null(b):
+        return a
+    if pa.types.is_null(a):
+        return b
+    if pa.types.is_struct(a) and pa.types.is_struct(b) and a.num_fields == b.num_fields:
+        fields = []
+        for fa, fb in zip(a, b, strict=True):
+            t = unify(fa.type, fb.type) if fa.name == fb.name else None
+            if t is None:
+                return None
+            fields.append(pa.field(fa.name, t))
+        return pa.struct(fields)
+    return None
+
+
 def surely_float(e: Expr) -> bool:
     """Whether ``e`` is a float on one payload whatever its columns hold (a true division, a
     float literal in the arithmetic): then a float64 column is what the tuple path sees."""
@@ -473,20 +502,31 @@ def _check_floats(batch: Batch, table: Any, names: set[str], rows: Any) -> None:
     it = payloads if rows is None else (payloads[i] for i in rows.tolist())
     for p in it:
         for c in cols:
-            if type(p[c]) is not float:
+            x = p[c]
+            if type(x) is not float and x is not None:
                 raise Refused("an int in a float column")
 
 
-def _check_rows(table: Any) -> None:
-    """top_k outputs rows: a table whose rows may differ from the payloads (nulls that may
-    be missing fields, floats that may be ints, nested values) is refused."""
+def _check_rows(batch: Batch, table: Any) -> None:
+    """top_k outputs rows: refused unless every column is of a scalar type and the table's
+    rows are the payloads (a null is a field the payload has, a float a float there)."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
+    names = table.column_names
+    nulls = None
     for c in table.columns:
         t = c.type
-        if c.null_count or not (pa.types.is_integer(t) or pa.types.is_string(t)
-                                or pa.types.is_large_string(t) or pa.types.is_boolean(t)):
+        if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_string(t)
+                or pa.types.is_large_string(t) or pa.types.is_boolean(t)
+                or pa.types.is_null(t)):
             raise Refused(f"rows with a {t} column")
+        if c.null_count:
+            valid = pc.is_valid(c)
+            nulls = pc.invert(valid) if nulls is None else pc.or_(nulls, pc.invert(valid))
+    if nulls is not None:
+        _check_present(batch, table, set(names), _bools(nulls))
+    _check_floats(batch, table, set(names), None)
 
 
 def _num(x: Any) -> Any:

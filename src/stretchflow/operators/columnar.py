@@ -39,7 +39,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import RunTupleError, StretchflowError
-from .column_forms import Refused, form_of, key_cols, partial, state_of
+from .column_forms import Refused, form_of, key_cols, partial, state_of, unify
 from .slicing import NEXT, SlicedAggregateInstance
 
 if TYPE_CHECKING:
@@ -141,6 +141,8 @@ class ColumnarSlicedInstance(SlicedAggregateInstance):
         import numpy as np
 
         form = self.form
+        if not len(v):  # no row has a key and a value (all null): nothing to add
+            return []
         cols = list(self._key_columns(keys).values())
         self._state_type(v)
         width = self._width
@@ -178,10 +180,10 @@ class ColumnarSlicedInstance(SlicedAggregateInstance):
     def _state_type(self, v: Any) -> None:
         """Pins the state column's type to the first batch's; a batch of another (ints after
         floats) is refused, since the tuple path keeps each value's own type."""
-        if self._v_type is None:
-            self._v_type = v.type
-        elif v.type != self._v_type:
+        t = v.type if self._v_type is None else unify(self._v_type, v.type)
+        if t is None:
             raise Refused(f"state {v.type}, earlier {self._v_type}")
+        self._v_type = t
 
     def _add_part(self, sg: dict, s: int, part: Any, raw: bool = False) -> None:
         self._entry(sg, s, 0)  # σ_g's slice entry: the expiry bookkeeping is the sliced one's
@@ -311,7 +313,8 @@ def fold_parts(form: Any, parts: list[Any]) -> Any:
     """Partials of one run, in time order, folded into one (``form.fold`` of their rows)."""
     import pyarrow as pa
 
-    table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+    # a batch's column of nulls only has Arrow's null type: "default" promotes it
+    table = pa.concat_tables(parts, promote_options="default") if len(parts) > 1 else parts[0]
     _, ks, v = form.fold(key_cols(table), state_of(table))
     return partial(ks, v)
 

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..batch import Batch, arrow_mask
 from ..errors import RunTupleError, StretchflowError
-from .column_forms import Refused, form_of, key_cols, partial, state_of
+from .column_forms import Refused, form_of, key_cols, partial, state_of, unify
 from .columnar import FALLBACK, _keys_of, fold_parts, key_arrays, take_columns
 from .columnar_kernels import key_groups
 from .oplus import key_pairs
@@ -230,6 +230,8 @@ class ColumnarShared:
         if cols is None:  # refused: the tuple path names the tuple it fails on
             return self._python_partials(batch, hits)
         rows, keys, v = cols
+        if not len(v):  # no row has a key and a value (all null): nothing to add
+            return []
         try:
             cols = self._key_columns(keys)
             self._state_type(v)
@@ -278,11 +280,10 @@ class ColumnarShared:
         """The state column's type is the first batch's; another (ints after floats) is
         refused, as on one instance (:meth:`.columnar.ColumnarSlicedInstance._state_type`)."""
         with self.lock:
-            if self._v_type is None:
-                self._v_type = v.type
-            want = self._v_type
-        if v.type != want:
-            raise Refused(f"state {v.type}, earlier {want}")
+            t = v.type if self._v_type is None else unify(self._v_type, v.type)
+            if t is None:
+                raise Refused(f"state {v.type}, earlier {self._v_type}")
+            self._v_type = t
 
     def _python_partials(self, batch: Batch, hits: list[int] | None) -> list[tuple[int, Any]]:
         """Tuple at a time (f_MK, then f_U per (slice, key), as the sliced instance does)."""
@@ -507,7 +508,8 @@ class ColumnarVSNInstance:
                               else np.zeros(len(t), np.int64))
         if not tables:
             return
-        table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+        table = tables[0] if len(tables) == 1 else \
+            pa.concat_tables(tables, promote_options="default")  # columns null in a batch
         r = np.concatenate(rights)
         if not self._owns_all:
             mine = self._owner[np.concatenate(gs)] == self.j
