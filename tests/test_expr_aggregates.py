@@ -409,3 +409,21 @@ def test_hot_items_second_stage_takes_the_first_stages_tables(bids_file, monkeyp
     res = flow.run("reference")
     assert res.extra["paths"] == {"bids": "columnar", "hot": "columnar"}
     assert taken.count("hot") > 5 and tuple_batches[0] == 0
+
+
+def test_two_columnar_aggregates_reading_one_source_on_vsn(bids_file):
+    """Each O+'s shared σ keeps its own accumulate step of a batch they both read (they
+    shared batch.memo before: the second O+ took the first's step as its own and lost the
+    batch)."""
+    def build() -> tuple[sf.Flow, list]:
+        flow = sf.Flow("two")
+        s = flow.source(sf.io.jsonl(str(bids_file)))
+        return flow, [s.aggregate(size="10s", keys="category", **mean_of("price")).collect(),
+                      s.aggregate(size="4s", keys="auction", **count()).collect()]
+
+    flow, want = build()
+    flow.run("reference", columnar="off")
+    flow, got = build()
+    res = flow.run("vsn", parallelism=2)
+    assert set(res.extra["paths"].values()) == {"columnar"}
+    assert [multiset(c) for c in got] == [multiset(c) for c in want]

@@ -136,10 +136,10 @@ class ColumnarShared:
         calling instance's per-group tuple counts, for a balancing f_μ) counts the rows of
         the batches this instance sums."""
         with self.lock:
-            prep = batch.memo
+            prep = self._prep_of(batch)
             mine = prep is None
             if mine:
-                prep = batch.memo = _Prep()
+                prep = self._new_prep(batch)
             self._prune()
         if mine:
             self._compute(batch, prep, hits)
@@ -155,9 +155,21 @@ class ColumnarShared:
                     return prep
             self._compute(other[0], other[1], hits)
 
+    def _prep_of(self, batch: Batch) -> _Prep | None:
+        """This σ's accumulate step of ``batch`` (None: unclaimed). ``batch.memo`` holds one
+        per columnar O+ reading it: several O+ may read one source's batches."""
+        memo = batch.memo
+        return None if memo is None else memo.get(id(self))
+
+    def _new_prep(self, batch: Batch) -> _Prep:
+        if batch.memo is None:
+            batch.memo = {}
+        prep = batch.memo[id(self)] = _Prep()
+        return prep
+
     def _prune(self) -> None:
         pending = self.pending
-        while pending and pending[0].memo is not None:
+        while pending and self._prep_of(pending[0]) is not None:
             pending.popleft()
 
     def _claim(self) -> tuple[Batch, _Prep] | None:
@@ -165,7 +177,7 @@ class ColumnarShared:
         if not self.pending or (self.fences and self.pending[0].first > self.fences[0]):
             return None
         b = self.pending.popleft()
-        prep = b.memo = _Prep()
+        prep = self._new_prep(b)
         return b, prep
 
     def _compute(self, batch: Batch, prep: _Prep, hits: list[int] | None) -> None:
