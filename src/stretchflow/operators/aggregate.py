@@ -12,6 +12,11 @@ batch). :meth:`AggregateInstance.process_columns` / :meth:`AggregateInstance.pro
 then take many tuples per call: values are summed per (window, key) with Arrow and f_U runs
 once per (window, key) with the sum. The Spark engine uses it; any executor may.
 
+Declarative form (issue #31): ``keys`` a column name, a tuple of names and named expressions or
+None, and an accumulator given by column (``**count()``, ``**sum_of("price")``, ...:
+:mod:`.column_agg`). The aggregate then knows f_MK, f_U, combine and f_O exactly and has
+columnar forms without the user writing them (:mod:`.column_forms`).
+
 Sliced form (optional): an A+ with WT multi and sliding windows (WA < WS) whose accumulators
 combine (``combine(a, b)``, associative, ``init()`` its identity, consistent with ``update``)
 keeps per key one accumulator per *slice* of width gcd(WS, WA) instead of one per window
@@ -57,7 +62,12 @@ class Aggregate(OPlus):
     one per window instance, the same outputs. :func:`count`, :func:`sum_of`, :func:`min_of`,
     :func:`max_of` and :func:`mean_of` give such ``init``/``update``/``combine``.
 
-    >>> from stretchflow.operators.aggregate import Aggregate
+    >>> from stretchflow.operators.aggregate import Aggregate, sum_of
+    >>> per_user = Aggregate(size=10, keys="user", **sum_of("n"))
+    >>> inst = per_user.instance()
+    >>> inst.process(1, {"user": "a", "n": 2}); inst.process(3, {"user": "a", "n": None})
+    >>> inst.finish(); inst.take()
+    [(10, {'user': 'a', 'sum': 2})]
     >>> count = Aggregate(size=10, slide=10, keys=lambda t: t.split(), init=lambda: 0,
     ...                   update=lambda acc, t: acc + 1,
     ...                   output=lambda k, acc: {"word": k, "count": acc})

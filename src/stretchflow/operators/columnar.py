@@ -1,36 +1,40 @@
-"""The columnar sliced A+: whole batches through Arrow kernels, windows out as tables (issue #16).
+"""The columnar sliced A+: whole batches through Arrow kernels, windows out as tables (issues #16,
+#31).
 
-For an :class:`~.aggregate.Aggregate` that gives a columnar f_MK (``columns``), an f_U that
-adds, a ``combine`` and a columnar f_O (``output_columns``), a batch of tuples
-(:class:`~stretchflow.batch.Batch`) is processed without a Python step per tuple, key or
-output row:
+For an :class:`~.aggregate.Aggregate` with a columnar form (:mod:`.column_forms`: a declarative
+aggregate's, or the hand-written ``columns``/``output_columns``/``combine`` of wordcount and
+paircount), a batch of tuples (:class:`~stretchflow.batch.Batch`) is processed without a Python
+step per tuple, key or output row:
 
-1. f_MK's columnar form explodes the batch into (row, key, value) columns;
+1. f_MK's columnar form explodes the batch into each row's key columns and state (a count of
+   one, the value, (value, 1) for a mean, the value and the row for top_k);
 2. every row falls in one slice of width gcd(WS, WA) (general stream slicing: Scotty, Traub et
-   al., EDBT 2019, §4; :mod:`.slicing`), so the batch is summed per (slice, key) by one
-   grouping (:func:`.columnar_kernels.sum_by`: Arrow dictionary codes, numpy) and the result
-   kept as a *partial* of each slice — Hazelcast Jet's accumulate step, on columns;
-3. when the watermark reaches a window's right boundary (Alg. 2's updateW: ρ + WS <= W) the
-   partials of the window's slices are combined per key by one more grouping (Jet's
-   combine) and f_O's columnar form turns the result into the window's output table.
+   al., EDBT 2019, §4; :mod:`.slicing`), so the batch is folded per (slice, key) by one
+   grouping (:mod:`.columnar_kernels`: dense group codes, numpy) and the result kept as a
+   *partial* of each slice — Hazelcast Jet's accumulate step, on columns. Float sums and
+   means keep their rows unfolded until the slice is complete, then fold them in time order:
+   the additions of the tuple path, in its order, so the same float to the last bit;
+3. when the watermark reaches a window's right boundary (Alg. 2's updateW: ρ + WS <= W) each
+   of the window's slices is folded once (later windows reuse it), their partials are
+   combined per key by one more grouping in time order (Jet's combine) and f_O's columnar
+   form turns the result into the window's output table.
 
 Arrow's kernels run with the GIL released. The tuple-at-a-time path of the sliced instance
-stays: a batch f_MK's columnar form refuses (e.g. a payload without text) goes through
-:meth:`process` tuple by tuple, which names the offending tuple, and its slices are Python
-dicts in σ as before; a window combines both kinds of slice, so mixing the paths gives the
-same accumulators. The bookkeeping of which slices and windows are open is the sliced
-instance's (σ_g's slice entries and NEXT, the expiry heap, its expiry loop): a columnar
-partial also creates its slice's (possibly empty) entry in σ_g, so expiry visits exactly the
-windows that hold a tuple, and this instance only says how a window is emitted and what
-dropping a slice frees.
+stays: a batch the columnar form refuses (a payload it cannot read exactly, a sum that may
+leave int64, a value of another type than the first batch's; :mod:`.column_forms`) goes
+through :meth:`process` tuple by tuple, which names the offending tuple, and its slices are
+Python dicts in σ as before; a window combines both kinds of slice, in Arrow where the dict
+slices convert exactly, else in Python (f_O per key), so mixing the paths gives the same
+accumulators. (Float sums of a window that mixes both paths may then differ from the tuple
+path's in the last bits: the dict slice adds after the slice's Arrow rows.) The bookkeeping
+of which slices and windows are open is the sliced instance's (σ_g's slice entries and NEXT,
+the expiry heap, its expiry loop): a columnar partial also creates its slice's (possibly
+empty) entry in σ_g, so expiry visits exactly the windows that hold a tuple, and this
+instance only says how a window is emitted and what dropping a slice frees.
 
-Same outputs as tuple at a time: a window's sum per key is the sum of its tuples' values (f_U
-adds, so the order of additions does not matter for integers), and a window closes only at a
-timestamp after all of its rows (slices never straddle a window boundary). Sums are int64:
-a window's count beyond 2**63 would overflow where Python's int would not.
-
-Only for one instance owning every key group (the reference executor at parallelism 1): the
-partials are this instance's, not σ's, so they cannot be handed to another instance.
+Only for one instance owning every key group (the reference executor at parallelism 1, an SN
+process channel): the partials are this instance's, not σ's, so they cannot be handed to
+another instance (:mod:`.columnar_shared` is the shared form).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The columnar sliced A+ run by VSN instances that share σ (issue #16).
+"""The columnar sliced A+ run by VSN instances that share σ (issues #16, #31).
 
 :mod:`.columnar` runs an A+ with columnar forms (``Aggregate.columnar``) on one instance; here
 the ``m`` connected instances of a VSN operator (STRETCH §5) share its input, its output and
@@ -6,11 +6,12 @@ its state, and split the work:
 
 * **σ** is :class:`ColumnarShared`: per slice of width gcd(WS, WA) (general stream slicing,
   Scotty, EDBT 2019, §4), the *partials* of the batches whose tuples fell in it — an Arrow
-  table of (key columns, ``v``) summed per key, with each row's key group beside it. Nothing
+  table of (key columns, state ``v``) folded per key (:mod:`.column_forms`; a float sum's
+  rows as they are), with each row's key group beside it, kept in ESG order. Nothing
   in it belongs to an instance: f_μ only says which instance emits which key groups, so a
   reconfiguration (Alg. 4's barrier) moves no state, as VSN promises.
 * **Accumulate** (Hazelcast Jet's accumulate step): each batch read from ESG_in (every
-  instance reads every batch, Alg. 4) is exploded by f_MK's columnar form and summed per
+  instance reads every batch, Alg. 4) is exploded by f_MK's columnar form and folded per
   (slice, key) *once*, by the first instance to reach it; the others find it done. An
   instance that reaches a batch another instance is still summing does not wait idle: it sums
   the next batches the source has added (:meth:`ColumnarShared.prepared`), so while one
@@ -19,9 +20,11 @@ its state, and split the work:
   combined only once the watermark W passes its right boundary, and every tuple of a later
   batch has ts >= W, beyond it.
 * **Combine** (Jet's combine and finish): when its watermark passes a window's right boundary
-  (Alg. 2's updateW, ρ + WS <= W) an instance combines the window's partials over the key
-  groups it owns (f_μ) and emits them through f_O's columnar form as one table. Instances
-  combine disjoint key groups, so this part is split ``m`` ways.
+  (Alg. 2's updateW, ρ + WS <= W) every batch with a tuple in the window's slices is in, so
+  each slice's partials are folded into one, in ESG order (once, by whichever instance gets
+  there first: the fold is the same whoever makes it), and an instance combines the window's
+  slices over the key groups it owns (f_μ) and emits them through f_O's columnar form as one
+  table. Instances combine disjoint key groups, so this part is split ``m`` ways.
 
 Key groups come from :func:`.columnar_kernels.key_groups` (a hash in numpy of each key's
 value), never Python's salted ``hash``: the group of a key must be the same for the columnar
@@ -33,8 +36,10 @@ Python partials in the same σ; its error, if f_MK or f_U fails on a tuple, is r
 instance that *processes* that batch, in ESG order — so the first failing tuple of the input
 is the one reported, as tuple at a time, even when a later batch was summed ahead.
 
-Sums are int64 and add in any order (f_U adds; ``Aggregate.columns``), so partials of one slice
-from different batches combine in whatever order their batches were summed.
+Partials of one slice are kept in ESG order whatever order their batches were summed in (a
+batch is numbered when first seen: its producer offers batches in order, and an instance reads
+one only after all before it), so a float sum adds its rows in the tuple path's order and the
+output is the same on every run and at every parallelism.
 """
 
 from __future__ import annotations
