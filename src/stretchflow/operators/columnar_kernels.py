@@ -223,6 +223,9 @@ def top_rows(group: Any, values: Any, k: int, largest: bool) -> Any:
     n = len(group)
     if n == 0:
         return np.zeros(0, np.int64)
+    if k == 1:  # arg_max/arg_min: the rows equal to their group's best, no sort
+        _, best = group_extreme(group, values, int(group.max()) + 1, largest)
+        return np.flatnonzero(values == best[group])
     if largest:  # best first: descending values, without negating int64's minimum
         key = ~values if values.dtype.kind in "iu" else -values
     else:
