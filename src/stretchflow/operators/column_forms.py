@@ -121,12 +121,17 @@ def partial(keys: Sequence[Any], v: Any) -> Any:
 
 
 def key_cols(part: Any) -> list[Any]:
-    """A partial's key columns, each one plain array."""
-    return [part.column(c).combine_chunks() for c in part.column_names if c != "v"]
+    """A partial's key columns (all but the last, ``v``), each one plain array."""
+    return [plain_column(c) for c in part.columns[:-1]]
 
 
 def state_of(part: Any) -> Any:
-    return part.column("v").combine_chunks()
+    """A partial's state column ``v`` (its last), one plain array."""
+    return plain_column(part.column(part.num_columns - 1))
+
+
+def plain_column(col: Any) -> Any:
+    return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
 
 
 # -- the hand-written form: int64 sums --------------------------------------------------------

@@ -43,7 +43,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import RunTupleError, StretchflowError
-from .column_forms import Refused, form_of, key_cols, partial, state_of, unify
+from .column_forms import Refused, form_of, partial, plain_column, state_of, unify
 from .slicing import NEXT, SlicedAggregateInstance
 
 if TYPE_CHECKING:
@@ -317,9 +317,17 @@ def fold_parts(form: Any, parts: list[Any]) -> Any:
     """Partials of one run, in time order, folded into one (``form.fold`` of their rows)."""
     import pyarrow as pa
 
-    # a batch's column of nulls only has Arrow's null type: "default" promotes it
-    table = pa.concat_tables(parts, promote_options="default") if len(parts) > 1 else parts[0]
-    _, ks, v = form.fold(key_cols(table), state_of(table))
+    if len(parts) == 1:
+        cols = [plain_column(c) for c in parts[0].columns]
+    else:
+        try:  # one copy of each column
+            cols = [pa.concat_arrays([ch for p in parts for ch in p.column(i).chunks])
+                    for i in range(parts[0].num_columns)]
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            # a batch's column of nulls only has Arrow's null type: "default" promotes it
+            table = pa.concat_tables(parts, promote_options="default")
+            cols = [c.combine_chunks() for c in table.columns]
+    _, ks, v = form.fold(cols[:-1], cols[-1])  # a partial's columns: keys, then v
     return partial(ks, v)
 
 
