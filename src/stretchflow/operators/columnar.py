@@ -70,10 +70,8 @@ class ColumnarSlicedInstance(SlicedAggregateInstance):
 
     def __init__(self, op: Aggregate) -> None:
         super().__init__(op)
-        form = form_of(op)
-        if form is None:
+        if form_of(op) is None:
             raise ValueError(f"{op.name}: no columnar form")
-        self.form = form
         self._parts: dict[int, list[Any]] = {}  # slice start -> partials, in time order
         self._raw: set[int] = set()  # slices with rows not folded yet (float sums, means)
         self._tables: list[tuple[int, Any]] = []  # (window right boundary, output table)
@@ -81,6 +79,12 @@ class ColumnarSlicedInstance(SlicedAggregateInstance):
         self._v_type: Any = None  # the state column's type, from the first batch
         #: batches taken through the kernels and tuple at a time (the run summary, tests)
         self.batch_counts = {"columnar": 0, "tuple": 0}
+
+    @property
+    def form(self) -> Any:
+        """The operator's columnar form (made on use: a checkpoint's snapshot of this
+        instance's attributes must not hold the operator)."""
+        return form_of(self.op)
 
     # -- accumulate: a batch into per-slice partials --------------------------------------------
     def process_batch(self, batch: Batch) -> None:
