@@ -427,3 +427,31 @@ def test_two_columnar_aggregates_reading_one_source_on_vsn(bids_file):
     res = flow.run("vsn", parallelism=2)
     assert set(res.extra["paths"].values()) == {"columnar"}
     assert [multiset(c) for c in got] == [multiset(c) for c in want]
+
+
+@pytest.mark.parametrize("engine,opts", [("vsn", {"parallelism": 2}),
+                                         ("ordered", {"parallelism": 2}),
+                                         ("sn", {"parallelism": 2, "channels": "processes"})])
+def test_refused_batches_mix_with_columnar_ones_on_shared_engines(engine, opts, tmp_path,
+                                                                   monkeypatch):
+    """Batches the columnar form refuses (sums beyond int64, floats in an int column) go
+    tuple at a time into the same σ; windows mixing both kinds combine exactly (in Python
+    where the tuple path's accumulators do not fit Arrow's types)."""
+    monkeypatch.setattr("stretchflow.executors.vsn_batches.COLUMNAR_BATCH", 16)
+    rows = [{"ts": t, "k": t % 3, "x": 2**62 if t % 6 == 1 else t} for t in range(300)]
+    rows += [{"ts": 300 + t, "k": t % 3, "x": t + 0.5 if t % 40 == 3 else t}
+             for t in range(300)]
+    path = write_jsonl(tmp_path / "in.jsonl", rows)
+
+    def build() -> tuple[sf.Flow, Any]:
+        flow = sf.Flow()
+        s = flow.source(sf.io.jsonl(str(path)))
+        return flow, [s.aggregate(size=100, slide=20, keys="k", **sum_of("x")).collect(),
+                      s.aggregate(size=60, keys="k", **max_of("x"), name="m").collect()]
+
+    flow, want = build()
+    flow.run("reference", columnar="off")
+    flow, got = build()
+    flow.run(engine, **opts)
+    assert [multiset(c) for c in got] == [multiset(c) for c in want]
+    assert any(p["sum"] > 2**63 for _, p in got[0].items)

@@ -260,26 +260,14 @@ class ColumnarSlicedInstance(SlicedAggregateInstance):
         return self.form.output_part(total)
 
     def _window_in_python(self, sg: dict, ss: Sequence[int]) -> list[Any]:
-        """The window combined as the sliced instance combines it: per slice, its partials'
-        rows and dict slice folded from ``init()``, then the slices in time order."""
-        op = self.op
-        combine, output, init, many = op.combine, op.user_output, op.user_init, op.many_outputs
-        acc: dict[Any, Any] = {}
-        for s in ss:  # slices in time order, as the sliced instance combines them
-            sacc: dict[Any, Any] = {}
-            rows = [(k, a) for part in self._parts.get(s, ())
-                    for k, a in zip(_keys_of(part), self.form.to_accs(state_of(part)),
-                                    strict=True)]
-            for k, a in [*rows, *(sg.get(s) or {}).items()]:
-                sacc[k] = combine(sacc[k] if k in sacc else init(), a)  # type: ignore[misc]
-            for k, a in sacc.items():
-                acc[k] = combine(acc[k], a) if k in acc else a  # type: ignore[misc]
-        out: list[Any] = []
-        for k, a in acc.items():
-            r = output(k, a)
-            if r is not None:
-                out.extend(r) if many else out.append(r)
-        return out
+        """The window combined in Python (:func:`combine_in_python`): per slice its
+        partials' rows, then its dict slice."""
+        to_accs = self.form.to_accs
+        return combine_in_python(self.op, [
+            [*((k, a) for part in self._parts.get(s, ())
+               for k, a in zip(_keys_of(part), to_accs(state_of(part)), strict=True)),
+             *(sg.get(s) or {}).items()]
+            for s in ss])
 
     def _dict_part(self, d: dict) -> Any:
         """A dict slice (tuple-path accumulators) as a partial, typed as the columnar ones;
@@ -315,6 +303,26 @@ class ColumnarSlicedInstance(SlicedAggregateInstance):
                   else Batch(np.full(len(t), right, dtype=np.int64), table=t)
                   for right, t in tables]
         return Batch.concat(pieces)
+
+
+def combine_in_python(op: Aggregate, slices: Sequence[Sequence[tuple[Any, Any]]]) -> list[Any]:
+    """A window's output payloads from its slices' (key, accumulator) rows in time order, as
+    the sliced instance combines them: each slice's rows folded from ``init()`` by
+    ``combine``, then the slices combined in time order, then f_O per key."""
+    combine, output, init, many = op.combine, op.user_output, op.user_init, op.many_outputs
+    acc: dict[Any, Any] = {}
+    for rows in slices:
+        sacc: dict[Any, Any] = {}
+        for k, a in rows:
+            sacc[k] = combine(sacc[k] if k in sacc else init(), a)  # type: ignore[misc]
+        for k, a in sacc.items():
+            acc[k] = combine(acc[k], a) if k in acc else a  # type: ignore[misc]
+    out: list[Any] = []
+    for k, a in acc.items():
+        r = output(k, a)
+        if r is not None:
+            out.extend(r) if many else out.append(r)
+    return out
 
 
 def fold_parts(form: Any, parts: list[Any]) -> Any:

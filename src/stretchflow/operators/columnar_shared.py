@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any
 from ..batch import Batch, arrow_mask
 from ..errors import RunTupleError, StretchflowError
 from .column_forms import Refused, form_of, key_cols, partial, state_of, unify
-from .columnar import FALLBACK, _keys_of, fold_parts, key_arrays, take_columns
+from .columnar import FALLBACK, _keys_of, combine_in_python, fold_parts, key_arrays, take_columns
 from .columnar_kernels import key_groups
 from .oplus import key_pairs
 
@@ -558,36 +558,21 @@ class ColumnarVSNInstance:
                                               payloads=payloads)))
 
     def _window_in_python(self, slices: list[list[Any]]) -> list[Any]:
-        """A window combined as the sliced instance combines it, over the owned key groups:
-        per slice its partials (in ESG order) folded from ``init()``, then the slices in
-        time order, then f_O per key."""
-        op = self.op
-        combine, output, init, many = op.combine, op.user_output, op.user_init, op.many_outputs
-        to_accs = self.shared.form.to_accs
+        """A window combined in Python (:func:`.columnar.combine_in_python`) over the owned
+        key groups, each slice's partials in ESG order."""
+        return combine_in_python(self.op, [[r for p in ps for r in self._owned_rows(p)]
+                                           for ps in slices])
+
+    def _owned_rows(self, p: Any) -> list[tuple[Hashable, Any]]:
+        """A partial's (key, accumulator) rows of the key groups this instance owns."""
         mine = self._mine
-        acc: dict[Hashable, Any] = {}
-        for ps in slices:
-            sacc: dict[Hashable, Any] = {}
-            for p in ps:
-                if type(p) is _PyPart:
-                    pairs = [(k, a) for k, a in p.accs.items() if mine(p.groups[k])]
-                else:
-                    table, g = p
-                    keys = _keys_of(table)
-                    vals = to_accs(state_of(table))
-                    gs = [0] * len(keys) if g is None else g.tolist()
-                    pairs = [(k, v) for k, v, grp in zip(keys, vals, gs, strict=True)
-                             if mine(grp)]
-                for k, a in pairs:
-                    sacc[k] = combine(sacc[k] if k in sacc else init(), a)  # type: ignore[misc]
-            for k, a in sacc.items():
-                acc[k] = combine(acc[k], a) if k in acc else a  # type: ignore[misc]
-        out: list[Any] = []
-        for k, a in acc.items():
-            r = output(k, a)
-            if r is not None:
-                out.extend(r) if many else out.append(r)
-        return out
+        if type(p) is _PyPart:
+            return [(k, a) for k, a in p.accs.items() if mine(p.groups[k])]
+        table, g = p
+        keys = _keys_of(table)
+        vals = self.shared.form.to_accs(state_of(table))
+        gs = [0] * len(keys) if g is None else g.tolist()
+        return [(k, v) for k, v, grp in zip(keys, vals, gs, strict=True) if mine(grp)]
 
     def _mine(self, g: int) -> bool:
         return self._owns_all or int(self._owner[g]) == self.j
