@@ -455,3 +455,25 @@ def test_refused_batches_mix_with_columnar_ones_on_shared_engines(engine, opts, 
     flow.run(engine, **opts)
     assert [multiset(c) for c in got] == [multiset(c) for c in want]
     assert any(p["sum"] > 2**63 for _, p in got[0].items)
+
+
+def test_the_cli_prints_one_line_and_writes_nothing(tmp_path, capsys):
+    from stretchflow.cli import main
+
+    data = write_jsonl(tmp_path / "in.jsonl", bids(30, 5))
+    out = tmp_path / "out.jsonl"
+    app = tmp_path / "flow.py"
+    app.write_text(
+        "import stretchflow as sf\n"
+        "from stretchflow.operators.aggregate import count\n"
+        "flow = sf.Flow('bad')\n"
+        f"flow.source(sf.io.jsonl({str(data)!r})).aggregate(\n"
+        "    size='10s', keys='auctoin', **count(), name='per-auction')"
+        f".sink({str(out)!r})\n")
+    rc = main(["run", str(app)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1
+    first = orjson.loads(data.read_bytes().splitlines()[0])["ts"]
+    assert f"operator 'per-auction' failed on tuple ts={first} " in err
+    assert "no column 'auctoin' (columns: ts, auction, bidder, price, category)" in err
+    assert not out.exists()
