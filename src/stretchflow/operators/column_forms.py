@@ -135,6 +135,33 @@ def plain_column(col: Any) -> Any:
 
 
 # -- the hand-written form: int64 sums --------------------------------------------------------
+def columns_of(op: Aggregate, batch: Batch) -> tuple[Any, Any, Any] | None:
+    """f_MK's columnar form (``op.columns``) over ``batch``'s table (or its payloads), None if
+    it refuses the batch or gives no (rows, keys, values) triple (the tuple path then names
+    the tuple it fails on)."""
+    src: Any = batch.table if batch.has_table else None
+    try:
+        rows, keys, values = op.columns(src if src is not None else batch.payloads)
+    except Exception:  # noqa: BLE001 - the tuple path reports the tuple it fails on
+        return None
+    return rows, keys, values
+
+
+def key_arrays(keys: Any) -> list[Any]:
+    """f_MK's columnar keys as a list of Arrow arrays: one, or one per component of tuple
+    keys (paircount's), each a plain (not chunked) array."""
+    import pyarrow as pa
+
+    if isinstance(keys, tuple) or (isinstance(keys, list) and keys and all(
+            isinstance(a, pa.Array | pa.ChunkedArray) for a in keys)):
+        arrays = list(keys)  # one array per key column (a columnar form's list of them)
+    else:
+        arrays = [keys]
+    arrays = [a if isinstance(a, pa.Array | pa.ChunkedArray) else pa.array(a) for a in arrays]
+    return [a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in arrays]
+
+
+
 class SumForm:
     """``Aggregate.columns`` (rows, keys, int64 values that f_U adds) and ``output_columns``:
     the wordcount and paircount form of issue #16."""
@@ -145,8 +172,6 @@ class SumForm:
         self.op = op
 
     def explode(self, batch: Batch) -> tuple[Any, list[Any], Any] | None:
-        from .columnar import columns_of, key_arrays
-
         cols = columns_of(self.op, batch)
         if cols is None:
             return None

@@ -43,7 +43,16 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import RunTupleError, StretchflowError
-from .column_forms import Refused, form_of, partial, plain_column, state_of, unify
+from .column_forms import (
+    Refused,
+    columns_of,  # noqa: F401 - issue #16's f_MK protocol: SN's channels import it from here
+    form_of,
+    key_arrays,
+    partial,
+    plain_column,
+    state_of,
+    unify,
+)
 from .slicing import NEXT, SlicedAggregateInstance
 
 if TYPE_CHECKING:
@@ -360,18 +369,6 @@ def exact_keys(values: list[Any], typ: Any) -> Any:
     return pa.array(values, typ)
 
 
-def columns_of(op: Aggregate, batch: Batch) -> tuple[Any, Any, Any] | None:
-    """f_MK's columnar form (``op.columns``) over ``batch``'s table (or its payloads), None if
-    it refuses the batch or gives no (rows, keys, values) triple (the tuple path then names
-    the tuple it fails on)."""
-    src: Any = batch.table if batch.has_table else None
-    try:
-        rows, keys, values = op.columns(src if src is not None else batch.payloads)
-    except Exception:  # noqa: BLE001 - the tuple path reports the tuple it fails on
-        return None
-    return rows, keys, values
-
-
 class Exploded:
     """f_MK's columnar form of one batch for one A+, computed ahead of the instance."""
 
@@ -417,20 +414,6 @@ def explode_ahead(op: Aggregate, batches: Iterator[Batch]) -> Iterator[Batch]:
 #: partials a slice collects before they are summed into one (bounds a long slice's memory by
 #: its distinct keys, not its tuples, at one extra aggregation per this many batches)
 _COMPACT = 16
-
-
-def key_arrays(keys: Any) -> list[Any]:
-    """f_MK's columnar keys as a list of Arrow arrays: one, or one per component of tuple
-    keys (paircount's), each a plain (not chunked) array."""
-    import pyarrow as pa
-
-    if isinstance(keys, tuple) or (isinstance(keys, list) and keys and all(
-            isinstance(a, pa.Array | pa.ChunkedArray) for a in keys)):
-        arrays = list(keys)  # one array per key column (a columnar form's list of them)
-    else:
-        arrays = [keys]
-    arrays = [a if isinstance(a, pa.Array | pa.ChunkedArray) else pa.array(a) for a in arrays]
-    return [a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in arrays]
 
 
 def _keys_of(part: Any) -> list[Any]:
