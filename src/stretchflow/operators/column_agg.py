@@ -39,20 +39,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import FlowDefinitionError
-from ..expr import Expr, MissingColumn, col
+from ..expr import Expr, col
 
 KINDS = ("count", "sum", "min", "max", "mean", "top_k")
 
 _KEYS_HELP = "keys must be a callable, a column name, a tuple of names or a named expression"
-
-
-class ColumnNotFound(KeyError):
-    """A key or value expression named a field its tuple lacks. Not a StretchflowError, so
-    the executor reports it as the operator's failure on that tuple (operator, tuple,
-    column and the columns there are, in one line)."""
-
-    def __str__(self) -> str:
-        return str(self.args[0])
 
 
 # -- keys ----------------------------------------------------------------------------------------
@@ -110,14 +101,9 @@ def as_expr(of: Any, what: str) -> Expr:
 
 
 def _row(e: Expr) -> Callable[[Any], Any]:
-    fn = e.row_fn()
-
-    def value(t: Any) -> Any:
-        try:
-            return fn(t)
-        except MissingColumn as m:
-            raise ColumnNotFound(str(m)) from None
-    return value
+    # MissingColumn is a KeyError, not a StretchflowError: the executor reports it as this
+    # operator's failure on the tuple (operator, tuple, column and the columns there are)
+    return e.row_fn()
 
 
 class DeclKeys:
