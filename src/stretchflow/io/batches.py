@@ -9,9 +9,12 @@ builds a Python object per tuple. Payloads as Python objects are built only when
 Arrow is not the tuple path's parser: it accepts a few things orjson refuses (``NaN``, two
 objects on one line, invalid UTF-8, a BOM, nesting deeper than orjson's limit), skips blank
 lines, and refuses others the tuple path takes (mixed types, duplicate keys, ints beyond
-int64). So a chunk becomes a columnar batch only when cheap vectorized checks show both
-parsers agree and the timestamps are valid (an integer column, no nulls, non-decreasing within
-the chunk and after the previous one). Any other chunk runs through the tuple path's
+int64), and its one schema per chunk misstates lines (a key missing from a line reads null,
+keys come in the order of their first appearance, an int among floats reads 1.0). So a chunk
+becomes a columnar batch only when cheap vectorized checks show both parsers agree
+(:mod:`.json_layout`: every line holds the table's keys in its order, floats were written as
+floats) and the timestamps are valid (an integer column, no nulls, non-decreasing within the
+chunk and after the previous one). Any other chunk runs through the tuple path's
 per-record code (``JsonLines._lines`` / ``_Arrow._rows`` and the order check), which raises
 the very error ``items()`` raises at the same record, after yielding the records before it;
 if that code accepts the chunk (Arrow was just stricter) it becomes a payloads-only batch.
@@ -31,6 +34,7 @@ import orjson
 
 from ..batch import Batch
 from ..errors import SourceError
+from .json_layout import lines_agree
 
 _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 _LBRACE = ord("{")
@@ -152,10 +156,10 @@ def _jsonl_fast(src: Any, chunk: bytes, ends: np.ndarray, prev: float, first: in
     import pyarrow.json as pj
 
     n = len(ends)
+    a = np.frombuffer(chunk, np.uint8)
     # every line starts with "{": no blank line (Arrow skips those, the batch must not hold
     # them), no BOM, no top-level non-object (a leading `null` line crashes pyarrow 26)
-    if chunk[:1] != b"{" or (n > 1 and not (np.frombuffer(chunk, np.uint8)[ends[:-1] + 1]
-                                            == _LBRACE).all()):
+    if chunk[:1] != b"{" or (n > 1 and not (a[ends[:-1] + 1] == _LBRACE).all()):
         return None
     if not chunk.isascii():  # pyarrow does not validate UTF-8; orjson does (surrogates too)
         try:
@@ -175,13 +179,25 @@ def _jsonl_fast(src: Any, chunk: bytes, ends: np.ndarray, prev: float, first: in
         if has_float and (b"NaN" in chunk or b"Inf" in chunk):
             return None
         fixed = _no_temporal(table.schema)
+        try:
+            # pyarrow 26 builds an invalid list column (its offsets span more values than
+            # it holds) when a list's element type is inferred after a leading null, e.g.
+            # [null, 10]: read as [10, <garbage>]. Read again with the types it inferred
+            # given, which parses such lists right; the check then holds the new table.
+            table.validate()
+        except pa.ArrowInvalid:
+            fixed = fixed or table.schema
         if fixed is not None:  # Arrow made dates of strings; the payloads hold the strings
             table = pj.read_json(pa.BufferReader(chunk), read_options=_read_options(len(chunk)),
                                  parse_options=pj.ParseOptions(explicit_schema=fixed))
+            table.validate()
     except (pa.ArrowException, ValueError, OverflowError):
         return None
     ts = _ts_column(table, src.ts_field, prev)
-    if ts is None:
+    # Arrow's table must say what each line says: the same keys in the same order, ints
+    # where the line has ints (json_layout: a missing key, another key order or an int among
+    # floats would reach a columnar operator's output as null / reordered / 1.0)
+    if ts is None or not lines_agree(chunk, a, ends, table):
         return None
 
     def payloads() -> list[Any]:

@@ -1,0 +1,200 @@
+"""Whether Arrow's table of a JSON Lines chunk says what each line says (issue #31).
+
+Arrow's JSON reader gives a chunk one schema, the union of its lines' keys, and fills it in:
+a key missing from a line becomes a null, an object's keys come in the order they first
+appeared in the chunk, and a field holding ints on some lines and floats on others becomes a
+float column (``1`` reads as ``1.0``). The tuple path keeps each line's own object (orjson):
+no key, the line's key order, the int. A table batch must not say otherwise, since a columnar
+operator writes its output from the table. :func:`lines_agree` proves on the chunk's bytes,
+vectorized, that it does not:
+
+* **keys**: in every line, the keys (nested objects' too, in document order) are exactly the
+  schema's keys in the schema's depth-first order. Each line must hold exactly as many
+  ``":`` as the schema has keys, the ``j``-th ending the text ``"K":`` of the ``j``-th key K.
+  The proof is exact for keys of ordinary characters (below); a chunk where it cannot be made
+  (a key it cannot spell, objects inside lists, a space between a key and its colon, a
+  string value holding ``":``) goes to the exact path, which is never wrong, only slower;
+* **floats**: where a float column holds an integral value, that line's value text must hold
+  a ``.`` or an exponent (what makes orjson read a float); a float inside a list may not be
+  integral at all; and no float may be infinite (a literal beyond the doubles, such as
+  ``1.7976931348623159e308``, reads as inf in Arrow and is refused by orjson).
+
+Why a match is a real key: the text ``"K":`` with K free of quotes, backslashes and control
+characters, in valid JSON (Arrow parsed it). Its second quote follows K's last character, not
+a backslash, so it delimits a string. If the first quote were escaped (``\\"`` inside a
+string), that string would end at the second quote and be followed by ``:``: a key whose name
+holds a quote; but every key of the chunk is in the schema, and the schema has no such name.
+So the first quote delimits a string too, and two delimiters with no quote between are either
+a string holding K followed by ``:`` (the key K), or a closing and an opening quote with K
+between them outside any string, which valid JSON does not allow when K's first character
+cannot follow a string (whitespace, ``,``, ``:``, ``}``, ``]``). A line holding the schema's
+full count of keys, all distinct (Arrow refuses a repeated key), holds every key path of the
+schema, since the schema is the union of the lines'; and siblings have distinct names, so the
+same depth-first sequence of names means the same order at every level.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+#: characters a key may not start with: they may follow a string's closing quote
+_NOT_FIRST = frozenset(" \t\r\n,:}]")
+_QUOTE, _COLON = ord('"'), ord(":")
+
+
+def key_sequence(schema: Any) -> list[tuple[bytes, tuple[int, ...], Any]] | None:
+    """The schema's keys in depth-first order: ``(text, path, type)`` each, ``text`` the
+    key as it must stand in a line (``"K":``) and ``path`` the field indices down to it. None
+    when a key cannot be spelled exactly (see the module doc) or an object type sits inside a
+    list (a list's objects vary in number from line to line)."""
+    import pyarrow as pa
+
+    out: list[tuple[bytes, tuple[int, ...], Any]] = []
+    # depth-first, without recursion: the reader bounds the depth, not Python's stack
+    todo: list[tuple[Any, tuple[int, ...]]] = [
+        (schema.field(i), (i,)) for i in reversed(range(len(schema)))]
+    while todo:
+        field, path = todo.pop()
+        name = field.name
+        if (not name or name[0] in _NOT_FIRST or '"' in name or "\\" in name
+                or any(ord(ch) < 0x20 for ch in name)):
+            return None
+        out.append((b'"' + name.encode() + b'":', path, field.type))
+        t = field.type
+        if pa.types.is_struct(t):
+            todo.extend((t.field(i), (*path, i)) for i in reversed(range(t.num_fields)))
+        elif _holds_struct(t):
+            return None
+    return out
+
+
+def _holds_struct(t: Any) -> bool:
+    """Whether a (list) type holds an object type anywhere inside."""
+    import pyarrow as pa
+
+    while pa.types.is_list(t) or pa.types.is_large_list(t):
+        t = t.value_type
+        if pa.types.is_struct(t):
+            return True
+    return False
+
+
+def _words(text: bytes) -> list[tuple[int, np.uint64, np.uint64 | None]]:
+    """``text`` as little-endian 8-byte words ``(offset, word, mask)`` (mask None for a full
+    word), to compare 8 bytes of a line at a time."""
+    out = []
+    for off in range(0, len(text), 8):
+        w = text[off:off + 8]
+        mask = None if len(w) == 8 else np.uint64((1 << (8 * len(w))) - 1)
+        out.append((off, np.uint64(int.from_bytes(w.ljust(8, b"\0"), "little")), mask))
+    return out
+
+
+def lines_agree(chunk: bytes, a: np.ndarray, ends: np.ndarray, table: Any) -> bool:
+    """Whether every line of ``chunk`` (``a``: its bytes as uint8, ``ends``: each line's last
+    byte) holds exactly the keys of ``table`` (Arrow's parse of it) in its order, and a
+    float column's integral values were written as floats. False when that cannot be proven:
+    the caller then reads the chunk line by line."""
+    keys = key_sequence(table.schema)
+    if keys is None:
+        return False
+    rows, nk = len(ends), len(keys)
+    colons = np.flatnonzero(a == _COLON)
+    colons = colons[a[colons - 1] == _QUOTE] if len(colons) else colons  # no line starts ':'
+    if len(colons) != rows * nk:
+        return False
+    if nk == 0:
+        return True
+    ends = ends.astype(np.int64, copy=False)
+    starts = np.empty(rows, np.int64)
+    starts[0] = 0
+    starts[1:] = ends[:-1] + 1
+    c = colons.reshape(rows, nk)  # sorted: line r's candidates are row r when every line
+    if not ((c[:, 0] > starts).all() and (c[:, -1] < ends).all()):  # holds nk of them
+        return False
+    # 8 bytes from any offset, as one unaligned uint64 (padded: a key near the end)
+    padded = np.zeros(len(a) + 8, np.uint8)
+    padded[:len(a)] = a
+    u = np.ndarray((len(a),), "<u8", padded, 0, (1,))
+    begins = np.empty((rows, nk), np.int64)
+    for j, (text, _, _) in enumerate(keys):
+        s = c[:, j] - (len(text) - 1)
+        begins[:, j] = s
+        for off, word, mask in _words(text):
+            got = u[s + off]
+            if mask is not None:
+                got = got & mask
+            if not (got == word).all():
+                return False
+    return _floats_agree(a, keys, table, c, begins, ends)
+
+
+def _floats_agree(a: np.ndarray, keys: list[tuple[bytes, tuple[int, ...], Any]], table: Any,
+                  c: np.ndarray, begins: np.ndarray, ends: np.ndarray) -> bool:
+    """Whether every integral value of a float column was written with a ``.`` or an
+    exponent (the value text of key ``j`` runs from its colon to the next key's opening
+    quote, or to the line's end), and no float inside a list is integral."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    marks = None  # running count of '.', 'e', 'E' up to each byte, made when first needed
+    for j, (_, path, t) in enumerate(keys):
+        if not (pa.types.is_floating(t) or _holds_float_list(t)):
+            continue
+        col = table.column(path[0])
+        if len(path) > 1:
+            col = pc.struct_field(col, list(path[1:]))
+        if not pa.types.is_floating(t):  # floats in lists: no integral value at all
+            while not pa.types.is_floating(col.type):
+                col = pc.list_flatten(col)
+        integral, finite = _integral(col)
+        if not finite:  # a literal beyond the doubles: Arrow reads inf, orjson refuses it
+            return False
+        if not pa.types.is_floating(t):
+            if integral.any():
+                return False
+            continue
+        rows = np.flatnonzero(integral)
+        if not len(rows):
+            continue
+        if marks is None:
+            marks = np.zeros(len(a) + 1, np.int32)
+            np.cumsum((a == ord(".")) | (a == ord("e")) | (a == ord("E")), out=marks[1:])
+        stop = begins[rows, j + 1] if j + 1 < len(keys) else ends[rows] + 1
+        if ((marks[stop] - marks[c[rows, j] + 1]) == 0).any():
+            return False
+    return True
+
+
+def _holds_float_list(t: Any) -> bool:
+    import pyarrow as pa
+
+    while pa.types.is_list(t) or pa.types.is_large_list(t):
+        t = t.value_type
+    return pa.types.is_floating(t)
+
+
+def _integral(col: Any) -> tuple[np.ndarray, bool]:
+    """Per value of a float (chunked) array, whether it is present and integral; and whether
+    every present value is finite."""
+    import pyarrow as pa
+
+    parts, finite = [], True
+    for ch in getattr(col, "chunks", [col]):
+        n = len(ch)
+        if n == 0:
+            continue
+        ch = ch.cast(pa.float64())
+        v = np.frombuffer(ch.buffers()[1], np.float64, n, ch.offset * 8)
+        ok = np.floor(v) == v
+        fin = np.isfinite(v)
+        if ch.null_count:
+            valid = np.unpackbits(np.frombuffer(ch.buffers()[0], np.uint8),
+                                  bitorder="little")[ch.offset: ch.offset + n].astype(bool)
+            ok &= valid
+            fin |= ~valid
+        finite = finite and bool(fin.all())
+        parts.append(ok)
+    return (np.concatenate(parts) if parts else np.zeros(0, bool)), finite
