@@ -454,3 +454,27 @@ if given is not None:
         path = tmp_path / "h.jsonl"
         path.write_bytes(b"\n".join(lines) + (b"\n" if final_newline else b""))
         _same(JsonLines(path), rows)
+
+    _scalar = st.one_of(st.integers(-2**53, 2**53), st.floats(allow_nan=False,
+                        allow_infinity=False), st.integers(-99, 99).map(float), st.none(),
+                        st.text(alphabet='ab":\\ {}', max_size=4))
+    _record = st.lists(st.tuples(st.sampled_from(["a", "b", "c"]),
+                                 st.one_of(_scalar, st.dictionaries(st.sampled_from("xy"),
+                                                                    _scalar, max_size=2),
+                                           st.lists(_scalar, max_size=3))),
+                       max_size=3, unique_by=lambda kv: kv[0])
+
+    @settings(max_examples=200, deadline=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(records=st.lists(st.tuples(_record, st.booleans()), min_size=1, max_size=8))
+    def test_hypothesis_tables_state_the_lines(tmp_path, records):
+        # keys missing, reordered, ints beside floats (integral ones too), nested objects and
+        # lists, written compact (orjson) or spaced (json.dumps): a batch's table, where there
+        # is one, says what each line says
+        lines = []
+        for i, (kvs, spaced) in enumerate(records):
+            rec = {"ts": i, **dict(kvs)}
+            lines.append(json.dumps(rec).encode() if spaced else orjson.dumps(rec))
+        path = tmp_path / "t.jsonl"
+        path.write_bytes(b"\n".join(lines) + b"\n")
+        _same(JsonLines(path), 64)
