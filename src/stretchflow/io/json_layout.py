@@ -10,27 +10,25 @@ vectorized, that it does not:
 
 * **keys**: in every line, the keys (nested objects' too, in document order) are exactly the
   schema's keys in the schema's depth-first order. Each line must hold exactly as many
-  ``":`` as the schema has keys, the ``j``-th ending the text ``"K":`` of the ``j``-th key K.
-  The proof is exact for keys of ordinary characters (below); a chunk where it cannot be made
-  (a key it cannot spell, objects inside lists, a space between a key and its colon, a
-  string value holding ``":``) goes to the exact path, which is never wrong, only slower;
+  ``":`` as the schema has keys, each ending a key (below), the ``j``-th the ``j``-th key's
+  (told by the bytes that tell the schema's names apart, or by the whole name). A chunk where
+  this cannot be shown (a name it cannot use, objects inside lists, a space between a key and
+  its colon, a string value holding ``":``) goes to the exact path, never wrong, only slower;
 * **floats**: where a float column holds an integral value, that line's value text must hold
   a ``.`` or an exponent (what makes orjson read a float); a float inside a list may not be
   integral at all; and no float may be infinite (a literal beyond the doubles, such as
   ``1.7976931348623159e308``, reads as inf in Arrow and is refused by orjson).
 
-Why a match is a real key: the text ``"K":`` with K free of quotes, backslashes and control
-characters, in valid JSON (Arrow parsed it). Its second quote follows K's last character, not
-a backslash, so it delimits a string. If the first quote were escaped (``\\"`` inside a
-string), that string would end at the second quote and be followed by ``:``: a key whose name
-holds a quote; but every key of the chunk is in the schema, and the schema has no such name.
-So the first quote delimits a string too, and two delimiters with no quote between are either
-a string holding K followed by ``:`` (the key K), or a closing and an opening quote with K
-between them outside any string, which valid JSON does not allow when K's first character
-cannot follow a string (whitespace, ``,``, ``:``, ``}``, ``]``). A line holding the schema's
-full count of keys, all distinct (Arrow refuses a repeated key), holds every key path of the
-schema, since the schema is the union of the lines'; and siblings have distinct names, so the
-same depth-first sequence of names means the same order at every level.
+Why this is exact, in valid JSON (Arrow parsed it), for names free of quotes, backslashes and
+control characters and not ending in whitespace, ``:``, ``,``, ``[`` or ``{``. A ``"``
+followed by ``:`` whose byte before is none of those nor a backslash is an unescaped quote that
+no opening quote can be (an opening quote follows whitespace or one of ``:,[{``), so a closing
+one followed by ``:``: the end of a key. A line holding the schema's full count of keys, all
+distinct paths (Arrow refuses a repeated key), holds every key path of the schema, since the
+schema is the union of the lines'. The key ending at a place is one of the schema's names,
+whose bytes at the telling distances before the colon (all within the shortest name's
+``"K":``) are its own; and siblings have distinct names, so the same depth-first sequence of
+names means the same order at every level.
 """
 
 from __future__ import annotations
@@ -39,8 +37,11 @@ from typing import Any
 
 import numpy as np
 
-#: characters a key may not start with: they may follow a string's closing quote
-_NOT_FIRST = frozenset(" \t\r\n,:}]")
+#: the bytes that may stand right before a string's opening quote (whitespace, ':', ',', '[',
+#: '{') or make a quote an escaped one ('\\'): a key's name may not end in one
+_BEFORE_OPEN = b" \t\r\n:,[{\\"
+_OPENS = np.zeros(256, bool)
+_OPENS[list(_BEFORE_OPEN)] = True
 _QUOTE, _COLON = ord('"'), ord(":")
 
 
@@ -58,7 +59,7 @@ def key_sequence(schema: Any) -> list[tuple[bytes, tuple[int, ...], Any]] | None
     while todo:
         field, path = todo.pop()
         name = field.name
-        if (not name or name[0] in _NOT_FIRST or '"' in name or "\\" in name
+        if (not name or ord(name[-1]) in _BEFORE_OPEN or '"' in name or "\\" in name
                 or any(ord(ch) < 0x20 for ch in name)):
             return None
         out.append((b'"' + name.encode() + b'":', path, field.type))
@@ -111,28 +112,61 @@ def lines_agree(chunk: bytes, a: np.ndarray, ends: np.ndarray, table: Any) -> bo
     starts = np.empty(rows, np.int64)
     starts[0] = 0
     starts[1:] = ends[:-1] + 1
-    c = colons.reshape(rows, nk)  # sorted: line r's candidates are row r when every line
-    if not ((c[:, 0] > starts).all() and (c[:, -1] < ends).all()):  # holds nk of them
+    c = colons.reshape(rows, nk)  # sorted: row r is line r when each line holds nk of them
+    if not ((c[:, 0] > starts).all() and (c[:, -1] < ends).all()):
         return False
+    if _OPENS[a[c - 2]].any():  # a quote that may open a string or be escaped: not a key's
+        return False
+    texts = [text for text, _, _ in keys]
+    telling = _telling_offsets(sorted(set(texts)))
+    if telling is not None:
+        for d in telling:  # the bytes that tell the names apart, at their place in each line
+            if not (a[c - d] == np.array([t[-1 - d] for t in texts], np.uint8)).all():
+                return False
+    elif not _spelled(a, c, texts):
+        return False
+    return _floats_agree(a, keys, table, c, ends)
+
+
+def _telling_offsets(texts: list[bytes]) -> list[int] | None:
+    """Distances ``d`` before a key's colon whose bytes, all within the shortest key's
+    text, tell the (distinct) ``texts`` apart; None when no such distances do."""
+    shortest = min(len(t) for t in texts)
+    classes = [list(range(len(texts)))]  # keys not told apart yet
+    out: list[int] = []
+    for d in range(2, shortest):  # 0 and 1 are the ':' and '"' every key ends with
+        split: dict[tuple[int, int], list[int]] = {}
+        for n, cls in enumerate(classes):
+            for k in cls:
+                split.setdefault((n, texts[k][-1 - d]), []).append(k)
+        if len(split) > len(classes):
+            classes = list(split.values())
+            out.append(d)
+        if len(classes) == len(texts):
+            return out
+    return out if len(classes) == len(texts) else None
+
+
+def _spelled(a: np.ndarray, c: np.ndarray, texts: list[bytes]) -> bool:
+    """Whether the ``j``-th candidate of each line spells ``texts[j]`` in full, compared 8
+    bytes at a time."""
     # 8 bytes from any offset, as one unaligned uint64 (padded: a key near the end)
     padded = np.zeros(len(a) + 8, np.uint8)
     padded[:len(a)] = a
     u = np.ndarray((len(a),), "<u8", padded, 0, (1,))
-    begins = np.empty((rows, nk), np.int64)
-    for j, (text, _, _) in enumerate(keys):
+    for j, text in enumerate(texts):
         s = c[:, j] - (len(text) - 1)
-        begins[:, j] = s
         for off, word, mask in _words(text):
             got = u[s + off]
             if mask is not None:
                 got = got & mask
             if not (got == word).all():
                 return False
-    return _floats_agree(a, keys, table, c, begins, ends)
+    return True
 
 
 def _floats_agree(a: np.ndarray, keys: list[tuple[bytes, tuple[int, ...], Any]], table: Any,
-                  c: np.ndarray, begins: np.ndarray, ends: np.ndarray) -> bool:
+                  c: np.ndarray, ends: np.ndarray) -> bool:
     """Whether every integral value of a float column was written with a ``.`` or an
     exponent (the value text of key ``j`` runs from its colon to the next key's opening
     quote, or to the line's end), and no float inside a list is integral."""
@@ -162,7 +196,8 @@ def _floats_agree(a: np.ndarray, keys: list[tuple[bytes, tuple[int, ...], Any]],
         if marks is None:
             marks = np.zeros(len(a) + 1, np.int32)
             np.cumsum((a == ord(".")) | (a == ord("e")) | (a == ord("E")), out=marks[1:])
-        stop = begins[rows, j + 1] if j + 1 < len(keys) else ends[rows] + 1
+        # the next key's opening quote, or the line's end
+        stop = c[rows, j + 1] - (len(keys[j + 1][0]) - 1) if j + 1 < len(keys) else ends[rows] + 1
         if ((marks[stop] - marks[c[rows, j] + 1]) == 0).any():
             return False
     return True
