@@ -109,16 +109,17 @@ def lines_agree(chunk: bytes, a: np.ndarray, ends: np.ndarray, table: Any) -> bo
     if nk == 0:
         return True
     ends = ends.astype(np.int64, copy=False)
-    starts = np.empty(rows, np.int64)
-    starts[0] = 0
-    starts[1:] = ends[:-1] + 1
     c = colons.reshape(rows, nk)  # sorted: row r is line r when each line holds nk of them
-    if not ((c[:, 0] > starts).all() and (c[:, -1] < ends).all()):
-        return False
-    if _OPENS[a[c - 2]].any():  # a quote that may open a string or be escaped: not a key's
+    if not ((c[1:, 0] > ends[:-1]).all() and (c[:, -1] < ends).all()):
         return False
     texts = [text for text, _, _ in keys]
     telling = _telling_offsets(sorted(set(texts)))
+    # the byte before each quote: one that may precede an opening quote or escape the quote
+    # says it may not end a key. Where it tells the names apart (distance 2) the names' own
+    # last bytes are compared, which are none of those
+    if telling is None or 2 not in telling:
+        if _OPENS[a[c - 2]].any():
+            return False
     if telling is not None:
         for d in telling:  # the bytes that tell the names apart, at their place in each line
             if not (a[c - d] == np.array([t[-1 - d] for t in texts], np.uint8)).all():
@@ -171,12 +172,14 @@ def _floats_agree(a: np.ndarray, keys: list[tuple[bytes, tuple[int, ...], Any]],
     exponent (the value text of key ``j`` runs from its colon to the next key's opening
     quote, or to the line's end), and no float inside a list is integral."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     marks = None  # running count of '.', 'e', 'E' up to each byte, made when first needed
     for j, (_, path, t) in enumerate(keys):
         if not (pa.types.is_floating(t) or _holds_float_list(t)):
             continue
+        # imported here: a reader of a table without floats need not load the kernels
+        import pyarrow.compute as pc
+
         col = table.column(path[0])
         if len(path) > 1:
             col = pc.struct_field(col, list(path[1:]))
