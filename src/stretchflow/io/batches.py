@@ -23,6 +23,7 @@ Hence ``[it for b in src.batches() for it in b.items()] == list(src.items())`` f
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 import os
@@ -212,6 +213,7 @@ def _jsonl_fast(src: Any, chunk: bytes, ends: np.ndarray, prev: float, first: in
     return Batch(ts, table=table, make_payloads=payloads)
 
 
+@functools.lru_cache(maxsize=64)
 def _read_options(size: int) -> Any:
     """Blocks of at least 1 MiB (smaller ones cost more than they parallelize), about two
     per core so both threads of a 2-core box stay busy. A chunk of one block is parsed on the
@@ -225,6 +227,8 @@ def _read_options(size: int) -> Any:
     return pj.ReadOptions(use_threads=size > block, block_size=block)
 
 
+# the schema functions below are cached: most chunks of a file have its first chunk's schema
+@functools.lru_cache(maxsize=64)
 def _no_temporal(schema: Any) -> Any:
     """``schema`` with every date/time type made a string, or None when it has none."""
     import pyarrow as pa
@@ -245,6 +249,7 @@ def _no_temporal(schema: Any) -> Any:
     return None if fixed.equals(schema) else fixed
 
 
+@functools.lru_cache(maxsize=64)
 def _walk(schema: Any) -> tuple[bool, bool]:
     """Whether a type of ``schema`` nests deeper than :data:`_MAX_DEPTH`, and whether it
     holds a floating-point type (walked without recursion: a type may be a thousand levels

@@ -33,6 +33,7 @@ names means the same order at every level.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -98,9 +99,10 @@ def lines_agree(chunk: bytes, a: np.ndarray, ends: np.ndarray, table: Any) -> bo
     byte) holds exactly the keys of ``table`` (Arrow's parse of it) in its order, and a
     float column's integral values were written as floats. False when that cannot be proven:
     the caller then reads the chunk line by line."""
-    keys = key_sequence(table.schema)
-    if keys is None:
+    plan = _plan(table.schema)
+    if plan is None:
         return False
+    keys, texts, telling = plan
     rows, nk = len(ends), len(keys)
     colons = np.flatnonzero(a == _COLON)
     colons = colons[a[colons - 1] == _QUOTE] if len(colons) else colons  # no line starts ':'
@@ -112,8 +114,6 @@ def lines_agree(chunk: bytes, a: np.ndarray, ends: np.ndarray, table: Any) -> bo
     c = colons.reshape(rows, nk)  # sorted: row r is line r when each line holds nk of them
     if not ((c[1:, 0] > ends[:-1]).all() and (c[:, -1] < ends).all()):
         return False
-    texts = [text for text, _, _ in keys]
-    telling = _telling_offsets(sorted(set(texts)))
     # the byte before each quote: one that may precede an opening quote or escape the quote
     # says it may not end a key. Where it tells the names apart (distance 2) the names' own
     # last bytes are compared, which are none of those
@@ -127,6 +127,18 @@ def lines_agree(chunk: bytes, a: np.ndarray, ends: np.ndarray, table: Any) -> bo
     elif not _spelled(a, c, texts):
         return False
     return _floats_agree(a, keys, table, c, ends)
+
+
+@functools.lru_cache(maxsize=64)
+def _plan(schema: Any) -> tuple[list[tuple[bytes, tuple[int, ...], Any]], list[bytes],
+                                list[int] | None] | None:
+    """What :func:`lines_agree` needs of a schema, made once per schema (most chunks of a
+    file share its first chunk's): its keys, their texts and the telling distances."""
+    keys = key_sequence(schema)
+    if keys is None:
+        return None
+    texts = [text for text, _, _ in keys]
+    return keys, texts, _telling_offsets(sorted(set(texts))) if texts else []
 
 
 def _telling_offsets(texts: list[bytes]) -> list[int] | None:
