@@ -62,25 +62,37 @@ CHUNK_BYTES = 1 << 20
 def jsonl_batches(src: Any, rows: int, max_bytes: int) -> Iterator[Batch]:
     """The batches of a sorted :class:`~stretchflow.io.sources.JsonLines` source: chunks of
     at most ``rows`` lines and about ``min(max_bytes, CHUNK_BYTES)`` bytes, never the whole
-    file at once."""
+    file at once. A thread reads and parses the next chunk (pyarrow's parser releases the
+    GIL) while this one is checked and handed out: one chunk and its table ahead."""
+    from ..executors.reference_overlap import read_ahead
+
     loads = orjson.loads
     max_bytes = min(max_bytes, CHUNK_BYTES)
     prev: float = -math.inf
     first = 1  # line number of the chunk's first line
+    for chunk, ends, table in read_ahead(_parsed(src, rows, max_bytes), "stretchflow-parse"):
+        n = len(ends)
+        batch = None if table is None else _jsonl_batch(src, chunk, ends, table, prev, first,
+                                                        loads)
+        if batch is not None:
+            prev = int(batch.ts[-1])
+            yield batch
+        else:
+            # io.BytesIO splits exactly as iterating the file does (at b"\n", kept), so
+            # orjson's error positions and the quoted line are the tuple path's
+            raw = src._lines(io.BytesIO(chunk), first)
+            prev = yield from _exact(src, raw, prev)
+        first += n
+        src.read = first - 1
+
+
+def _parsed(src: Any, rows: int, max_bytes: int) -> Iterator[tuple[bytes, np.ndarray, Any]]:
+    """``(chunk, ends, table)`` for each chunk of the file, ``table`` Arrow's parse of it or
+    None when Arrow and the tuple path might disagree on it (the file is opened, and closed,
+    by the thread that runs this)."""
     with src._open() as f:
         for chunk, ends in _line_chunks(f, rows, max_bytes):
-            n = len(ends)
-            batch = _jsonl_fast(src, chunk, ends, prev, first, loads)
-            if batch is not None:
-                prev = int(batch.ts[-1])
-                yield batch
-            else:
-                # io.BytesIO splits exactly as iterating the file does (at b"\n", kept), so
-                # orjson's error positions and the quoted line are the tuple path's
-                raw = src._lines(io.BytesIO(chunk), first)
-                prev = yield from _exact(src, raw, prev)
-            first += n
-            src.read = first - 1
+            yield chunk, ends, _arrow_table(chunk, ends)
 
 
 #: the smallest read of the chunker (bytes): below this the syscalls and rescans cost more
@@ -149,18 +161,17 @@ def _line_chunks(f: Any, rows: int, max_bytes: int, min_read: int = _MIN_READ
         del buf, nl
 
 
-def _jsonl_fast(src: Any, chunk: bytes, ends: np.ndarray, prev: float, first: int,
-                loads: Any) -> Batch | None:
-    """The chunk as a columnar batch, or None when Arrow and the tuple path might disagree
-    on it or a timestamp check fails (then the caller takes the exact path)."""
+def _arrow_table(chunk: bytes, ends: np.ndarray) -> Any:
+    """Arrow's table of the chunk's lines, or None when a check made before or on the parse
+    shows that Arrow and the tuple path might disagree on them."""
     import pyarrow as pa
     import pyarrow.json as pj
 
     n = len(ends)
-    a = np.frombuffer(chunk, np.uint8)
     # every line starts with "{": no blank line (Arrow skips those, the batch must not hold
     # them), no BOM, no top-level non-object (a leading `null` line crashes pyarrow 26)
-    if chunk[:1] != b"{" or (n > 1 and not (a[ends[:-1] + 1] == _LBRACE).all()):
+    if chunk[:1] != b"{" or (n > 1 and not (np.frombuffer(chunk, np.uint8)[ends[:-1] + 1]
+                                            == _LBRACE).all()):
         return None
     if not chunk.isascii():  # pyarrow does not validate UTF-8; orjson does (surrogates too)
         try:
@@ -194,11 +205,19 @@ def _jsonl_fast(src: Any, chunk: bytes, ends: np.ndarray, prev: float, first: in
             table.validate()
     except (pa.ArrowException, ValueError, OverflowError):
         return None
+    return table
+
+
+def _jsonl_batch(src: Any, chunk: bytes, ends: np.ndarray, table: Any, prev: float,
+                 first: int, loads: Any) -> Batch | None:
+    """The chunk as a columnar batch of Arrow's ``table`` of it, or None when the table
+    misstates a line or a timestamp check fails (then the caller takes the exact path)."""
+    n = len(ends)
     ts = _ts_column(table, src.ts_field, prev)
     # Arrow's table must say what each line says: the same keys in the same order, ints
     # where the line has ints (json_layout: a missing key, another key order or an int among
     # floats would reach a columnar operator's output as null / reordered / 1.0)
-    if ts is None or not lines_agree(chunk, a, ends, table):
+    if ts is None or not lines_agree(chunk, np.frombuffer(chunk, np.uint8), ends, table):
         return None
 
     def payloads() -> list[Any]:
