@@ -202,6 +202,26 @@ def int_numpy(arr: Any) -> Any:
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
+def float_numpy(arr: Any) -> tuple[Any, Any]:
+    """A float Arrow array (any width, one chunk) as numpy float64 values read off its data
+    buffer (a narrower float widened first, exactly), and its validity as a bool array, None
+    without nulls (the values at null slots are undefined). Not ``to_numpy``: see
+    :func:`int_numpy`."""
+    import numpy as np
+    import pyarrow as pa
+
+    if arr.type != pa.float64():
+        arr = arr.cast(pa.float64())
+    n = len(arr)
+    if n == 0:
+        return np.zeros(0, np.float64), None
+    vals = np.frombuffer(arr.buffers()[1], np.float64, n, arr.offset * 8)
+    if not arr.null_count:
+        return vals, None
+    bits = np.unpackbits(np.frombuffer(arr.buffers()[0], np.uint8), bitorder="little")
+    return vals, bits[arr.offset: arr.offset + n].astype(bool)
+
+
 def arrow_ints(values: Any) -> Any:
     """A numpy integer array as an Arrow int64 array sharing its memory. ``pa.array`` imports
     pandas on first use (see :func:`int_numpy`); building from the buffer does not."""

@@ -29,7 +29,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..batch import arrow_ints, arrow_strings
+from ..batch import arrow_ints, arrow_strings, float_numpy
 
 # orjson's escapes inside a JSON string: the two-character forms for \b \t \n \f \r, every other
 # control character as \u00XX with lowercase hex (orjson 3.x: b'"\\u000b"' for "\x0b").
@@ -66,12 +66,9 @@ def _float_text(col: pa.ChunkedArray) -> pa.ChunkedArray:
         n = len(c)
         if n == 0:
             continue
-        c = c.cast(pa.float64())
-        vals = np.frombuffer(c.buffers()[1], np.float64, n, c.offset * 8)
-        if c.null_count:
-            valid = np.unpackbits(np.frombuffer(c.buffers()[0], np.uint8),
-                                  bitorder="little")[c.offset: c.offset + n]
-            vals = np.where(valid.astype(bool), vals, np.nan)
+        vals, valid = float_numpy(c)
+        if valid is not None:
+            vals = np.where(valid, vals, np.nan)
         body = np.frombuffer(orjson.dumps(vals, option=orjson.OPT_SERIALIZE_NUMPY),
                              np.uint8)[1:-1]
         commas = np.flatnonzero(body == 44)

@@ -229,20 +229,14 @@ def _holds_float_list(t: Any) -> bool:
 def _integral(col: Any) -> tuple[np.ndarray, bool]:
     """Per value of a float (chunked) array, whether it is present and integral; and whether
     every present value is finite."""
-    import pyarrow as pa
+    from ..batch import float_numpy
 
     parts, finite = [], True
     for ch in getattr(col, "chunks", [col]):
-        n = len(ch)
-        if n == 0:
-            continue
-        ch = ch.cast(pa.float64())
-        v = np.frombuffer(ch.buffers()[1], np.float64, n, ch.offset * 8)
+        v, valid = float_numpy(ch)
         ok = np.floor(v) == v
         fin = np.isfinite(v)
-        if ch.null_count:
-            valid = np.unpackbits(np.frombuffer(ch.buffers()[0], np.uint8),
-                                  bitorder="little")[ch.offset: ch.offset + n].astype(bool)
+        if valid is not None:
             ok &= valid
             fin |= ~valid
         finite = finite and bool(fin.all())
