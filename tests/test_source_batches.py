@@ -228,8 +228,8 @@ _FAITHFUL = {
                                      b'{"ts": 2, "a": 3, "b": "y"}'],
     "nested floats": [b'{"ts":1,"o":{"x":2.0,"l":[0.5]},"n":1}',
                       b'{"ts":2,"o":{"x":4.0,"l":[]},"n":2}'],
-    "odd keys": [b'{"ts":1,"k\xc3\xa9 y":1,"a-b.c":2,"_":null}',
-                 b'{"ts":2,"k\xc3\xa9 y":3,"a-b.c":4,"_":5}'],
+    "odd keys": [b'{"ts":1,"k\xc3\xa9 y":1,"a-b.c":2,"_":null,"\xe6\x97\xa5\xe6\x9c\xac":0}',
+                 b'{"ts":2,"k\xc3\xa9 y":3,"a-b.c":4,"_":5,"\xe6\x97\xa5\xe6\x9c\xac":1}'],
     "strings with backslashes": [b'{"ts":1,"s":"a\\\\"}', b'{"ts":2,"s":"\\\\\\"q:"}'],
 }
 
@@ -458,7 +458,11 @@ if given is not None:
     _scalar = st.one_of(st.integers(-2**53, 2**53), st.floats(allow_nan=False,
                         allow_infinity=False), st.integers(-99, 99).map(float), st.none(),
                         st.text(alphabet='ab":\\ {}', max_size=4))
-    _record = st.lists(st.tuples(st.sampled_from(["a", "b", "c"]),
+    # names of every kind: the proof's plain ones, and ones it must decline (a quote, a
+    # backslash, a colon or space at the end, a control character, non-ASCII)
+    _key = st.one_of(st.sampled_from(["a", "b", "c"]),
+                     st.text(alphabet='a:", \\{\x01日', min_size=0, max_size=3))
+    _record = st.lists(st.tuples(_key,
                                  st.one_of(_scalar, st.dictionaries(st.sampled_from("xy"),
                                                                     _scalar, max_size=2),
                                            st.lists(_scalar, max_size=3))),

@@ -41,6 +41,7 @@ import numpy as np
 #: the bytes that may stand right before a string's opening quote (whitespace, ':', ',', '[',
 #: '{') or make a quote an escaped one ('\\'): a key's name may not end in one
 _BEFORE_OPEN = b" \t\r\n:,[{\\"
+_BEFORE_OPEN_TEXT = _BEFORE_OPEN.decode()
 _OPENS = np.zeros(256, bool)
 _OPENS[list(_BEFORE_OPEN)] = True
 _QUOTE, _COLON = ord('"'), ord(":")
@@ -60,7 +61,7 @@ def key_sequence(schema: Any) -> list[tuple[bytes, tuple[int, ...], Any]] | None
     while todo:
         field, path = todo.pop()
         name = field.name
-        if (not name or ord(name[-1]) in _BEFORE_OPEN or '"' in name or "\\" in name
+        if (not name or name[-1] in _BEFORE_OPEN_TEXT or '"' in name or "\\" in name
                 or any(ord(ch) < 0x20 for ch in name)):
             return None
         out.append((b'"' + name.encode() + b'":', path, field.type))
