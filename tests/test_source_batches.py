@@ -197,6 +197,8 @@ _MISSTATED = {
     "missing key, spaced": [b'{"ts": 1, "x": "a"}', b'{"ts": 2}'],
     "missing nested key": [b'{"ts":1,"o":{"a":1,"b":2}}', b'{"ts":2,"o":{"a":3}}'],
     "key order": [b'{"ts":1,"a":1,"b":2}', b'{"ts":2,"b":3,"a":4}'],
+    # names alike in their last bytes: told apart only by their whole text
+    "key order, alike names": [b'{"ts":1,"x_id":1,"y_id":2}', b'{"ts":2,"y_id":3,"x_id":4}'],
     "nested key order": [b'{"ts":1,"o":{"a":1,"b":2}}', b'{"ts":2,"o":{"b":3,"a":4}}'],
     "int among floats": [b'{"ts":1,"x":1}', b'{"ts":2,"x":2.5}'],
     "int among floats, nested": [b'{"ts":1,"o":{"x":2.5}}', b'{"ts":2,"o":{"x":-3}}'],
@@ -230,6 +232,7 @@ _FAITHFUL = {
                       b'{"ts":2,"o":{"x":4.0,"l":[]},"n":2}'],
     "odd keys": [b'{"ts":1,"k\xc3\xa9 y":1,"a-b.c":2,"_":null,"\xe6\x97\xa5\xe6\x9c\xac":0}',
                  b'{"ts":2,"k\xc3\xa9 y":3,"a-b.c":4,"_":5,"\xe6\x97\xa5\xe6\x9c\xac":1}'],
+    "alike names": [b'{"ts":1,"x_id":1,"y_id":2}', b'{"ts":2,"x_id":3,"y_id":4}'],
     "strings with backslashes": [b'{"ts":1,"s":"a\\\\"}', b'{"ts":2,"s":"\\\\\\"q:"}'],
 }
 
