@@ -197,6 +197,12 @@ _MISSTATED = {
     "missing key, spaced": [b'{"ts": 1, "x": "a"}', b'{"ts": 2}'],
     "missing nested key": [b'{"ts":1,"o":{"a":1,"b":2}}', b'{"ts":2,"o":{"a":3}}'],
     "key order": [b'{"ts":1,"a":1,"b":2}', b'{"ts":2,"b":3,"a":4}'],
+    # a '":' that ends no key, where a string opens with ':' (a value, or the name ":s"),
+    # standing where a missing key's end would be and holding the byte that tells that
+    # key's name apart (":" before the value's quote, "1" before the name's): only the byte
+    # before its quote (' ', ','; either may precede an opening quote) shows it is no key's
+    "keys missing, strings opening with ':'": [b'{"ts":0,"2s":0,"1s": ":"}',
+                                                b'{"ts":1,"2s":1,":s":5}'],
     # names alike in their last bytes: told apart only by their whole text
     "key order, alike names": [b'{"ts":1,"x_id":1,"y_id":2}', b'{"ts":2,"y_id":3,"x_id":4}'],
     "nested key order": [b'{"ts":1,"o":{"a":1,"b":2}}', b'{"ts":2,"o":{"b":3,"a":4}}'],
