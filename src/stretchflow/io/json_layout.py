@@ -108,16 +108,23 @@ def lines_agree(chunk: bytes, a: np.ndarray, ends: np.ndarray, table: Any) -> bo
     rows, nk = len(ends), len(keys)
     colons = np.flatnonzero(a == _COLON)
     colons = colons[a[colons - 1] == _QUOTE] if len(colons) else colons  # no line starts ':'
-    # a quote after one of these may open a string or be escaped, and no name ends in one:
-    # no key ends there (a string value that opens with ':' or holds '\\":')
-    colons = colons[~_OPENS[a[colons - 2]]]
     if len(colons) != rows * nk:
-        return False
+        # a quote after whitespace, ':', ',', '[', '{' or a backslash may open a string or be
+        # escaped, and no name ends in one of those: no key ends there (a string value that
+        # opens with ':' or holds '\\":'). Dropped only when the count is off: a count that
+        # holds with one of them among the ends is a line short of keys, rejected below
+        colons = colons[~_OPENS[a[colons - 2]]]
+        if len(colons) != rows * nk:
+            return False
     if nk == 0:
         return True
     ends = ends.astype(np.int64, copy=False)
     c = colons.reshape(rows, nk)  # sorted: row r is line r when each line holds nk of them
     if not ((c[1:, 0] > ends[:-1]).all() and (c[:, -1] < ends).all()):
+        return False
+    # where the names' last bytes tell them apart (distance 2), comparing them shows too that
+    # no end follows one of those bytes
+    if (telling is None or 2 not in telling) and _OPENS[a[c - 2]].any():
         return False
     if telling is not None:
         for d in telling:  # the bytes that tell the names apart, at their place in each line
