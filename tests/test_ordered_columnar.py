@@ -49,7 +49,7 @@ MODES = [{"scheduler": "qst"},
 @pytest.fixture(autouse=True)
 def _small_batches(monkeypatch):
     # many source batches per example, so windows close at and between batch boundaries
-    monkeypatch.setattr("stretchflow.executors.vsn_batches.COLUMNAR_BATCH", 37)
+    monkeypatch.setattr("stretchflow.runtime.pump.COLUMNAR_BATCH", 37)
 
 
 @SETTINGS

@@ -6,8 +6,9 @@ tuple ``(T + 0.5, CheckpointBarrier(e, T))`` each source puts after its last tup
 ordered engine has one line of stages fed by one source stage that merges every source by
 timestamp, so the first barrier of epoch e out of that merge is the cut: every source's tuples
 <= T are before it, none later (the later copies, one per source, are dropped there). The
-sources are wrapped by :class:`~.vsn_checkpoint.VSNCheckpointer`, whose cut T is at or after
-every timestamp any source has read (the merge reads one tuple ahead of each source).
+sources are wrapped by the runtime's
+:class:`~stretchflow.runtime.threaded_checkpoint.ThreadedCheckpointer`, whose cut T is at or
+after every timestamp any source has read (the merge reads one tuple ahead of each source).
 
 The barrier travels the line as the line's own control items do (watermarks, END): in place,
 passed on by every stage (tagged: under the tag of END, which every stage keeps), released by
@@ -37,8 +38,8 @@ from ..errors import StretchflowError
 from ..operators import snapshot
 from ..operators.stateless import apply_batch
 from ..runtime.checkpoint import CheckpointBarrier
+from ..runtime.threaded_checkpoint import ThreadedCheckpointer
 from .ordered_stages import OPlusStage
-from .vsn_checkpoint import VSNCheckpointer
 
 if TYPE_CHECKING:
     from ..flow import Flow, Node
@@ -50,7 +51,7 @@ __all__ = ["OrderedCheckpoints", "PartSink", "apply_chain", "deferred"]
 class PartSink:
     """Stands for sink ``j`` during a checkpointed run: what the line writes to it goes into
     the sink's open part in the checkpoint directory as it comes (``part``, an
-    :class:`~stretchflow.runtime.pump.EpochParts`; the line delivers in serial order, one
+    :class:`~stretchflow.runtime.epoch_parts.EpochParts`; the line delivers in serial order, one
     thread at a time), and the next barrier commits it as a part. Holding it until the
     barrier, as it first did, kept up to an epoch of output tuples alive and serialized them
     all at the barrier, while the line was paused for it."""
@@ -73,7 +74,7 @@ class OrderedCheckpoints:
                  stages: list[Stage]):
         stateful = [n.name for n in plan.ops if n.kind in ("oplus", "stateful")]
         # the engine in the fingerprint: another engine's snapshots have another layout
-        self.ckpt = VSNCheckpointer(path, every, flow, {"engine": "ordered"}, stateful)
+        self.ckpt = ThreadedCheckpointer(path, every, flow, {"engine": "ordered"}, stateful)
         self.sinks = [PartSink(j, s.name, self.ckpt.writers[j])
                       for j, s in enumerate(plan.sinks)]
         self.stages = [st for st in stages if st.name in set(stateful)]

@@ -47,9 +47,9 @@ from typing import Any
 
 from ..batch import Batch, prefer_system_allocator
 from ..eventtime import WATERMARK
+from ..runtime import pump
 from ..runtime.control import raise_user_error
 from ..runtime.pump import write_items
-from . import vsn_batches
 from .ordered_stages import END, Item, OPlusStage, Plan, SourceStage, deposit_many
 
 __all__ = ["decide", "paths_extra", "use_batches"]
@@ -69,7 +69,7 @@ def decide(plan: Plan, columnar: str, checkpointing: bool) -> Iterator[Batch] | 
         return "a flow other than one source -> one A+ -> sinks"
     batches = getattr(plan.sources[0].spec, "batches", None)
     # read at run time: tests make batches small through this module attribute
-    it = batches(vsn_batches.COLUMNAR_BATCH) if batches is not None else None
+    it = batches(pump.COLUMNAR_BATCH) if batches is not None else None
     if it is None:
         return "a source that gives no batches (not a sorted, unpaced file)"
     return it
@@ -93,7 +93,7 @@ def use_batches(ex: Any, batches: Iterator[Batch], key_groups: int | None) -> No
                     for j in range(p)]
     # a batch is two entries (itself and its watermark): the input holds about max(4,
     # capacity // COLUMNAR_BATCH) batches, as VSN's ESG_in of batches
-    allowed = max(4, ex.capacity // vsn_batches.COLUMNAR_BATCH)
+    allowed = max(4, ex.capacity // pump.COLUMNAR_BATCH)
     st.weight = math.ceil(ex.capacity / (2 * allowed))
     st.done_of = [0] * p  # flow control follows the slowest instance
     ex.ctl.on_abort(lambda _e: shared.stop())  # nobody waits for a batch another sums

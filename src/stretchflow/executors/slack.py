@@ -90,6 +90,7 @@ from ..runtime import (
     user_error,
 )
 from ..runtime.checkpoint import CheckpointBarrier
+from ..runtime.threaded_checkpoint import RunCheckpoints
 from .plan import Item, PhysicalPlan
 from .slack_checkpoint import SlackCheckpoints, check
 
@@ -128,7 +129,8 @@ class SSGInlet:
 
     def push(self, pid: Hashable, items: list[Item]) -> None:
         """Adds a producer's control items (a checkpoint barrier, past the stateless
-        operators: :func:`~.vsn_checkpoint.forward_barrier`); the input index is not read."""
+        operators: :func:`~stretchflow.runtime.threaded_checkpoint.forward_barrier`); the input
+        index is not read."""
         self.push_input(pid, items, 0)
 
     def close(self, pid: Hashable) -> None:
@@ -269,7 +271,7 @@ class _Run:
         pusher = self.plan.pusher(node, node.name)
         spec, push = node.spec, pusher.push
         if self.ck is not None:  # barriers in the stream, skipping on resume
-            spec, push, _ = self.ck.pump_args(node, pusher, None)
+            spec, push, _ = self.ck.run.pump_args(node, pusher, None)
         # a live source (paced, replayed) sends each tuple at once; a file or iterable in
         # batches of SOURCE_BATCH, the delay only bounding how long a slow one's tuples wait
         pump = SourcePump(spec, push, self.control, clock=self.clock,
@@ -475,7 +477,9 @@ def run(flow: Flow, parallelism: int | Mapping[str, int] = 1, key_groups: int = 
         controller.reset()
     R = _Run(flow, slt, parallelism, key_groups, capacity)
     if checkpoint is not None:
-        R.ck = SlackCheckpoints(R, checkpoint, checkpoint_every)
+        R.ck = SlackCheckpoints(R, RunCheckpoints(checkpoint, checkpoint_every, flow,
+                                                  {"engine": "slack"},
+                                                  [o.name for o in R.ops.values()]))
     control = R.control
     paths = R.paths()
     threads = [control.thread(R.sink_thread, k, name=f"sink-{k}")
@@ -507,7 +511,7 @@ def run(flow: Flow, parallelism: int | Mapping[str, int] = 1, key_groups: int = 
                     if t.ident is not None:  # started
                         t.join(5)
     if R.ck is not None:
-        R.ck.end(control.error is None)
+        R.ck.run.end(control.error is None)
     control.raise_error()
     elapsed = time.perf_counter() - t0
     return RunResult(

@@ -1,10 +1,11 @@
-"""Checkpoints and resume on the slack engine (issue #17): :mod:`.vsn_checkpoint`'s protocol on
-Slack ScaleGates (docs/checkpoints.md, "Ordered and slack engines").
+"""Checkpoints and resume on the slack engine (issue #17): the threaded engines' protocol
+(:mod:`stretchflow.runtime.threaded_checkpoint`) on Slack ScaleGates (docs/checkpoints.md,
+"Ordered and slack engines").
 
 The slack engine is VSN's plan with SSGs for inlets, so the checkpoint is VSN's: each source
 thread puts ``(T + 0.5, CheckpointBarrier(e, T))`` after its last tuple <= T (the cut T at or
-after every timestamp any source has published, :class:`~.vsn_checkpoint.VSNCheckpointer`),
-straight into the inlets it reaches (past the stateless operators fused on its thread). An SSG
+after every timestamp any source has published), straight into the inlets it reaches (past
+the stateless operators fused on its thread: the runtime's ``forward_barrier``). An SSG
 with SLT = inf hands out ready tuples only, in timestamp order, so every processing thread of
 an O+ reads the first barrier of epoch e after every tuple <= T of every source. There
 (:meth:`SlackCheckpoints.at_barrier`) it advances W to T and pushes what that closes (its later
@@ -34,7 +35,7 @@ from ..eventtime import WATERMARK
 from ..operators import snapshot
 from ..runtime import Stopped
 from ..runtime.checkpoint import CheckpointBarrier
-from .vsn_checkpoint import BARRIER_TIMEOUT, VSNCheckpointer, VSNCheckpoints, forward_barrier
+from ..runtime.threaded_checkpoint import RunCheckpoints, forward_barrier, wait
 
 if TYPE_CHECKING:
     from .slack import _Operator, _Reader, _Run
@@ -52,14 +53,14 @@ def check(slt: Any, controller: Any) -> None:
             "and a resumed run could not equal an uninterrupted one)")
 
 
-class SlackCheckpoints(VSNCheckpoints):
-    """One slack run's checkpoints: the sources' side is VSN's (:meth:`pump_args`), and so is
-    :meth:`end`; the operators' and sinks' are the slack threads'."""
+class SlackCheckpoints:
+    """One slack run's operators at checkpoint barriers; the sources' and the sinks' side,
+    the end and the result keys are the runtime's (``run``)."""
 
-    def __init__(self, R: _Run, path: Any, every: Any):  # noqa: N803 - the engine's name
+    def __init__(self, R: _Run, run: RunCheckpoints):  # noqa: N803 - the engine's name
         self.R = R
-        self.ckpt = VSNCheckpointer(path, every, R.flow, {"engine": "slack"},
-                                    [o.name for o in R.ops.values()])
+        self.run = run
+        self.ckpt = run.ckpt
         self.passed: dict[str, int] = {}  # per processing thread: its latest barrier epoch
         self.rendezvous: dict[str, threading.Barrier] = {}
         self.epoch: dict[str, int] = {}  # per operator: the epoch being snapshotted
@@ -71,7 +72,7 @@ class SlackCheckpoints(VSNCheckpoints):
                     snapshot.restore(o.name, [r.inst for r in o.readers], blob)
             R.control.on_abort(self._abort)
         except BaseException:
-            self.ckpt.close()
+            run.close()
             raise
 
     def _abort(self, e: BaseException) -> None:
@@ -88,7 +89,7 @@ class SlackCheckpoints(VSNCheckpoints):
                 raise
         return act
 
-    def at_barrier(self, o: _Operator, r: _Reader, pusher: Any, ts: float,  # type: ignore[override]
+    def at_barrier(self, o: _Operator, r: _Reader, pusher: Any, ts: float,
                    b: CheckpointBarrier) -> bool:
         """Thread ``r`` of ``o`` read barrier ``(ts, b)``: False for another source's copy
         of a barrier it passed, else True once it forwarded it (see the module doc)."""
@@ -101,12 +102,7 @@ class SlackCheckpoints(VSNCheckpoints):
         if inst.out:
             pusher.push(inst.take())
         self.epoch[o.name] = b.epoch
-        try:
-            self.rendezvous[o.name].wait(BARRIER_TIMEOUT)
-        except threading.BrokenBarrierError:
-            if self.R.control.error is not None:
-                raise Stopped from None
-            raise RuntimeError(f"{o.name}: checkpoint barrier {b.epoch} broke") from None
+        wait(self.rendezvous[o.name], self.R.control, f"{o.name}: checkpoint barrier {b.epoch}")
         forward_barrier(pusher.pid, pusher.inlets(), (ts, b))
         return True
 

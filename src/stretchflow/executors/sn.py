@@ -163,7 +163,7 @@ def run(flow: Flow, parallelism: int = 1, max_parallelism: int | None = None,
                 ok = True
             finally:
                 if ex.ck is not None:
-                    ex.ck.end(ok)
+                    ex.ck.run.end(ok)
     finally:
         if own_store:
             state_store.close()
@@ -206,8 +206,7 @@ def run(flow: Flow, parallelism: int = 1, max_parallelism: int | None = None,
                if isinstance(cp, str) else {}),
             "latency_ms": ex.latency.summary(),
             "latency_series": ex.latency.series(),
-            **({"checkpoints": ex.ck.taken, "checkpoint_log": ex.ck.ckpt.stats.log()}
-               if ex.ck is not None else {}),
+            **(ex.ck.run.extra() if ex.ck is not None else {}),
         },
     )
 
@@ -305,15 +304,17 @@ class _Executor:
         self._plan(flow)
         ops = [n for n in flow.nodes if n.kind == "oplus" and n in self.live]
         if checkpoint is not None:
+            from ..runtime.threaded_checkpoint import RunCheckpoints
             from .sn_checkpoint import SNCheckpoints
 
-            self.ck = SNCheckpoints(*checkpoint, flow, [n.name for n in ops])
+            self.ck = SNCheckpoints(RunCheckpoints(*checkpoint, flow, {"engine": "sn"},
+                                                   [n.name for n in ops]), flow)
         try:
             self._build(ops, store, parallelism, n_groups, batch, queue_size, schedule, pulse,
                         make_controller, max_parallelism, interval, channels, start_method)
         except BaseException:
             if self.ck is not None:
-                self.ck.end(False)
+                self.ck.run.end(False)
             raise
 
     def _build(self, ops: list[Node], store: StateStore, parallelism: int, n_groups: int,
@@ -400,7 +401,7 @@ class _Executor:
     def _items(self, src: Node) -> Callable[[], Iterator]:
         """A source's items as its reader gets them (with checkpoints: with barriers, past
         the restored cut); called when the reader starts, once ``self.ck`` exists."""
-        return lambda: _clocked(self.ck.items(src) if self.ck is not None else src.spec.items(),
+        return lambda: _clocked(self.ck.run.items(src) if self.ck is not None else src.spec.items(),
                                 self.clock)
 
     def _leaves(self, node: Node) -> int:
@@ -444,7 +445,7 @@ class _Executor:
         for region in self.regions:  # the queues exist now: the region reads them
             region.inputs = self.inputs[self._node_of(region)]
         self.tap_threads = [
-            Tap(self.run, src.spec if self.ck is None else self.ck.source(src),
+            Tap(self.run, src.spec if self.ck is None else self.ck.run.proxy(src),
                 self.source_counters[src], self._links(src, self._leaves(src) == 1),
                 self.batch, self.pulse, checkpoints=self.ck is not None)
             for src in self.taps]

@@ -42,17 +42,16 @@ from typing import Any
 
 from ..batch import Batch, arrow_ints
 from ..flow import Flow, Node
-from ..runtime import IngestClock, LatencyRecorder, RunControl, Stopped
+from ..runtime import IngestClock, LatencyRecorder, RunControl, Stopped, pump
 from ..runtime.pump import write_batch
 from ..runtime.tempdirs import sweep_stale
-from . import vsn_batches
 from .sn_channel import group_assignment
 from .sn_columnar_channel import Channel, channel_main, pack, unpack
 from .sn_process import ProcessChannel, ProcessTransport, _preload_modules
 
 __all__ = ["ColumnarPlan", "plan", "run_columnar"]
 
-_QUEUE_BATCHES = 16  # default pulses in flight, in source batches (vsn_batches.COLUMNAR_BATCH)
+_QUEUE_BATCHES = 16  # default pulses in flight, in source batches (pump.COLUMNAR_BATCH)
 
 
 class ColumnarPlan:
@@ -77,7 +76,7 @@ def plan(flow: Flow, *, reconfiguring: bool, checkpointing: bool) -> ColumnarPla
             or any(n is not node for n, _ in flow.sinks)):
         return "a flow other than one source -> one A+ -> sinks"
     batches = getattr(sources[0].spec, "batches", None)
-    it = batches(vsn_batches.COLUMNAR_BATCH) if batches is not None else None
+    it = batches(pump.COLUMNAR_BATCH) if batches is not None else None
     if it is None:
         return "a source that gives no batches (not a sorted, unpaced file)"
     return ColumnarPlan(node, sources[0], it)
@@ -321,7 +320,7 @@ def run_columnar(flow: Flow, cp: ColumnarPlan, *, parallelism: int, n_groups: in
     # batches (at least two), as pulses in flight across the channels; by default 16 batches
     # a channel, so that the dealer can read ahead while the channel processes start
     queue_size = (_QUEUE_BATCHES if capacity is None
-                  else max(2, capacity // vsn_batches.COLUMNAR_BATCH))
+                  else max(2, capacity // pump.COLUMNAR_BATCH))
     # this path makes no migration store, but sweeps what killed sn runs left (as the tuple
     # path does when it makes its store): a stale directory is removed by the next sn run
     sweep_stale("sn")

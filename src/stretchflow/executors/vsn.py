@@ -378,9 +378,12 @@ class VSNExecutor:
         self._last: dict[VSNOperator, tuple[float, list[float], int, float, int]] = {}
         self.checkpoints = None  # checkpoints and resume (vsn_checkpoint, docs/checkpoints.md)
         if checkpoint is not None:
+            from ..runtime.threaded_checkpoint import RunCheckpoints
             from .vsn_checkpoint import VSNCheckpoints
 
-            self.checkpoints = VSNCheckpoints(self, checkpoint, checkpoint_every, columnar)
+            self.checkpoints = VSNCheckpoints(self, RunCheckpoints(
+                checkpoint, checkpoint_every, flow, {"columnar": columnar},
+                [vop.name for vop in self.ops.values()]))
         elif checkpoint_every is not None:
             raise FlowDefinitionError("checkpoint_every needs checkpoint (the directory)")
 
@@ -403,7 +406,7 @@ class VSNExecutor:
         pusher = self.plan.pusher(node, ("source", node.name))
         spec, push, batches = node.spec, pusher.push, self.batches.get(node)
         if self.checkpoints is not None:  # barriers in the stream, skipping on resume
-            spec, push, batches = self.checkpoints.pump_args(node, pusher, batches)
+            spec, push, batches = self.checkpoints.run.pump_args(node, pusher, batches)
         pump = SourcePump(spec, push, self.control, schedule=self.schedule,
                           on_due=self._scheduled, clock=self.clock, batch=BATCH,
                           delay=BATCH_DELAY)
@@ -508,7 +511,7 @@ class VSNExecutor:
             if session is not None:
                 session.end()
             if self.checkpoints is not None:
-                self.checkpoints.end(control.error is None)
+                self.checkpoints.run.end(control.error is None)
         elapsed = time.perf_counter() - t0
         control.raise_error()
         return self._result(elapsed, sinks)

@@ -39,10 +39,7 @@ partials holds exactly the batches <= T.
 
 from __future__ import annotations
 
-import math
 import pickle
-import threading
-from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..batch import Batch
@@ -51,94 +48,14 @@ from ..errors import StretchflowError
 from ..eventtime import WATERMARK
 from ..operators import snapshot
 from ..runtime import Stopped, raise_user_error
-from ..runtime.checkpoint import CheckpointBarrier, Checkpointer, Cuts
+from ..runtime.checkpoint import CheckpointBarrier
+from ..runtime.threaded_checkpoint import RunCheckpoints, forward_barrier, wait
 
 if TYPE_CHECKING:
-    from ..flow import Node
     from .vsn import VSNExecutor, VSNInstance
     from .vsn_operator import VSNOperator
 
-BARRIER_TIMEOUT = 120.0
 SINK_BATCH = 4096
-
-
-class ThreadedCuts(Cuts):
-    """:class:`Cuts` for sources on threads: T is the largest timestamp any source has
-    published (under ``lock``), above the restored cut."""
-
-    def __init__(self, every: tuple[str, float], base: int, lock: threading.Lock,
-                 pos: dict[str, float], floor: float):
-        super().__init__(every, base)
-        self.lock = lock
-        self.pos = pos
-        self.floor = floor
-
-    def progress(self, n: int, ts: int) -> None:
-        with self.lock:
-            before = len(self.cuts)
-            self.latest = max(self.pos.values(), default=-math.inf)
-            super().progress(n, self.latest)  # type: ignore[arg-type]
-            if len(self.cuts) > before and self.cuts[-1] <= self.floor:
-                self.cuts.pop()  # nothing read past the restored cut yet
-
-
-class VSNCheckpointer(Checkpointer):
-    """A :class:`Checkpointer` whose sources, operators and sinks run on threads."""
-
-    def __init__(self, *args: Any, **kwargs: Any):
-        self.lock = threading.Lock()
-        self.pos: dict[str, float] = {}
-        self.fresh: dict[str, bool] = {}  # a source yielded a barrier since its last push
-        super().__init__(*args, **kwargs)
-        floor = self.restored_cut if self.restored_cut is not None else -math.inf
-        self.plan = ThreadedCuts(self.every, self.plan.base, self.lock, self.pos, floor)
-
-    def _published(self, name: str, items: Iterator[Any], ts_of: Callable[[Any], Any]
-                   ) -> Iterator[Any]:
-        """``items``, each after its timestamp is published (see the module doc)."""
-        lock, pos = self.lock, self.pos
-        last = None
-        for item in items:
-            ts = ts_of(item)
-            if ts != last:
-                with lock:
-                    pos[name] = ts
-                last = ts
-            yield item
-
-    def source(self, name: str, items: Iterator[Any], counter: list[int]) -> Iterator[Any]:
-        return super().source(name, self._published(name, items, _first), counter)
-
-    def batches(self, name: str, batches: Iterator[Batch], counter: list[int]
-                ) -> Iterator[Any]:
-        return super().batches(name, self._published(name, batches, _last), counter)
-
-    def _barrier(self, name: str, k: int, n: int) -> tuple[float, CheckpointBarrier]:
-        with self.lock:
-            self.fresh[name] = True
-            return super()._barrier(name, k, n)
-
-    def snapshot(self, node: str, epoch: int, data: bytes) -> None:
-        with self.lock:
-            super().snapshot(node, epoch, data)
-
-    def sink_barrier(self, j: int, b: CheckpointBarrier, chunks: Sequence[Any] = ()) -> None:
-        """Sink ``j`` read the first barrier of epoch ``b.epoch``: its part (what was
-        written into the open part, then ``chunks``: lists of ``(ts, payload)`` and
-        :class:`Batch` es), and the checkpoint if every sink has committed its part of it."""
-        self.writers[j].commit_chunks(b.epoch, chunks)
-        with self.lock:
-            done = self.done.setdefault(b.epoch, set())
-            done.add(j)
-            complete = len(done) == len(self.sinks)
-        if complete:  # exactly one sink thread gets here per epoch
-            with self.lock:
-                self._checkpoint(b.epoch, b.cut)
-
-    def sink_end(self, j: int, chunks: Sequence[Any] = ()) -> None:
-        """Sink ``j``'s input ended: the output after its last barrier is the last part
-        (every source has ended, so no cut comes any more)."""
-        self.writers[j].commit_chunks(self.plan.base + len(self.plan.cuts) + 1, chunks)
 
 
 def _flush(w: Any, run: Any, batches: list[Batch]) -> None:
@@ -150,46 +67,13 @@ def _flush(w: Any, run: Any, batches: list[Batch]) -> None:
         w.write_batch(batches[0] if len(batches) == 1 else Batch.concat(batches))
 
 
-def _first(item: Any) -> Any:
-    return item[0]
-
-
-def _last(b: Batch) -> Any:
-    return b.last
-
-
-def forward_barrier(pid: Hashable, inlets: list[Any],
-                    item: tuple[float, CheckpointBarrier]) -> None:
-    """A barrier into every inlet a producer reaches, past any stateless operator."""
-    seen: set[int] = set()
-    for inlet in inlets:
-        if id(inlet) not in seen:
-            seen.add(id(inlet))
-            fence = getattr(inlet, "fence", None)
-            if fence is not None:
-                fence(item[1].cut)
-            inlet.push(pid, [item])
-
-
-class SourceProxy:
-    """A source whose ``items()`` are the checkpointer's; every other attribute is the
-    source's own (the pump, or an SN tap, reads them)."""
-
-    def __init__(self, spec: Any, items: Callable[[], Iterator[Any]]):
-        self._spec = spec
-        self.items = items
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._spec, name)
-
-
 class VSNCheckpoints:
     """One VSN run's checkpoints: wraps its sources, acts at barriers, runs its sinks."""
 
-    def __init__(self, ex: VSNExecutor, path: Any, every: Any, columnar: str):
+    def __init__(self, ex: VSNExecutor, run: RunCheckpoints):
         self.ex = ex
-        self.ckpt = VSNCheckpointer(path, every, ex.flow, {"columnar": columnar},
-                                    [vop.name for vop in ex.ops.values()])
+        self.run = run
+        self.ckpt = run.ckpt
         try:
             for vop in ex.ops.values():
                 vop.checkpoints = self
@@ -200,42 +84,8 @@ class VSNCheckpoints:
                 if blob is not None:
                     self._restore(vop, blob)
         except BaseException:
-            self.ckpt.close()
+            run.close()
             raise
-
-    # -- sources -------------------------------------------------------------------------------
-    def pump_args(self, node: Node, pusher: Any, batches: Any
-                  ) -> tuple[Any, Callable[[list[Any]], None], Any]:
-        """(the source for the pump, its push, its batches or None) for source ``node``."""
-        ckpt, name = self.ckpt, node.name
-        pid, inlets = pusher.pid, pusher.inlets()
-        counter = [0]
-        if batches is not None:
-            def gen() -> Iterator[Batch]:
-                for item in ckpt.batches(name, batches, counter):
-                    if type(item[1]) is CheckpointBarrier:
-                        forward_barrier(pid, inlets, item)  # the batches before it are pushed
-                    else:
-                        yield item[1]
-            return node.spec, pusher.push, gen()
-
-        def push(batch: list[Any]) -> None:
-            if not ckpt.fresh.get(name):
-                pusher.push(batch)
-                return
-            ckpt.fresh[name] = False
-            seg: list[Any] = []
-            for item in batch:
-                if type(item[1]) is CheckpointBarrier:
-                    pusher.push(seg)
-                    seg = []
-                    forward_barrier(pid, inlets, item)
-                else:
-                    seg.append(item)
-            pusher.push(seg)
-
-        proxy = SourceProxy(node.spec, lambda: ckpt.source(name, node.spec.items(), counter))
-        return proxy, push, None
 
     # -- operators -----------------------------------------------------------------------------
     def at_barrier(self, vi: VSNInstance, ts: float, b: CheckpointBarrier) -> None:
@@ -255,12 +105,7 @@ class VSNCheckpoints:
             if bar is None:  # the parties: the instances connected at this position
                 bar = vop._barriers[key] = vop.new_barrier(
                     len(vop.O), lambda: self._act(vop, b.epoch))
-        try:
-            bar.wait(BARRIER_TIMEOUT)
-        except threading.BrokenBarrierError:
-            if vop.control.error is not None:
-                raise Stopped from None
-            raise RuntimeError(f"{vop.name}: checkpoint barrier {b.epoch} broke") from None
+        wait(bar, vop.control, f"{vop.name}: checkpoint barrier {b.epoch}")
         forward_barrier((vop.name, vi.j), vi.pusher.inlets(), (ts, b))
 
     def _act(self, vop: VSNOperator, epoch: int) -> None:
@@ -332,15 +177,6 @@ class VSNCheckpoints:
             if data:
                 latency.measure_outputs(clock, data)
         ckpt.sink_end(k, ())
-
-    def end(self, ok: bool) -> None:
-        """The run ended: on success the held output goes to the sinks (then the checkpoint
-        is cleared); the directory's lock is released either way."""
-        try:
-            if ok:
-                self.ckpt.publish()
-        finally:
-            self.ckpt.close()
 
 
 # -- the columnar σ ------------------------------------------------------------------------------

@@ -55,7 +55,7 @@ from ..io.parts import fsync_dir, is_temp, take_lock, write_atomic
 from ..io.sinks import JsonLinesSink
 from .checkpoint_drain import AsyncDrain, AsyncParts, CheckpointBarrier
 from .checkpoint_stats import CheckpointStats
-from .pump import EpochParts
+from .epoch_parts import EpochParts
 
 MANIFEST = "_checkpoint.json"
 FORMAT = "stretchflow-checkpoint/1"

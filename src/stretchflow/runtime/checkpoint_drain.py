@@ -46,8 +46,8 @@ from ..eventtime import WATERMARK
 from ..io.parts import copy_file, part_name
 from ..io.sinks import JsonLinesSink
 from .control import Barrier
+from .epoch_parts import EpochParts
 from .ordered_jobs import JobsTimeout, OrderedJobs
-from .pump import EpochParts
 
 #: sink items pulled (and written) at a time by the drain
 CHUNK = 4096
@@ -72,7 +72,7 @@ class CheckpointBarrier(Barrier):
 
 
 class AsyncParts(EpochParts):
-    """:class:`~stretchflow.runtime.pump.EpochParts` whose open part can be sealed on the
+    """:class:`~stretchflow.runtime.epoch_parts.EpochParts` whose open part can be sealed on the
     writing thread (:meth:`seal`) and committed later on another (:meth:`commit_sealed`);
     the synchronous ``commit_open`` and ``commit_chunks`` work as before."""
 
