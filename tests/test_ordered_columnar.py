@@ -213,7 +213,7 @@ def test_latency_markers_on_batches(tmp_path):
     res = flow.run("ordered", parallelism=2, marker_every=100)
     assert res.extra["paths"] == {"wordcount": "columnar"}
     # 2000 tuples in batches of 37: a marker after each batch that crosses a multiple of 100
-    assert 15 <= res.extra["latency_ms"]["samples"] <= 2000 // 37 + 1
+    assert 15 <= res.extra["marker_latency_ms"]["samples"] <= 2000 // 37 + 1
     assert checked_multiset(col) == _reference(path, QUERIES["wordcount"])
 
 

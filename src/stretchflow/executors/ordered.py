@@ -82,9 +82,9 @@ from ..eventtime import WATERMARK
 from ..flow import Flow
 from ..io.sinks import Sink
 from ..operators.stateless import apply_batch
-from ..runtime.checkpoint import CheckpointBarrier
-from ..runtime.control import RunControl
-from ..runtime.latency import LatencyRecorder
+from ..runtime.control import CheckpointBarrier, RunControl
+from ..runtime.drain import SinkDrain
+from ..runtime.latency import IngestClock, LatencyRecorder, percentiles
 from ..runtime.metrics import MetricsLog, MetricsSampler
 from ..runtime.result import RunResult
 from ..runtime.sinks import sink_session
@@ -219,13 +219,17 @@ class _Executor:
             self.ck = OrderedCheckpoints(checkpoint[0], plan, checkpoint[1], checkpoint[2],
                                          stages)
             reads.append(self.ck.items)
-        writers: list[Any] = self.ck.sinks if self.ck is not None else plan.sinks
-        # per sink tag: the sinks reading it and their pending batch (a chain: one tag, -2)
-        self.sink_of: dict[int, list[Sink]] = {}
-        for t, s in zip(plan.sink_tags, writers, strict=True):
-            self.sink_of.setdefault(t if tagged else -2, []).append(s)
-        self.sink_buf: dict[int, list[tuple[Any, Any]]] = {t: [] for t in self.sink_of}
+        self.clock = IngestClock()  # when the source stage read which timestamps
         self.latency = LatencyRecorder()
+        kw = {"clock": self.clock, "latency": self.latency}
+        self.drains = [SinkDrain(s, **kw) if self.ck is None else self.ck.run.drain(k, **kw)
+                       for k, s in enumerate(plan.sinks)]
+        # per sink tag: the drains of the sinks reading it and the outputs gathered for them
+        # in one hand-over (a chain: one tag, -2)
+        self.drains_of: dict[int, list[SinkDrain]] = {}
+        for t, d in zip(plan.sink_tags, self.drains, strict=True):
+            self.drains_of.setdefault(t if tagged else -2, []).append(d)
+        self.sink_buf: dict[int, list[Any]] = {t: [] for t in self.drains_of}
         self.marker_ms: list[float] = []
         got = decide(plan, columnar, checkpoint is not None)
         self.columnar_why = got if isinstance(got, str) else None
@@ -308,36 +312,45 @@ class _Executor:
             self.cond.notify_all()
 
     def _to_sinks(self, items: list[Item]) -> None:
-        # called under the lock, in order: the sinks see the sequential output stream
+        """The line's outputs to the sinks' drains (called under the lock, in order: the
+        sinks see the sequential output stream); a hand-over per call, what a watermark
+        closed written at once."""
         bufs, tagged = self.sink_buf, self.tagged
         for item in items:
             p = item[1]
             if p is END:
-                self._flush_sinks()
-                if self.ck is not None:
-                    self.ck.end()
+                self._hand_over()
+                for d in self.drains:  # (a checkpointed run: the last part)
+                    d.end()
                 self.finished = True
             elif type(p) is CheckpointBarrier:
-                self._flush_sinks()
+                self._hand_over()
                 assert self.ck is not None
                 self.ck.at_barrier(p)  # nothing is in flight: the source waits for this
+                for d in self.drains:  # each commits its part
+                    d.take([(item[0], p)])
                 self.stages[0].paused = False  # type: ignore[attr-defined]
             elif p is WATERMARK:
                 sent = self._marker_sent(item[0])
                 if sent is not None:
-                    now = time.perf_counter()
-                    self.marker_ms.append((now - sent) * 1000.0)
-                    self.latency.add(now, self.marker_ms[-1])
-                self._flush_sinks()  # what a watermark closed reaches the sinks now
-            else:
-                if tagged:
-                    buf = bufs[item[2]]
-                    buf.append((item[0], p))
-                else:  # a chain: the item itself, as the operators made it
-                    buf = bufs[-2]
-                    buf.append(item)
-                if len(buf) >= _SINK_BATCH:
-                    self._flush_sinks()
+                    self.marker_ms.append((time.perf_counter() - sent) * 1000.0)
+                self._hand_over()
+                for d in self.drains:  # what a watermark closed reaches the sinks now
+                    d.flush()
+            elif tagged:
+                bufs[item[2]].append((item[0], p))
+            else:  # a chain: the item itself, as the operators made it
+                bufs[-2].append(item)
+        self._hand_over()
+
+    def _hand_over(self) -> None:
+        """What the line gathered for each sink tag, to its drains (which write it once
+        they hold :data:`~stretchflow.runtime.drain.SINK_BATCH` tuples or are flushed)."""
+        for t, buf in self.sink_buf.items():
+            if buf:
+                for d in self.drains_of[t]:
+                    d.take(buf)
+                self.sink_buf[t] = []
 
     def _marker_sent(self, ts: Any) -> float | None:
         """When the watermark ``ts`` entered, if it is a marker not measured yet."""
@@ -347,13 +360,6 @@ class _Executor:
             return None
         with src.wm_lock:
             return src.wm_sent.pop(ts, None)
-
-    def _flush_sinks(self) -> None:
-        for t, buf in self.sink_buf.items():
-            if buf:
-                for s in self.sink_of[t]:
-                    s.write(buf)
-                self.sink_buf[t] = []
 
     # -- scheduling (under the lock) ----------------------------------------------------------
     def _out_size(self, i: int) -> int:
@@ -478,6 +484,7 @@ class _Executor:
                     items.append((item[0], WATERMARK, *item[2:]))
                     with st.wm_lock:
                         sent.setdefault(item[0], time.perf_counter())
+        self._clocked(items)
         if end:
             items.append((math.inf, END, END_TAG) if st.tagged else (math.inf, END))
         dt = time.perf_counter() - t0
@@ -555,6 +562,14 @@ class _Executor:
         # input, so each reports 1/p of the inputs it went through
         return n_in / st.p, n_out
 
+    def _clocked(self, items: list[Item]) -> None:
+        """Records a source slice's latest data timestamp in the ingest clock (latency)."""
+        for item in reversed(items):
+            p = item[1]
+            if p is not WATERMARK and type(p) is not CheckpointBarrier:
+                self.clock.record(item[0])
+                return
+
     # -- the run ------------------------------------------------------------------------------
     def _run_workers(self) -> None:
         threads = [self.ctl.thread(self._worker, k, name=f"stretchflow-ordered-{k}")
@@ -604,12 +619,10 @@ class _Executor:
                     self._run_workers()
                 finally:
                     sampler.stop()
-            self.ctl.raise_error()
-            if ck is not None:
-                ck.publish()
         finally:
             if ck is not None:
-                ck.close()
+                ck.run.end(self.ctl.error is None)
+        self.ctl.raise_error()
         elapsed = time.perf_counter() - t0
         src = self.stages[0]
         assert isinstance(src, SourceStage)
@@ -621,18 +634,18 @@ class _Executor:
             "queue": self.queue_kind,
             "metrics": log.rows,
             **paths_extra(self.stages, self.columnar_why),
-            **({"checkpoints": ck.taken, "checkpoint_log": ck.ckpt.stats.log()}
-               if ck is not None else {}),
+            **(ck.run.extra() if ck is not None else {}),
             "operators": [
                 {"name": st.name, "cost_us": st.cost * 1e6, "selectivity": st.selectivity,
                  "tuples_in": st.tuples_in, "tuples_out": st.tuples_out, "busy": st.busy}
                 for st in self.sched.stats
             ],
         }
-        if src.marker_every:
-            extra["latency_ms"] = self.latency.summary()
-            extra["latency_series"] = self.latency.series()
+        extra["latency_ms"] = self.latency.summary()
+        extra["latency_series"] = self.latency.series()
+        if src.marker_every:  # §7's markers: each from its source to the sinks
             extra["marker_latencies_ms"] = self.marker_ms
+            extra["marker_latency_ms"] = percentiles(self.marker_ms)
         return RunResult(
             engine="ordered",
             elapsed=elapsed,

@@ -49,7 +49,6 @@ from ..batch import Batch, prefer_system_allocator
 from ..eventtime import WATERMARK
 from ..runtime import pump
 from ..runtime.control import raise_user_error
-from ..runtime.pump import write_items
 from .ordered_stages import END, Item, OPlusStage, Plan, SourceStage, deposit_many
 
 __all__ = ["decide", "paths_extra", "use_batches"]
@@ -102,11 +101,11 @@ def use_batches(ex: Any, batches: Iterator[Batch], key_groups: int | None) -> No
     from ..operators.columnar import explode_ahead
 
     src.it = explode_ahead(op, iter(batches))
-    # the three steps that differ from the tuple path; everything else (queues, serials,
-    # reorder buffers, scheduler, merge) is the executor's own
+    # the two steps that differ from the tuple path; everything else (queues, serials,
+    # reorder buffers, scheduler, merge, the sinks' drains, which take batches) is the
+    # executor's own
     ex._run_source = lambda task, t0: _run_source(ex, shared, task, t0)
     ex._oplus_items = _oplus_items
-    ex._flush_sinks = lambda: _flush_sinks(ex)
 
 
 def _run_source(ex: Any, shared: Any, task: tuple[Any, ...], t0: float) -> None:
@@ -138,6 +137,8 @@ def _run_source(ex: Any, shared: Any, task: tuple[Any, ...], t0: float) -> None:
                 with st.wm_lock:
                     sent.setdefault(last, time.perf_counter())
     st.count += tuples
+    if fresh:
+        ex.clock.record(fresh[-1].last)  # (latency)
     if end:
         items.append((math.inf, END))
     dt = time.perf_counter() - t0
@@ -189,15 +190,6 @@ def _oplus_items(st: OPlusStage, lease: Any) -> tuple[float, int]:
     assert st.done_of is not None
     st.done_of[j] += entries  # only this worker holds bucket j (the queue's lease)
     return n_in / st.p, n_out
-
-
-def _flush_sinks(ex: Any) -> None:
-    """The sinks' buffered output, windows as batches (``write_batch``), tuples as tuples."""
-    for t, buf in ex.sink_buf.items():
-        if buf:
-            for s in ex.sink_of[t]:
-                write_items(s, buf)
-            ex.sink_buf[t] = []
 
 
 def paths_extra(stages: list[Any], why: str | None) -> dict[str, Any]:

@@ -52,9 +52,8 @@ from ..flow import Flow, Node
 from ..io.sinks import CsvSink, JsonLinesSink, ParquetSink
 from ..operators.oplus import OPlus, OPlusInstance, SharedState
 from ..operators.stateless import Filter, FlatMap, Map
-from ..runtime.checkpoint_drain import CheckpointBarrier
-from ..runtime.control import raise_user_error, user_error
-from ..runtime.pump import write_batch
+from ..runtime.control import CheckpointBarrier, raise_user_error, user_error
+from ..runtime.drain import SinkDrain, pull_merged
 from ..runtime.result import RunResult
 from ..runtime.sinks import sink_session
 from .reference_overlap import WriteBehind, read_ahead
@@ -116,7 +115,7 @@ def run(flow: Flow, parallelism: int = 1, key_groups: int | None = None,
                 if len(sinks) == 1:
                     _drain(streams[0], sinks[0])
                 else:
-                    _drain_many(streams, sinks)
+                    pull_merged(streams, [SinkDrain(s) for s in sinks])
     finally:
         if ckpt is not None:
             ckpt.close()
@@ -132,55 +131,14 @@ def run(flow: Flow, parallelism: int = 1, key_groups: int | None = None,
     )
 
 
-def _drain(stream: Iterator[Item], sink: Any, batch: int = 4096) -> None:
+def _drain(stream: Iterator[Item], sink: Any) -> None:
+    """One sink's stream through the runtime's drain, the engine's file sinks written on a
+    thread of their own (:class:`~.reference_overlap.WriteBehind`)."""
     if type(sink) in _OVERLAPPED:
         with WriteBehind(sink.write, sink.write_batch, "stretchflow-sink") as w:
-            _drain_to(stream, w.write, w.write_batch, batch)
+            SinkDrain(w).pull(stream)
     else:
-        _drain_to(stream, sink.write, lambda b: write_batch(sink, b), batch)
-
-
-def _drain_to(stream: Iterator[Item], write: Any, write_b: Any, batch: int) -> None:
-    buf: list[Item] = []
-    append = buf.append
-    for item in stream:
-        if type(item[1]) is Batch:
-            if buf:
-                write(buf)
-                buf = []
-                append = buf.append
-            write_b(item[1])
-            continue
-        if item[1] is not WATERMARK:
-            append(item)
-            if len(buf) < batch:
-                continue
-        elif not buf:
-            continue
-        # a full batch, or a watermark: what it closed reaches the sink now, not at the end
-        write(buf)
-        buf = []
-        append = buf.append
-    if buf:
-        write(buf)
-
-
-def _drain_many(streams: list[Iterator[Item]], sinks: list[Any]) -> None:
-    tagged = [_tag(_explode(s), i) for i, s in enumerate(streams)]
-    bufs: list[list[Item]] = [[] for _ in sinks]
-    for ts, i, p in heapq.merge(*tagged, key=itemgetter(0)):
-        if p is WATERMARK:
-            if bufs[i]:
-                sinks[i].write(bufs[i])
-                bufs[i] = []
-            continue
-        bufs[i].append((ts, p))
-        if len(bufs[i]) >= 4096:
-            sinks[i].write(bufs[i])
-            bufs[i] = []
-    for b, s in zip(bufs, sinks, strict=True):
-        if b:
-            s.write(b)
+        SinkDrain(sink).pull(stream)
 
 
 def _compile(flow: Flow, counts: dict[str, list[int]], P: int = 1, G: int = 1,

@@ -89,7 +89,8 @@ from ..runtime import (
     sink_session,
     user_error,
 )
-from ..runtime.checkpoint import CheckpointBarrier
+from ..runtime.control import CheckpointBarrier
+from ..runtime.drain import SINK_BATCH, SinkDrain, drain_buffer
 from ..runtime.threaded_checkpoint import RunCheckpoints
 from .plan import Item, PhysicalPlan
 from .slack_checkpoint import SlackCheckpoints, check
@@ -101,7 +102,6 @@ SOURCE_BATCH = 256  # tuples a non-live source inserts at once
 # seconds a partial batch of a slow non-live source may wait: well above the GIL's switch
 # interval (5 ms), so that a source thread waiting once for the GIL does not cut its batch
 SOURCE_DELAY = 0.05
-SINK_BATCH = 4096  # tuples a sink thread takes at once
 
 
 class SSGInlet:
@@ -255,7 +255,7 @@ class _Run:
         self.clock = IngestClock()
         self.latency = LatencyRecorder()
         self.source_counts: dict[str, int] = {}
-        self.sink_counts = [0] * len(flow.sinks)
+        self.drains: list[SinkDrain | None] = [None] * len(flow.sinks)
         self.ck: Any = None  # slack_checkpoint.SlackCheckpoints of a checkpointed run
 
     def _producer_ids(self, node: Node) -> list[Hashable]:
@@ -336,25 +336,28 @@ class _Run:
             raise user_error(o.name, ts, p, e) from e
 
     def sink_thread(self, k: int) -> None:
-        if self.ck is not None:  # output held per epoch, published at the end
-            return self.ck.sink(k)
-        sink = self.flow.sinks[k][1]
+        """Sink ``k``'s thread: its SSG's hand-overs (SLT = inf: ready tuples only, in order)
+        through the runtime's drain (into the sink, or its part of a checkpointed run)."""
         ssg = self.plan.inlets[("sink", k)].ssg
         reader = ("sink", k)
+        kw = {"clock": self.clock, "latency": self.latency}
+        drain = self.drains[k] = (SinkDrain(self.flow.sinks[k][1], **kw) if self.ck is None
+                                  else self.ck.run.drain(k, **kw))
+
+        def get() -> Any:
+            got = ssg.get_batch(reader, SINK_BATCH)
+            # the SSG's (ts, payload, i, t_in) back to (ts, payload), watermarks left out
+            return got if got is END else [(t[0], t[1]) for t, _ in got
+                                           if t[1] is not WATERMARK]
+
         try:
-            while True:
-                got = ssg.get_batch(reader, SINK_BATCH)
-                if got is END:
-                    break
-                # one pass: the SSG's (ts, payload, i, t_in) back to (ts, payload), without
-                # the watermarks (the runtime's drain_batch, fused with the unpacking)
-                items = [(t[0], t[1]) for t, _ in got if t[1] is not WATERMARK]
-                if items:
-                    sink.write(items)
-                    self.sink_counts[k] += len(items)
-                    self.latency.measure_outputs(self.clock, items)
+            drain_buffer(drain, get, END, self.control)
         except Aborted:
             raise Stopped from None
+
+    def events(self) -> int:
+        """Output tuples the sinks have written so far."""
+        return sum(d.count for d in self.drains if d is not None)
 
     # -- Eq. 1, Eq. 2 -------------------------------------------------------------------------
     def measure(self, now: float) -> dict[str, dict[str, Any]]:
@@ -542,7 +545,7 @@ def _monitor(R: _Run, threads: list[threading.Thread], t0: float, interval: floa
             return
         now = time.perf_counter()
         per_op = R.measure(now)
-        out_now = sum(R.sink_counts)
+        out_now = R.events()
         # tuples the operators read in this interval: one that read none (the tail after
         # the input ended, a stalled source) measured no latency, whatever Eq. 2 gives
         read = sum(max(0, per_op[o.name]["read_total"] - prev_read[o.name])
@@ -622,7 +625,7 @@ def _summary(R: _Run, series: list[dict[str, Any]], decisions: list[dict[str, An
         "operators": ops,
         "slack_ready": sum(v["slack_ready"] for v in ops.values()),
         "lost_tuples": sum(v["lost_tuples"] for v in ops.values()),
-        "events": sum(R.sink_counts),
+        "events": R.events(),
         "e2e_latency_ms": {"max": max(lat, default=0.0),
                            "mean": sum(lat) / len(lat) if lat else 0.0},
         "violations": sum(1 for x in lat if deadline is not None and x >= deadline),

@@ -28,20 +28,13 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..buffers.esg import Aborted
-from ..buffers.ssg import END
 from ..errors import FlowDefinitionError
-from ..eventtime import WATERMARK
 from ..operators import snapshot
-from ..runtime import Stopped
 from ..runtime.checkpoint import CheckpointBarrier
 from ..runtime.threaded_checkpoint import RunCheckpoints, forward_barrier, wait
 
 if TYPE_CHECKING:
     from .slack import _Operator, _Reader, _Run
-
-SINK_BATCH = 4096
-
 
 def check(slt: Any, controller: Any) -> None:
     """Refuses a checkpoint where the engine is not deterministic (see the module doc)."""
@@ -105,42 +98,3 @@ class SlackCheckpoints:
         wait(self.rendezvous[o.name], self.R.control, f"{o.name}: checkpoint barrier {b.epoch}")
         forward_barrier(pusher.pid, pusher.inlets(), (ts, b))
         return True
-
-    def sink(self, k: int, sink: Any = None) -> None:
-        """Sink thread ``k``: its output written into its open part as it comes (each batch
-        taken from the SSG in one write, as vsn's sinks do) and committed as part ``e`` at
-        the first barrier of epoch ``e``. Holding an epoch's output until its barrier, as it
-        first did, kept up to an epoch of output tuples alive and serialized them all at the
-        barrier."""
-        R, ckpt = self.R, self.ckpt
-        ssg = R.plan.inlets[("sink", k)].ssg
-        part = ckpt.writers[k]  # this thread is its one writer
-        reader = ("sink", k)
-        epoch = ckpt.plan.base
-        try:
-            while True:
-                got = ssg.get_batch(reader, SINK_BATCH)
-                if got is END:
-                    break
-                items: list[Any] = []
-                n = 0
-                for t, _ in got:
-                    p = t[1]
-                    if type(p) is CheckpointBarrier:
-                        if items:
-                            part.write(items)
-                            R.latency.measure_outputs(R.clock, items)
-                            items = []
-                        if p.epoch > epoch:
-                            epoch = p.epoch
-                            ckpt.sink_barrier(k, p, ())
-                    elif p is not WATERMARK:
-                        items.append((t[0], p))
-                        n += 1
-                if items:
-                    part.write(items)
-                    R.latency.measure_outputs(R.clock, items)
-                R.sink_counts[k] += n
-        except Aborted:
-            raise Stopped from None
-        ckpt.sink_end(k, ())

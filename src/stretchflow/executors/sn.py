@@ -40,7 +40,6 @@ from typing import Any
 from ..elastic.controller import Controller
 from ..elastic.migration import SQLiteStateStore, StateStore, open_store
 from ..errors import FlowDefinitionError
-from ..eventtime import WATERMARK
 from ..flow import Flow, Node
 from ..runtime import (
     IngestClock,
@@ -50,6 +49,7 @@ from ..runtime import (
     RunResult,
     sink_session,
 )
+from ..runtime.drain import SinkDrain
 from ..runtime.tempdirs import make_tempdir
 from .sn_channel import ChannelCore, group_assignment
 from .sn_links import ChainLink, QueueLink, SinkLink, Tap, inline_input, queued_input
@@ -301,6 +301,7 @@ class _Executor:
         self.batch, self.pulse, self.queue_size = batch, pulse, queue_size
         self.startup_s = 0.0  # until every initial channel runs (process start, imports)
         self.ck: Any = None
+        self.sink_index = {id(s): k for k, (_, s) in enumerate(flow.sinks)}
         self._plan(flow)
         ops = [n for n in flow.nodes if n.kind == "oplus" and n in self.live]
         if checkpoint is not None:
@@ -308,7 +309,7 @@ class _Executor:
             from .sn_checkpoint import SNCheckpoints
 
             self.ck = SNCheckpoints(RunCheckpoints(*checkpoint, flow, {"engine": "sn"},
-                                                   [n.name for n in ops]), flow)
+                                                   [n.name for n in ops]))
         try:
             self._build(ops, store, parallelism, n_groups, batch, queue_size, schedule, pulse,
                         make_controller, max_parallelism, interval, channels, start_method)
@@ -404,6 +405,13 @@ class _Executor:
         return lambda: _clocked(self.ck.run.items(src) if self.ck is not None else src.spec.items(),
                                 self.clock)
 
+    def _drain(self, sink: Any) -> SinkDrain:
+        """The drain of ``sink`` (its part, in a checkpointed run), measuring latency."""
+        kw = {"clock": self.clock, "latency": self.latency}
+        if self.ck is None:
+            return SinkDrain(sink, **kw)
+        return self.ck.run.drain(self.sink_index[id(sink)], **kw)
+
     def _leaves(self, node: Node) -> int:
         n = 0
         for r in self.readers[node]:
@@ -419,7 +427,7 @@ class _Executor:
         subs: list[Any] = []
         for r in self.readers[node]:
             if r[0] == "sink":
-                subs.append(_MeasuredSink(r[1], [], self.ck, self.clock, self.latency))
+                subs.append(SinkLink(self._drain(r[1]), []))
                 continue
             _, consumer, idx = r
             if consumer.kind == "oplus":
@@ -508,23 +516,6 @@ def _clocked(items: Iterator[Any], clock: IngestClock, every: int = CLOCK_EVERY
             n = 0
             record(item[0])
         yield item
-
-
-class _MeasuredSink(SinkLink):
-    """A sink's link sampling the latency of what it is handed (up to 16 outputs a batch,
-    one lock per batch: :meth:`LatencyRecorder.measure_outputs`)."""
-
-    def __init__(self, sink: Any, chain: list, held: Any, clock: IngestClock,
-                 latency: LatencyRecorder):
-        super().__init__(sink, chain, held)
-        self.clock, self.latency = clock, latency
-
-    def deliver(self, items: list[Any]) -> None:
-        super().deliver(items)
-        # a sample of at most ~16 outputs, watermarks left out: O(16) per batch, not O(batch)
-        data = [it for it in items[::max(1, len(items) // 16)] if it[1] is not WATERMARK]
-        if data:
-            self.latency.measure_outputs(self.clock, data)
 
 
 def _inline_factory(items: Callable[[], Iterator], chain: list, idx: int,

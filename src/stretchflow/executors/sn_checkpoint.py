@@ -116,10 +116,8 @@ class SNCheckpoints:
     """One SN run's regions at checkpoint barriers: their snapshots and restore; the sources'
     and the sinks' side, the end and the result keys are the runtime's (``run``)."""
 
-    def __init__(self, run: RunCheckpoints, flow: Any):
+    def __init__(self, run: RunCheckpoints):
         self.run = run
-        self.ckpt = run.ckpt
-        self.sink_index = {id(s): j for j, (_, s) in enumerate(flow.sinks)}
 
     def restore(self, name: str, assign: list[int], n_groups: int,
                 group_of: Callable[[Any], int]) -> list[bytes] | None:
@@ -144,10 +142,3 @@ class SNCheckpoints:
             own.extend(d["instances"])
         data = {"kind": kind, "G": G, "groups": groups, "instances": own}
         self.run.snapshot(name, epoch, pickle.dumps(data, protocol=5))
-
-    # -- sinks ---------------------------------------------------------------------------------
-    def sink_barrier(self, sink: Any, b: CheckpointBarrier, chunks: list[Any]) -> None:
-        self.ckpt.sink_barrier(self.sink_index[id(sink)], b, chunks)
-
-    def sink_end(self, sink: Any, chunks: list[Any]) -> None:
-        self.ckpt.sink_end(self.sink_index[id(sink)], chunks)

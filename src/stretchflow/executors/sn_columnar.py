@@ -43,7 +43,7 @@ from typing import Any
 from ..batch import Batch, arrow_ints
 from ..flow import Flow, Node
 from ..runtime import IngestClock, LatencyRecorder, RunControl, Stopped, pump
-from ..runtime.pump import write_batch
+from ..runtime.drain import SinkDrain
 from ..runtime.tempdirs import sweep_stale
 from .sn_channel import group_assignment
 from .sn_columnar_channel import Channel, channel_main, pack, unpack
@@ -144,6 +144,7 @@ class _Run:
         self.host = _Host(self.run, self.op.name, self.assign)
         self.transport = _Transport(self.op, n_groups, start_method, self.assign)
         self.clock, self.latency = IngestClock(), LatencyRecorder()
+        self.drains = [SinkDrain(s, clock=self.clock, latency=self.latency) for s in self.sinks]
         self.read = self.pulses = self.written = self.parent_pulses = 0
         self.local: Channel | None = None  # explodes pulses while their channel starts
         self.bytes_out = self.bytes_in = 0
@@ -285,10 +286,10 @@ class _Run:
                 self.bytes_in += len(pk[1])
         bs = [unpack(pk) for pk in packed]
         batch = bs[0] if len(bs) == 1 else _merge(bs)
-        for sink in self.sinks:
-            write_batch(sink, batch)
-        ts = batch.ts[:: max(1, len(batch) // 16)].tolist()
-        self.latency.measure_outputs(self.clock, [(t, None) for t in ts])
+        item = [(batch.last, batch)]
+        for d in self.drains:
+            d.take(item)
+            d.flush()
 
 
 def _merge(bs: list[Batch]) -> Batch:

@@ -53,19 +53,17 @@ from ..runtime import (
     RunResult,
     SourcePump,
     Stopped,
-    drain_batch,
     raise_user_error,
     sink_session,
 )
-from ..runtime.checkpoint import CheckpointBarrier
-from ..runtime.pump import write_items
+from ..runtime.control import CheckpointBarrier
+from ..runtime.drain import SINK_BATCH, SinkDrain, drain_buffer
 from .plan import PhysicalPlan, Pusher, Tagged
 from .vsn_batches import BatchAwareInlets, plan_batches, spread_in_entries
 from .vsn_operator import Control, Reconfiguration, VSNOperator, default_assignment
 
 BATCH = 256  # tuples an instance takes from ESG_in at once, and a source adds at once
 RUN_BATCH = 1024  # tuples an instance of an O+ whose kernels take runs takes at once
-SINK_BATCH = 4096  # tuples a sink takes at once
 BATCH_DELAY = 0.001  # seconds a source holds a partial batch
 BARRIER_TIMEOUT = 120.0
 # default max_spread (docs/vsn.md, "The spread between instances"): tuples an instance may
@@ -424,21 +422,14 @@ class VSNExecutor:
             vop.send(recs[-1])
 
     def _sink(self, k: int, sink: Any) -> None:
-        if self.checkpoints is not None:  # output held per epoch, published at the end
-            return self.checkpoints.sink(k, sink)
+        """Sink ``k``'s thread: ESG_out's hand-overs through the runtime's drain (into the
+        sink, or its part of a checkpointed run)."""
         esg = self.plan.inlets[("sink", k)].esg
         reader = ("sink", k)
-        control, clock, latency = self.control, self.clock, self.latency
-        while True:
-            items = esg.get_batch(reader, SINK_BATCH)
-            if control.error is not None:
-                raise Stopped
-            if items is END:
-                return
-            out = drain_batch(items)
-            if out:
-                write_items(sink, out)
-                latency.measure_outputs(clock, out)
+        kw = {"clock": self.clock, "latency": self.latency}
+        drain = (SinkDrain(sink, **kw) if self.checkpoints is None
+                 else self.checkpoints.run.drain(k, **kw))
+        drain_buffer(drain, lambda: esg.get_batch(reader, SINK_BATCH), END, self.control)
 
     # -- metrics -------------------------------------------------------------------------------
     def _measure(self) -> list[tuple[str, Any]]:

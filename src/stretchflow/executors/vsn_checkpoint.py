@@ -1,25 +1,16 @@
-"""Checkpoints and resume on the VSN engine (issue #17): the threaded side of
-:mod:`stretchflow.runtime.checkpoint` (docs/checkpoints.md, "The VSN engine").
+"""Checkpoints and resume on the VSN engine (issue #17): what a VSN operator does at a
+checkpoint barrier (docs/checkpoints.md, "The VSN engine"). The sources' side (the cut chosen
+across source threads, the barriers into the stream, past the stateless operators), the
+sinks' side (each sink's part, committed at its epoch's first barrier) and the end are the
+runtime's (:mod:`stretchflow.runtime.threaded_checkpoint`).
 
-The cut is the same as on the reference engine, "every input tuple with ts <= T", carried by
-the control tuple ``(T + 0.5, CheckpointBarrier(e, T))`` that each source puts after its last
-tuple <= T. Here the sources run on threads of their own, so the cut T must be chosen at or
-after every position any source has reached: :class:`VSNCheckpointer` has each source publish
-its timestamp under a lock before it yields a tuple, and :class:`ThreadedCuts` picks T as the
-largest published one under that lock (a source that yields a tuple at ts has published ts, so
-either the cut sees it, T >= ts, or the source sees the cut before yielding it).
-
-A barrier bypasses the stateless operators fused onto the source thread (they would apply
-their function to it): it goes straight into every inlet the producer reaches. The ESG orders
-entries by timestamp, so every connected instance of an O+ reads the first barrier of epoch e
-at the same position of ESG_in, after every tuple <= T of every source. There
-(:meth:`VSNCheckpoints.at_barrier`) the instance advances W to T and emits what that closes,
-waits with the other connected instances (a barrier of the operator, like a reconfiguration's:
-exactly one acts), the acting one snapshots σ and every connected instance's progress, then
-each forwards the barrier into ESG_out. A sink thread writes its output into its open part as
-it reads it (:meth:`VSNCheckpoints.sink`) and commits the part as part e on the first barrier
-of epoch e it reads (ESG_out's readiness puts it after every output <= T of every producer);
-the checkpoint is written once every sink has (:meth:`Checkpointer._checkpoint`).
+The ESG orders entries by timestamp, so every connected instance of an O+ reads the first
+barrier of epoch e at the same position of ESG_in, after every tuple <= T of every source.
+There (:meth:`VSNCheckpoints.at_barrier`) the instance advances W to T and emits what that
+closes, waits with the other connected instances (a barrier of the operator, like a
+reconfiguration's: exactly one acts), the acting one snapshots σ and every connected
+instance's progress, then each forwards the barrier into ESG_out, where readiness puts it
+after every output <= T of every producer.
 
 Reconfigurations: a control tuple and a checkpoint barrier are both positions of ESG_in, read
 by every connected instance in the same order; whichever comes first is done first. A
@@ -42,12 +33,9 @@ from __future__ import annotations
 import pickle
 from typing import TYPE_CHECKING, Any
 
-from ..batch import Batch
-from ..buffers.esg import END
 from ..errors import StretchflowError
-from ..eventtime import WATERMARK
 from ..operators import snapshot
-from ..runtime import Stopped, raise_user_error
+from ..runtime import raise_user_error
 from ..runtime.checkpoint import CheckpointBarrier
 from ..runtime.threaded_checkpoint import RunCheckpoints, forward_barrier, wait
 
@@ -55,20 +43,10 @@ if TYPE_CHECKING:
     from .vsn import VSNExecutor, VSNInstance
     from .vsn_operator import VSNOperator
 
-SINK_BATCH = 4096
-
-
-def _flush(w: Any, run: Any, batches: list[Batch]) -> None:
-    """A run of data tuples, then a run of batches (joined: one write), into part writer
-    ``w``'s open part."""
-    if run:
-        w.write(run)
-    if batches:
-        w.write_batch(batches[0] if len(batches) == 1 else Batch.concat(batches))
-
 
 class VSNCheckpoints:
-    """One VSN run's checkpoints: wraps its sources, acts at barriers, runs its sinks."""
+    """One VSN run's operators at checkpoint barriers; ``run`` is the run's
+    :class:`~stretchflow.runtime.threaded_checkpoint.RunCheckpoints`."""
 
     def __init__(self, ex: VSNExecutor, run: RunCheckpoints):
         self.ex = ex
@@ -129,54 +107,6 @@ class VSNCheckpoints:
             _columnar_restore(vop, insts, blob)
         else:
             snapshot.restore(vop.name, [vi.inst for vi in insts], blob)
-
-    # -- sinks ---------------------------------------------------------------------------------
-    def sink(self, k: int, sink: Any) -> None:
-        """Sink thread ``k``: its output written into the open part as it comes, the part
-        committed at each epoch's first barrier (see the module doc)."""
-        ex, ckpt = self.ex, self.ckpt
-        esg = ex.plan.inlets[("sink", k)].esg
-        reader = ("sink", k)
-        control, clock, latency = ex.control, ex.clock, ex.latency
-        w = ckpt.writers[k]
-        epoch = ckpt.plan.base
-        while True:
-            items = esg.get_batch(reader, SINK_BATCH)
-            if control.error is not None:
-                raise Stopped
-            if items is END:
-                break
-            # written now, not held until the barrier (issue #17's overhead): holding an
-            # epoch left the sink idle for the epoch, then serializing all of it at once, and
-            # the last epoch's output serialized only after the operators had ended
-            data: list[Any] = []
-            run: list[Any] = []  # consecutive data tuples
-            batches: list[Batch] = []  # consecutive batches: one write, as write_items does
-            for item in items:
-                p = item[1]
-                kind = type(p)
-                if kind is Batch:
-                    if run:
-                        w.write(run)
-                        run = []
-                    batches.append(p)
-                    data.append(item)
-                elif kind is CheckpointBarrier:
-                    _flush(w, run, batches)
-                    run, batches = [], []
-                    if p.epoch > epoch:
-                        epoch = p.epoch
-                        ckpt.sink_barrier(k, p, ())
-                elif p is not WATERMARK:
-                    if batches:
-                        _flush(w, (), batches)
-                        batches = []
-                    run.append(item)
-                    data.append(item)
-            _flush(w, run, batches)
-            if data:
-                latency.measure_outputs(clock, data)
-        ckpt.sink_end(k, ())
 
 
 # -- the columnar σ ------------------------------------------------------------------------------

@@ -30,13 +30,27 @@ class Stopped(Exception):
 
 class Barrier:
     """The payload of a control tuple: an epoch barrier travelling in a batch at its own
-    position. Executors subclass it (a VSN reconfiguration's ⟨e*, O*, f_μ*⟩); a checkpoint
-    barrier will be the same cut with another action."""
+    position. A VSN reconfiguration's ⟨e*, O*, f_μ*⟩ subclasses it, and so does a checkpoint's
+    barrier (the same cut with another action)."""
 
     __slots__ = ("epoch",)
 
     def __init__(self, epoch: int):
         self.epoch = epoch
+
+
+class CheckpointBarrier(Barrier):
+    """The payload of a checkpoint's control tuple ``(cut + 0.5, barrier)``: epoch ``epoch``
+    covers every input tuple with ts <= ``cut`` (:mod:`stretchflow.runtime.checkpoint`)."""
+
+    __slots__ = ("cut",)
+
+    def __init__(self, epoch: int, cut: int):
+        super().__init__(epoch)
+        self.cut = cut
+
+    def __repr__(self) -> str:
+        return f"CheckpointBarrier(epoch={self.epoch}, cut={self.cut})"
 
 
 def user_error(operator: str, ts: Any, payload: Any, e: BaseException) -> BaseException:

@@ -1,4 +1,5 @@
-"""The source pump and the sink drain: how batches enter and leave every threaded engine.
+"""The source pump: how batches enter every threaded engine (the sink drain, how they leave
+it, is :mod:`stretchflow.runtime.drain`).
 
 A :class:`SourcePump` reads a source's ``(ts, payload)`` items and hands them on in batches:
 a batch goes out when it is full, when it is ``delay`` seconds old, or at once for a live
@@ -183,50 +184,3 @@ class SourcePump:
         if self.clock is not None:
             self.clock.record(batch[-1][0])
         self.push(batch)
-
-
-def write_batch(sink: Any, batch: Any) -> None:
-    """Writes a :class:`~stretchflow.batch.Batch` with the sink's ``write_batch``, or as its
-    tuples for a user's own Sink subclass that predates batches."""
-    write = getattr(sink, "write_batch", None)
-    if write is not None:
-        write(batch)
-    else:
-        sink.write(batch.items())
-
-
-def write_items(sink: Any, items: list[Item]) -> None:
-    """Writes the data tuples of ``items`` to ``sink``: runs of tuples with ``write``,
-    consecutive :class:`~stretchflow.batch.Batch` items joined into one ``write_batch`` (a
-    window each, from a columnar O+: one write per call, not per window), or their tuples for
-    a user's sink that predates batches; watermarks are the engine's, not output."""
-    from ..batch import Batch
-
-    run: list[Item] = []
-    batches: list[Any] = []
-
-    def flush() -> None:
-        nonlocal run, batches
-        if run:
-            sink.write(run)
-            run = []
-        if batches:
-            write_batch(sink, Batch.concat(batches))
-            batches = []
-
-    for item in items:
-        p = item[1]
-        if type(p) is Batch:
-            if run:
-                flush()
-            batches.append(p)
-        elif p is not WATERMARK:
-            if batches:
-                flush()
-            run.append(item)
-    flush()
-
-
-def drain_batch(items: list[Item]) -> list[Item]:
-    """The data tuples of a batch read by a sink (watermarks are the engine's, not output)."""
-    return [item for item in items if item[1] is not WATERMARK]

@@ -41,6 +41,7 @@ from typing import Any
 from ..batch import Batch
 from .checkpoint import CheckpointBarrier, Checkpointer, Cuts
 from .control import RunControl, Stopped
+from .drain import SinkDrain
 
 #: seconds an operator's thread waits at a checkpoint (or reconfiguration) barrier for the
 #: others before the run fails with a broken barrier
@@ -252,6 +253,14 @@ class RunCheckpoints:
         return self.proxy(node), push, None
 
     # -- sinks ----------------------------------------------------------------------------------
+    def drain(self, k: int, **kw: Any) -> SinkDrain:
+        """Sink ``k``'s drain (``kw``: :class:`SinkDrain`'s latency arguments): into its open
+        part, the part committed at the first barrier of each epoch, the last part at the
+        end."""
+        return SinkDrain(self.output(k), eager=False, epoch=self.base,
+                         on_barrier=lambda b: self.sink_barrier(k, b),
+                         on_end=lambda: self.sink_end(k), **kw)
+
     def output(self, k: int) -> Any:
         """What sink ``k``'s drain writes to: its open part in the checkpoint directory."""
         return self.ckpt.writers[k]
