@@ -71,7 +71,6 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from contextlib import nullcontext
 from typing import Any
 
 from ..buffers.hybrid_queue import HybridQueue, Lease, PartitionedQueue
@@ -80,14 +79,12 @@ from ..elastic.controller import Metrics
 from ..errors import FlowDefinitionError
 from ..eventtime import WATERMARK
 from ..flow import Flow
-from ..io.sinks import Sink
 from ..operators.stateless import apply_batch
-from ..runtime.control import CheckpointBarrier, RunControl
+from ..runtime.control import CheckpointBarrier
 from ..runtime.drain import SinkDrain
-from ..runtime.latency import IngestClock, LatencyRecorder, percentiles
-from ..runtime.metrics import MetricsLog, MetricsSampler
+from ..runtime.latency import percentiles
 from ..runtime.result import RunResult
-from ..runtime.sinks import sink_session
+from ..runtime.skeleton import Run
 from .ordered_checkpoint import OrderedCheckpoints, apply_chain, deferred
 from .ordered_columnar import decide, paths_extra, use_batches
 from .ordered_stages import (
@@ -150,14 +147,14 @@ def run(flow: Flow, parallelism: int | None = None, key_groups: int | None = Non
     if columnar not in ("on", "off"):
         raise FlowDefinitionError(f"columnar must be 'on' or 'off', got {columnar!r}")
     ck = (flow, checkpoint, checkpoint_every) if checkpoint is not None else None
-    return _Executor(Plan(flow), n_workers, scheduler, capacity=capacity,
+    return _Executor(flow, Plan(flow), n_workers, scheduler, capacity=capacity,
                      time_slice=time_slice, max_batch=max_batch, key_groups=key_groups,
                      ct_window=ct_window, reorder=reorder, queue=queue,
                      marker_every=marker_every, checkpoint=ck, columnar=columnar).run()
 
 
 class _Executor:
-    def __init__(self, plan: Plan, n_workers: int, policy: str, capacity: int,
+    def __init__(self, flow: Flow, plan: Plan, n_workers: int, policy: str, capacity: int,
                  time_slice: float, max_batch: int, key_groups: int | None, ct_window: float,
                  reorder: str, queue: str, marker_every: int,
                  checkpoint: tuple[Flow, Any, Any] | None = None, columnar: str = "on"):
@@ -211,19 +208,21 @@ class _Executor:
                                ct_window=ct_window)
         self.capacity = capacity
         self.cond = threading.Condition()
-        self.ctl = RunControl()
+        # the runtime's skeleton: threads, sinks, metrics, latency, checkpoints, the result
+        self.rt = Run("ordered", flow)
+        self.ctl = self.rt.control
         self.ctl.on_abort(self._abort)
+        self._m_t0 = 0.0
+        self._m_last: dict[str, tuple[float, float]] = {}
         self.finished = False
-        self.sinks: list[Sink] = plan.sinks
         if checkpoint is not None:  # last: it holds the directory's lock (released in run)
             self.ck = OrderedCheckpoints(checkpoint[0], plan, checkpoint[1], checkpoint[2],
                                          stages)
             reads.append(self.ck.items)
-        self.clock = IngestClock()  # when the source stage read which timestamps
-        self.latency = LatencyRecorder()
-        kw = {"clock": self.clock, "latency": self.latency}
-        self.drains = [SinkDrain(s, **kw) if self.ck is None else self.ck.run.drain(k, **kw)
-                       for k, s in enumerate(plan.sinks)]
+        self.clock = self.rt.clock  # when the source stage read which timestamps
+        if self.ck is not None:
+            self.rt.checkpoints = self.ck.run
+        self.drains = [self.rt.drain(k) for k in range(len(plan.sinks))]
         # per sink tag: the drains of the sinks reading it and the outputs gathered for them
         # in one hand-over (a chain: one tag, -2)
         self.drains_of: dict[int, list[SinkDrain]] = {}
@@ -571,21 +570,6 @@ class _Executor:
                 return
 
     # -- the run ------------------------------------------------------------------------------
-    def _run_workers(self) -> None:
-        threads = [self.ctl.thread(self._worker, k, name=f"stretchflow-ordered-{k}")
-                   for k in range(self.n_workers)]
-        try:
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-        finally:
-            if not self.finished and self.ctl.error is None:
-                self.ctl.fail(RuntimeError("interrupted"))
-            for t in threads:
-                if t.ident is not None:  # started
-                    t.join(timeout=5)
-
     def _measure(self) -> list[tuple[str, Any]]:
         """Each stage's period: tuples in per second and its backlog (inputs not yet released
         downstream, :meth:`Stage.backlog`), for the run's MetricsLog and the live view."""
@@ -601,29 +585,12 @@ class _Executor:
         return out
 
     def run(self) -> RunResult:
-        t0 = self._m_t0 = time.perf_counter()
-        self.latency.t0 = t0
-        self._m_last: dict[str, tuple[float, float]] = {}
-        log = MetricsLog(t0)
-        sampler = MetricsSampler(self.ctl, log, METRICS_PERIOD, self._measure)
-        for st in self.stages[1:]:
-            log.parallelism_changed(st.name, st.stats.max_degree, t0)
-        ck = self.ck
-        # the workers' errors are raised after the sinks end: the session asks the control
-        # (checkpointed: the output is held as parts, published to the sinks at the end)
-        try:
-            with (sink_session(self.sinks, failed=lambda: self.ctl.error is not None)
-                  if ck is None else nullcontext()):
-                sampler.start()
-                try:
-                    self._run_workers()
-                finally:
-                    sampler.stop()
-        finally:
-            if ck is not None:
-                ck.run.end(self.ctl.error is None)
-        self.ctl.raise_error()
-        elapsed = time.perf_counter() - t0
+        rt = self.rt
+        for k in range(self.n_workers):
+            rt.thread(self._worker, k, name=f"stretchflow-ordered-{k}")
+        rt.sample(METRICS_PERIOD, self._measure)
+        # the workers return at the line's end (END reached the sinks) or when the run stops
+        rt.execute(begin=self._begin, finished=lambda: self.finished)
         src = self.stages[0]
         assert isinstance(src, SourceStage)
         extra: dict[str, Any] = {
@@ -632,25 +599,20 @@ class _Executor:
             "scheduler": self.sched.policy,
             "reorder": self.reorder,
             "queue": self.queue_kind,
-            "metrics": log.rows,
             **paths_extra(self.stages, self.columnar_why),
-            **(ck.run.extra() if ck is not None else {}),
             "operators": [
                 {"name": st.name, "cost_us": st.cost * 1e6, "selectivity": st.selectivity,
                  "tuples_in": st.tuples_in, "tuples_out": st.tuples_out, "busy": st.busy}
                 for st in self.sched.stats
             ],
         }
-        extra["latency_ms"] = self.latency.summary()
-        extra["latency_series"] = self.latency.series()
         if src.marker_every:  # §7's markers: each from its source to the sinks
             extra["marker_latencies_ms"] = self.marker_ms
             extra["marker_latency_ms"] = percentiles(self.marker_ms)
-        return RunResult(
-            engine="ordered",
-            elapsed=elapsed,
-            tuples_in=({name: c[0] for name, c in src.counts.items()} if self.tagged
-                       else {src.stats.name: src.count}),
-            tuples_out={s.name: s.count for s in self.sinks},
-            extra=extra,
-        )
+        return rt.result({name: c[0] for name, c in src.counts.items()} if self.tagged
+                         else {src.stats.name: src.count}, extra)
+
+    def _begin(self, t0: float) -> None:
+        self._m_t0 = t0
+        for st in self.stages[1:]:
+            self.rt.metrics.parallelism_changed(st.name, st.stats.max_degree, t0)

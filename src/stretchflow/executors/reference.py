@@ -55,7 +55,7 @@ from ..operators.stateless import Filter, FlatMap, Map
 from ..runtime.control import CheckpointBarrier, raise_user_error, user_error
 from ..runtime.drain import SinkDrain, pull_merged
 from ..runtime.result import RunResult
-from ..runtime.sinks import sink_session
+from ..runtime.skeleton import Run
 from .reference_overlap import WriteBehind, read_ahead
 
 if TYPE_CHECKING:  # imported by a run that checkpoints (hashlib, pickle, json: start-up time)
@@ -103,32 +103,29 @@ def run(flow: Flow, parallelism: int = 1, key_groups: int | None = None,
                             [n.name for n in flow.nodes if n.kind in ("oplus", "stateful")])
     elif checkpoint_every is not None:
         raise ValueError("checkpoint_every needs checkpoint (the directory)")
-    t0 = time.perf_counter()
-    sinks = [s for _, s in flow.sinks]
+    # the runtime's skeleton: the sinks (or the checkpoint's held output), the result; no
+    # threads of its own (the pull below runs on the caller's), no latency nor metrics
+    rt = Run("reference", flow, checkpoints=ckpt, measures=())
     try:
         streams = _compile(flow, counts, parallelism, G, instances, columnar == "on", ckpt)
-        if ckpt is not None:
-            ckpt.drain(streams)
-            ckpt.publish()
-        else:
-            with sink_session(sinks):
-                if len(sinks) == 1:
-                    _drain(streams[0], sinks[0])
-                else:
-                    pull_merged(streams, [SinkDrain(s) for s in sinks])
-    finally:
+    except BaseException:
         if ckpt is not None:
             ckpt.close()
-    elapsed = time.perf_counter() - t0
-    return RunResult(
-        engine="reference",
-        elapsed=elapsed,
-        tuples_in={name: c[0] for name, c in counts.items()},
-        tuples_out={s.name: s.count for s in sinks},
-        extra={"paths": {name: insts[0].path for name, insts in instances.items() if insts},
-               **({"checkpoints": ckpt.taken, "checkpoint_log": ckpt.stats.log()}
-                  if ckpt is not None else {})},
-    )
+        raise
+    sinks = rt.sinks
+
+    def pull() -> None:
+        if ckpt is not None:  # the checkpoint's drain: parts per epoch, then the checkpoint
+            ckpt.drain(streams)
+        elif len(sinks) == 1:
+            _drain(streams[0], sinks[0])
+        else:
+            pull_merged(streams, [SinkDrain(s) for s in sinks])
+
+    rt.execute(body=pull)
+    return rt.result({name: c[0] for name, c in counts.items()},
+                     {"paths": {name: insts[0].path for name, insts in instances.items()
+                                if insts}})
 
 
 def _drain(stream: Iterator[Item], sink: Any) -> None:

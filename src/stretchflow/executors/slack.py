@@ -67,7 +67,6 @@ import math
 import threading
 import time
 from collections.abc import Hashable, Mapping
-from contextlib import nullcontext
 from operator import itemgetter
 from typing import Any
 
@@ -79,18 +78,14 @@ from ..eventtime import WATERMARK
 from ..flow import Flow, Node
 from ..operators.oplus import OPlus, OPlusInstance, SharedState
 from ..runtime import (
-    IngestClock,
-    LatencyRecorder,
-    MetricsLog,
-    RunControl,
     RunResult,
     SourcePump,
     Stopped,
-    sink_session,
     user_error,
 )
 from ..runtime.control import CheckpointBarrier
 from ..runtime.drain import SINK_BATCH, SinkDrain, drain_buffer
+from ..runtime.skeleton import Run, controller_name
 from ..runtime.threaded_checkpoint import RunCheckpoints
 from .plan import Item, PhysicalPlan
 from .slack_checkpoint import SlackCheckpoints, check
@@ -249,11 +244,11 @@ class _Run:
         self.plan = PhysicalPlan(flow, self._producer_ids, self._reader_ids, capacity, inlet)
         for node, o in self.ops.items():
             o.ssg = self.plan.inlets[node].ssg
-        self.control = RunControl()
+        # the runtime's skeleton: threads, sinks, metrics, latency, checkpoints, the result
+        self.rt = Run("slack", flow)
+        self.control, self.clock, self.latency = self.rt.control, self.rt.clock, self.rt.latency
         for i in self.plan.inlets.values():
             self.control.on_abort(i.abort)
-        self.clock = IngestClock()
-        self.latency = LatencyRecorder()
         self.source_counts: dict[str, int] = {}
         self.drains: list[SinkDrain | None] = [None] * len(flow.sinks)
         self.ck: Any = None  # slack_checkpoint.SlackCheckpoints of a checkpointed run
@@ -340,9 +335,7 @@ class _Run:
         through the runtime's drain (into the sink, or its part of a checkpointed run)."""
         ssg = self.plan.inlets[("sink", k)].ssg
         reader = ("sink", k)
-        kw = {"clock": self.clock, "latency": self.latency}
-        drain = self.drains[k] = (SinkDrain(self.flow.sinks[k][1], **kw) if self.ck is None
-                                  else self.ck.run.drain(k, **kw))
+        drain = self.drains[k] = self.rt.drain(k)
 
         def get() -> Any:
             got = ssg.get_batch(reader, SINK_BATCH)
@@ -479,116 +472,90 @@ def run(flow: Flow, parallelism: int | Mapping[str, int] = 1, key_groups: int = 
     if controller is not None:
         controller.reset()
     R = _Run(flow, slt, parallelism, key_groups, capacity)
+    rt = R.rt
     if checkpoint is not None:
         R.ck = SlackCheckpoints(R, RunCheckpoints(checkpoint, checkpoint_every, flow,
                                                   {"engine": "slack"},
                                                   [o.name for o in R.ops.values()]))
-    control = R.control
-    paths = R.paths()
-    threads = [control.thread(R.sink_thread, k, name=f"sink-{k}")
-               for k in range(len(flow.sinks))]
+        rt.checkpoints = R.ck.run
+    for k in range(len(flow.sinks)):
+        rt.thread(R.sink_thread, k, name=f"sink-{k}")
     for o in R.ops.values():
-        threads += [control.thread(R.reader_thread, o, r, name=r.name) for r in o.readers]
-    threads += [control.thread(R.source_thread, n, name=f"source-{n.name}")
-                for n in flow.nodes if n.kind == "source"]
-    sinks = [s for _, s in flow.sinks]
-    # the threads' errors are raised after the sinks end: the session asks the control
-    # (checkpointed: the output is held as parts, published by R.ck.end)
-    with (sink_session(sinks, failed=lambda: control.error is not None) if R.ck is None
-          else nullcontext()):
-        series: list[dict[str, Any]] = []
-        decisions: list[dict[str, Any]] = []
-        log = MetricsLog()  # per-operator rows (backlog: the SSG's depth) for the live view
-        t0 = time.perf_counter()
-        R.latency.t0 = log.t0 = t0
-        try:  # a signal while the threads start stops them too
-            for t in threads:
-                t.start()
-            _monitor(R, threads, t0, metrics_interval, controller, deadline, paths, series,
-                     decisions, log)
-        except BaseException as e:  # noqa: BLE001  # a tuner's error stops the run like any other
-            control.fail(e)
-        finally:
-            if control.stopped:
-                for t in threads:  # the aborted SSGs wake every blocked thread
-                    if t.ident is not None:  # started
-                        t.join(5)
-    if R.ck is not None:
-        R.ck.run.end(control.error is None)
-    control.raise_error()
-    elapsed = time.perf_counter() - t0
-    return RunResult(
-        engine="slack", elapsed=elapsed, tuples_in=dict(R.source_counts),
-        tuples_out={s.name: s.count for s in sinks},
-        extra={**_summary(R, series, decisions, deadline, controller), "metrics": log.rows,
-               **({"checkpoints": R.ck.ckpt.taken, "checkpoint_log": R.ck.ckpt.stats.log()}
-                  if R.ck is not None else {})},
-    )
+        for r in o.readers:
+            rt.thread(R.reader_thread, o, r, name=r.name)
+    for n in flow.nodes:
+        if n.kind == "source":
+            rt.thread(R.source_thread, n, name=f"source-{n.name}")
+    mon = _Monitor(R, controller, deadline)
+    # every interval, and the last one cut short by the end of the run
+    rt.sample(metrics_interval, mon.measure, final=True)
+    rt.execute(begin=lambda t0: [rt.metrics.parallelism_changed(o.name, o.k, t0)
+                                 for o in R.ops.values()])
+    return rt.result(R.source_counts, _summary(R, mon.series, mon.decisions, deadline,
+                                               controller))
 
 
-def _monitor(R: _Run, threads: list[threading.Thread], t0: float, interval: float,
-             controller: Controller | None, deadline: float | None, paths: list[list[str]],
-             series: list[dict[str, Any]], decisions: list[dict[str, Any]],
-             log: MetricsLog) -> None:
-    """The MThread and the SLT Setter (§4.2): measures every ``interval`` until the threads
-    end or the run stops, and applies the tuner's new SLTs. Each operator's period goes to
-    ``log`` too (the runtime's schema: the live view and /metrics read it)."""
-    prev_out = 0
-    prev_t = t0
-    k_total = sum(o.k for o in R.ops.values())
-    prev_read = {o.name: 0 for o in R.ops.values()}
-    for o in R.ops.values():
-        log.parallelism_changed(o.name, o.k, t0)
-    while any(t.is_alive() for t in threads):
-        _wait_any(threads, interval)
-        if R.control.stopped:
-            return
+class _Monitor:
+    """The MThread and the SLT Setter (§4.2), as the run's metrics sampler: every interval
+    it measures every operator (Eq. 1) and the end-to-end latency (Eq. 2), records a point of
+    the series and each operator's row of the run's metrics (the runtime's schema: the live
+    view and /metrics read it), and applies the tuner's new SLTs."""
+
+    def __init__(self, R: _Run, controller: Controller | None,  # noqa: N803 - the engine's name
+                 deadline: float | None):
+        self.R = R
+        self.controller = controller
+        self.deadline = deadline
+        self.paths = R.paths()
+        self.series: list[dict[str, Any]] = []
+        self.decisions: list[dict[str, Any]] = []
+        self.k_total = sum(o.k for o in R.ops.values())
+        self.prev_out = 0
+        self.prev_t: float | None = None
+        self.prev_read = {o.name: 0 for o in R.ops.values()}
+
+    def measure(self) -> list[tuple[str, Metrics]]:
+        R, controller = self.R, self.controller
         now = time.perf_counter()
+        t0 = R.rt.t0
+        prev_t = self.prev_t if self.prev_t is not None else t0
+        period = max(now - prev_t, 1e-6)
         per_op = R.measure(now)
         out_now = R.events()
         # tuples the operators read in this interval: one that read none (the tail after
         # the input ended, a stalled source) measured no latency, whatever Eq. 2 gives
-        read = sum(max(0, per_op[o.name]["read_total"] - prev_read[o.name])
+        read = sum(max(0, per_op[o.name]["read_total"] - self.prev_read[o.name])
                    for o in R.ops.values())
-        point = {"t": now - t0, "latency_ms": end_to_end(per_op, paths),
-                 "events": out_now - prev_out, "operators": per_op, "read": read,
+        point = {"t": now - t0, "latency_ms": end_to_end(per_op, self.paths),
+                 "events": out_now - self.prev_out, "operators": per_op, "read": read,
                  "slack_ready": sum(v["slack_ready"] for v in per_op.values())}
-        prev_out = out_now
-        series.append(point)
+        self.prev_out = out_now
+        self.series.append(point)
+        rows = []
         for o in R.ops.values():
             v = per_op[o.name]
             # tuples of the operator's input per second: each reader read each tuple once
-            rate = max(0, v["read_total"] - prev_read[o.name]) / o.k / max(now - prev_t, 1e-6)
-            prev_read[o.name] = v["read_total"]
-            log.record(o.name, Metrics(time=now - t0, period=max(now - prev_t, 1e-6),
-                                       parallelism=o.k, throughput=rate, input_rate=rate,
-                                       max_parallelism=o.k, extras={"backlog": v["held"]}))
+            rate = max(0, v["read_total"] - self.prev_read[o.name]) / o.k / period
+            self.prev_read[o.name] = v["read_total"]
+            rows.append((o.name, Metrics(time=now - t0, period=period, parallelism=o.k,
+                                         throughput=rate, input_rate=rate, max_parallelism=o.k,
+                                         extras={"backlog": v["held"]})))
         if controller is not None and per_op:
-            period = max(now - prev_t, 1e-6)
-            m = Metrics(time=now - t0, period=period, parallelism=k_total,
+            m = Metrics(time=now - t0, period=period, parallelism=self.k_total,
                         throughput=point["events"] / period, input_rate=0.0,
-                        max_parallelism=k_total,
+                        max_parallelism=self.k_total,
                         extras={"operators": per_op, "latency_ms": point["latency_ms"],
-                                "deadline_ms": deadline, "paths": paths})
+                                "deadline_ms": self.deadline, "paths": self.paths})
             d = controller.observe(m)
             new = getattr(d, "slt", None)
             if new:
                 for o in R.ops.values():
                     if o.name in new:
                         o.ssg.set_slt(new[o.name])
-                decisions.append({"t": now - t0, "slt": dict(new),
-                                  "reason": getattr(d, "reason", None)})
-        prev_t = now
-
-
-def _wait_any(threads: list[threading.Thread], timeout: float) -> None:
-    """Sleeps ``timeout`` seconds, or less once every thread has ended."""
-    end = time.perf_counter() + timeout
-    for t in threads:
-        left = end - time.perf_counter()
-        if left <= 0:
-            return
-        t.join(left)
+                self.decisions.append({"t": now - t0, "slt": dict(new),
+                                       "reason": getattr(d, "reason", None)})
+        self.prev_t = now
+        return rows
 
 
 def _summary(R: _Run, series: list[dict[str, Any]], decisions: list[dict[str, Any]],
@@ -616,10 +583,7 @@ def _summary(R: _Run, series: list[dict[str, Any]], decisions: list[dict[str, An
     return {
         # the runtime's schema (stretchflow.runtime.result)
         "parallelism": {o.name: o.k for o in R.ops.values()},
-        "latency_ms": R.latency.summary(),
-        "latency_series": R.latency.series(),
-        "controller": None if controller is None else getattr(controller, "name",
-                                                              type(controller).__name__),
+        "controller": controller_name(controller),
         # the slack engine's own
         "deadline_ms": deadline,
         "operators": ops,

@@ -43,21 +43,10 @@ from ..engines import parse_schedule
 from ..errors import FlowDefinitionError
 from ..eventtime import WATERMARK
 from ..flow import Flow, Node
-from ..runtime import (
-    IngestClock,
-    LatencyRecorder,
-    MetricsLog,
-    MetricsSampler,
-    ReconfigureSchedule,
-    RunControl,
-    RunResult,
-    SourcePump,
-    Stopped,
-    raise_user_error,
-    sink_session,
-)
+from ..runtime import ReconfigureSchedule, RunResult, SourcePump, Stopped, raise_user_error
 from ..runtime.control import CheckpointBarrier
-from ..runtime.drain import SINK_BATCH, SinkDrain, drain_buffer
+from ..runtime.drain import SINK_BATCH, drain_buffer
+from ..runtime.skeleton import Run, controller_name
 from .plan import PhysicalPlan, Pusher, Tagged
 from .vsn_batches import BatchAwareInlets, plan_batches, spread_in_entries
 from .vsn_operator import Control, Reconfiguration, VSNOperator, default_assignment
@@ -335,10 +324,10 @@ class VSNExecutor:
         # key groups let f_μ move keys between instances; with one instance at most there is
         # nothing to move, and one group keeps the per-key routing as cheap as the reference
         self.G = key_groups or (max(128, 16 * n) if n > 1 else 1)
-        self.control = RunControl()
-        self.metrics_log = MetricsLog()
-        self.clock = IngestClock()
-        self.latency = LatencyRecorder()
+        # the runtime's skeleton: threads, sinks, metrics, latency, checkpoints, the result
+        self.rt = Run("vsn", flow)
+        self.control, self.metrics_log = self.rt.control, self.rt.metrics
+        self.clock, self.latency = self.rt.clock, self.rt.latency
         self.ops: dict[Node, VSNOperator] = {
             node: VSNOperator(node, parallelism, n, self.G, control=self.control,
                               log=self.metrics_log, defer_gc=defer_gc, hold_switch=HOLD_SWITCH)
@@ -371,7 +360,6 @@ class VSNExecutor:
         self.controller = controller
         self.metrics_interval = metrics_interval
         self.on_start = on_start
-        self.t_start = 0.0
         self._by_name = {vop.name: vop for vop in self.ops.values()}
         self._last: dict[VSNOperator, tuple[float, list[float], int, float, int]] = {}
         self.checkpoints = None  # checkpoints and resume (vsn_checkpoint, docs/checkpoints.md)
@@ -382,6 +370,7 @@ class VSNExecutor:
             self.checkpoints = VSNCheckpoints(self, RunCheckpoints(
                 checkpoint, checkpoint_every, flow, {"columnar": columnar},
                 [vop.name for vop in self.ops.values()]))
+            self.rt.checkpoints = self.checkpoints.run
         elif checkpoint_every is not None:
             raise FlowDefinitionError("checkpoint_every needs checkpoint (the directory)")
 
@@ -426,10 +415,8 @@ class VSNExecutor:
         sink, or its part of a checkpointed run)."""
         esg = self.plan.inlets[("sink", k)].esg
         reader = ("sink", k)
-        kw = {"clock": self.clock, "latency": self.latency}
-        drain = (SinkDrain(sink, **kw) if self.checkpoints is None
-                 else self.checkpoints.run.drain(k, **kw))
-        drain_buffer(drain, lambda: esg.get_batch(reader, SINK_BATCH), END, self.control)
+        drain_buffer(self.rt.drain(k), lambda: esg.get_batch(reader, SINK_BATCH), END,
+                     self.control)
 
     # -- metrics -------------------------------------------------------------------------------
     def _measure(self) -> list[tuple[str, Any]]:
@@ -448,7 +435,7 @@ class VSNExecutor:
             # per second are the instances' sum over Π
             rate = (n - n0) / dt / max(1, vop.parallelism)
             out.append((vop.name, Metrics(
-                time=now - self.t_start, period=dt, parallelism=vop.parallelism,
+                time=now - self.rt.t0, period=dt, parallelism=vop.parallelism,
                 throughput=rate, input_rate=rate, per_instance_load=loads,
                 congestion=min(1.0, (b - b0) / dt), max_parallelism=vop.n,
                 extras={"backlog": backlog})))
@@ -461,81 +448,40 @@ class VSNExecutor:
 
     # -- the run -------------------------------------------------------------------------------
     def run(self) -> RunResult:
-        control = self.control
-        sinks = [s for _, s in self.flow.sinks]
-        # committed in the finally below unless a thread failed (its error is raised after)
-        session = (sink_session(sinks, failed=lambda: control.error is not None).open()
-                   if self.checkpoints is None else None)
-        threads: list[threading.Thread] = []
-        sampler: MetricsSampler | None = None
-        t0 = self.t_start = self.metrics_log.t0 = self.latency.t0 = time.perf_counter()
-        try:  # from here on, whatever stops the run (a signal too) ends the sinks below
-            threads = [control.thread(self._source, node, name=f"source {node.name}")
-                       for node in self.flow.nodes if node.kind == "source"]
-            for vop in self.ops.values():
-                threads += [control.thread(vi.run, name=f"{vop.name}[{vi.j}]")
-                            for vi in vop.instances]
-            threads += [control.thread(self._sink, k, s, name=f"sink {s.name}")
-                        for k, s in enumerate(sinks)]
-            sampler = MetricsSampler(control, self.metrics_log, self.metrics_interval,
-                                     self._measure, self.controller, self._apply_decision)
-            for vop in self.ops.values():
-                self._last[vop] = vop.sample(t0)
-                self.metrics_log.parallelism_changed(vop.name, vop.parallelism, t0)
-            for t in threads:
-                t.start()
-            sampler.start()
-            if self.on_start is not None:
-                self.on_start(self)
-            for t in threads:
-                t.join()
-        except BaseException as e:  # on_start failed, or the start or join was interrupted
-            control.fail(e)
-            for t in threads:
-                if t.ident is not None:  # started
-                    t.join()
-        finally:
-            if sampler is not None:
-                sampler.stop()
-            for vop in self.ops.values():  # requests a failure left pending hold no GC
-                vop.release_gc_holds()
-            if session is not None:
-                session.end()
-            if self.checkpoints is not None:
-                self.checkpoints.run.end(control.error is None)
-        elapsed = time.perf_counter() - t0
-        control.raise_error()
-        return self._result(elapsed, sinks)
-
-    def _result(self, elapsed: float, sinks: list[Any]) -> RunResult:
+        rt = self.rt
+        for node in self.flow.nodes:
+            if node.kind == "source":
+                rt.thread(self._source, node, name=f"source {node.name}")
+        for vop in self.ops.values():
+            for vi in vop.instances:
+                rt.thread(vi.run, name=f"{vop.name}[{vi.j}]")
+        for k, (_, s) in enumerate(self.flow.sinks):
+            rt.thread(self._sink, k, s, name=f"sink {s.name}")
+        rt.sample(self.metrics_interval, self._measure, self.controller, self._apply_decision)
+        rt.at_end(self._release_holds)
+        rt.execute(begin=self._begin, started=(lambda: self.on_start(self))
+                   if self.on_start is not None else None)
         ops = self.ops.values()
-        ctl = self.controller
-        return RunResult(
-            engine="vsn",
-            elapsed=elapsed,
-            tuples_in={n.name: n.spec.read for n in self.flow.nodes if n.kind == "source"},
-            tuples_out={s.name: s.count for s in sinks},
-            extra={
-                "parallelism": {v.name: v.parallelism for v in ops},
-                "parallelism_series": {k: list(v)
-                                       for k, v in self.metrics_log.parallelism.items()},
-                "reconfigurations": [r.as_dict() for v in ops for r in v.log],
-                "latency_ms": self.latency.summary(),
-                "latency_series": self.latency.series(),
-                "metrics": self.metrics_log.rows,
-                "controller": (None if ctl is None
-                               else getattr(ctl, "name", None) or type(ctl).__name__),
-                # how each O+ took its tuples (RunResult's schema): an instance's path
-                "paths": {v.name: _path(v.instances) for v in ops},
-                # vsn's own: what each instance did (tuples read, seconds busy)
-                "instances": {v.name: [{"j": vi.j, "tuples": vi.processed,
-                                        "busy_s": round(vi.busy, 4)} for vi in v.instances]
-                              for v in ops},
-                **({"checkpoints": self.checkpoints.ckpt.taken,
-                    "checkpoint_log": self.checkpoints.ckpt.stats.log()}
-                   if self.checkpoints is not None else {}),
-            },
-        )
+        return rt.result(
+            {n.name: n.spec.read for n in self.flow.nodes if n.kind == "source"},
+            {"parallelism": {v.name: v.parallelism for v in ops},
+             "reconfigurations": [r.as_dict() for v in ops for r in v.log],
+             "controller": controller_name(self.controller),
+             # how each O+ took its tuples (RunResult's schema): an instance's path
+             "paths": {v.name: _path(v.instances) for v in ops},
+             # vsn's own: what each instance did (tuples read, seconds busy)
+             "instances": {v.name: [{"j": vi.j, "tuples": vi.processed,
+                                     "busy_s": round(vi.busy, 4)} for vi in v.instances]
+                           for v in ops}})
+
+    def _begin(self, t0: float) -> None:
+        for vop in self.ops.values():  # the first period starts now, at this parallelism
+            self._last[vop] = vop.sample(t0)
+            self.metrics_log.parallelism_changed(vop.name, vop.parallelism, t0)
+
+    def _release_holds(self) -> None:
+        for vop in self.ops.values():  # requests a failure left pending hold no GC
+            vop.release_gc_holds()
 
 
 def _path(instances: list[VSNInstance]) -> str:

@@ -525,6 +525,19 @@ class Checkpointer(AsyncDrain):
         for w in self.writers:
             w.reset()
 
+    def end(self, ok: bool) -> None:
+        """The run ended: on success the held output goes to the sinks (:meth:`publish`,
+        then the checkpoint is cleared); the directory's lock is released either way."""
+        try:
+            if ok:
+                self.publish()
+        finally:
+            self.close()
+
+    def extra(self) -> dict[str, Any]:
+        """The run's ``checkpoints`` and ``checkpoint_log`` (runtime/result.py)."""
+        return {"checkpoints": self.taken, "checkpoint_log": self.stats.log()}
+
     def close(self) -> None:
         self._abort_staged()  # drained but never published (a failure in between)
         for w in getattr(self, "writers", []):

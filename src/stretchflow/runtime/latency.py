@@ -14,7 +14,7 @@ import bisect
 import math
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..eventtime import WATERMARK
@@ -51,6 +51,20 @@ class IngestClock:
             if not self.ts or ts > self.ts[-1]:
                 self.ts.append(ts)
                 self.wall.append(now)
+
+    def clocked(self, items: Iterator[Any], every: int = 256) -> Iterator[Any]:
+        """``items`` (a source read item by item, not through a
+        :class:`~stretchflow.runtime.SourcePump`, which records each batch it hands on),
+        recording every ``every``-th item's timestamp as it enters (the first one too): one
+        counter test per item, one lock per ``every`` items."""
+        record = self.record
+        n = every
+        for item in items:
+            n += 1
+            if n >= every:
+                n = 0
+                record(item[0])
+            yield item
 
     def entered(self, ts: int) -> float | None:
         """Wall-clock time the first input with timestamp >= ``ts`` entered, if any did."""

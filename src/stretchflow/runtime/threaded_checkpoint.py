@@ -277,12 +277,8 @@ class RunCheckpoints:
     def end(self, ok: bool) -> None:
         """The run ended: on success the held output goes to the sinks (then the checkpoint
         is cleared); the directory's lock is released either way."""
-        try:
-            if ok:
-                self.ckpt.publish()
-        finally:
-            self.ckpt.close()
+        self.ckpt.end(ok)
 
     def extra(self) -> dict[str, Any]:
         """The run's ``checkpoints`` and ``checkpoint_log`` (runtime/result.py)."""
-        return {"checkpoints": self.ckpt.taken, "checkpoint_log": self.ckpt.stats.log()}
+        return self.ckpt.extra()
