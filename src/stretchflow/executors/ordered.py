@@ -67,7 +67,6 @@ snapshotted with nothing in flight (:mod:`.ordered_checkpoint`).
 from __future__ import annotations
 
 import math
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -76,7 +75,8 @@ from typing import Any
 from ..buffers.hybrid_queue import HybridQueue, Lease, PartitionedQueue
 from ..buffers.reorder import LockReorderBuffer, NonBlockingReorderBuffer
 from ..elastic.controller import Metrics
-from ..errors import FlowDefinitionError
+from ..engines import Settings, given
+from ..engines import run as run_engine
 from ..eventtime import WATERMARK
 from ..flow import Flow
 from ..operators.stateless import apply_batch
@@ -117,10 +117,12 @@ QUEUES = ("hybrid", "partitioned")
 
 
 def run(flow: Flow, parallelism: int | None = None, key_groups: int | None = None,
-        capacity: int = 1024, scheduler: str = "qst", reorder: str = "nonblocking",
-        queue: str = "hybrid", time_slice: float = 0.002, max_batch: int = 256,
-        ct_window: float = 0.05, marker_every: int = 0, checkpoint: str | None = None,
-        checkpoint_every: Any = None, columnar: str = "on") -> RunResult:
+        capacity: int | None = None, scheduler: str | None = None,
+        reorder: str | None = None, queue: str | None = None,
+        time_slice: float | None = None, max_batch: int | None = None,
+        ct_window: float | None = None, marker_every: int | None = None,
+        checkpoint: str | None = None, checkpoint_every: Any = None,
+        columnar: str | None = None) -> RunResult:
     """Runs ``flow`` on a pool of ``parallelism`` worker threads (default: the CPU count).
 
     ``parallelism`` is also the number of instances of each O+; ``key_groups`` the key groups
@@ -137,20 +139,16 @@ def run(flow: Flow, parallelism: int | None = None, key_groups: int | None = Non
     batches (:mod:`.ordered_columnar`; else ``extra["columnar_fallback"]`` says why), "off":
     tuples.
     """
-    n_workers = parallelism if parallelism is not None else (os.cpu_count() or 1)
-    if n_workers < 1:
-        raise ValueError("the ordered engine needs at least one worker (parallelism >= 1)")
-    if key_groups is not None and key_groups < 1:
-        raise ValueError("key_groups must be at least 1")
-    if checkpoint is None and checkpoint_every is not None:
-        raise ValueError("checkpoint_every needs checkpoint (the directory)")
-    if columnar not in ("on", "off"):
-        raise FlowDefinitionError(f"columnar must be 'on' or 'off', got {columnar!r}")
-    ck = (flow, checkpoint, checkpoint_every) if checkpoint is not None else None
-    return _Executor(flow, Plan(flow), n_workers, scheduler, capacity=capacity,
-                     time_slice=time_slice, max_batch=max_batch, key_groups=key_groups,
-                     ct_window=ct_window, reorder=reorder, queue=queue,
-                     marker_every=marker_every, checkpoint=ck, columnar=columnar).run()
+    return run_engine(flow, "ordered", given(locals()))
+
+
+def execute(flow: Flow, s: Settings) -> RunResult:
+    """Runs ``flow`` with checked settings ``s`` (:func:`stretchflow.engines.run`'s call)."""
+    ck = (flow, s.checkpoint, s.checkpoint_every) if s.checkpoint is not None else None
+    return _Executor(flow, Plan(flow), s.parallelism, s.scheduler, capacity=s.capacity,
+                     time_slice=s.time_slice, max_batch=s.max_batch, key_groups=s.key_groups,
+                     ct_window=s.ct_window, reorder=s.reorder, queue=s.queue,
+                     marker_every=s.marker_every, checkpoint=ck, columnar=s.columnar).run()
 
 
 class _Executor:
@@ -158,14 +156,6 @@ class _Executor:
                  time_slice: float, max_batch: int, key_groups: int | None, ct_window: float,
                  reorder: str, queue: str, marker_every: int,
                  checkpoint: tuple[Flow, Any, Any] | None = None, columnar: str = "on"):
-        if capacity < 1 or max_batch < 1:
-            raise ValueError("capacity and max_batch must be at least 1")
-        if reorder not in REORDERS:
-            raise ValueError(f"unknown reorder buffer {reorder!r}; choose one of {REORDERS}")
-        if queue not in QUEUES:
-            raise ValueError(f"unknown queue {queue!r}; choose one of {QUEUES}")
-        if marker_every < 0:
-            raise ValueError("marker_every must be >= 0")
         self.n_workers = n_workers
         self.reorder = reorder
         self.queue_kind = queue

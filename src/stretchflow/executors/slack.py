@@ -1,9 +1,12 @@
 """The slack executor: O+ operators read their inputs through Slack ScaleGates under a query
 deadline (determinism-latency §3–§5).
 
-Threads (the SSGOperator of §4.2, Fig. 7):
+Threads (the SSGOperator of §4.2, Fig. 7), on the runtime's skeleton
+(:mod:`stretchflow.runtime.skeleton`: the threads, the first-error-wins stop, the sinks'
+drains and session, the output latency):
 
-* one *writer* thread per source; stateless operators downstream of a source run on it;
+* one *writer* thread per source; stateless operators downstream of a source run on it
+  (:func:`~stretchflow.executors.slack_inlet.write_source`);
 * per O+, ``parallelism`` processing threads (PThreads) that share the operator's state σ as in
   VSN (:class:`~stretchflow.operators.oplus.SharedState`, key groups owned via f_μ): each
   reads every tuple of the operator's SSG and handles the keys of its groups; its outputs go,
@@ -11,21 +14,13 @@ Threads (the SSGOperator of §4.2, Fig. 7):
   writers) or to a sink;
 * one thread per sink, reading an SSG with SLT = ∞ (ready tuples only) fed by the producers
   of the sink's stream;
-* a monitor (the MThread; the thread that called :func:`run`) that every
-  ``metrics_interval`` seconds measures each operator and the end-to-end latency, records
-  the time series and lets a tuner (the SLTuner or a baseline,
-  :mod:`stretchflow.elastic.sltuner`) set new SLTs (the SLT Setter).
+* the MThread, the run's metrics sampler (:mod:`.slack_monitor`): every ``metrics_interval``
+  seconds it measures each operator (Eq. 1) and the end-to-end latency (Eq. 2), records the
+  time series and lets a tuner (the SLTuner or a baseline, :mod:`stretchflow.elastic.sltuner`)
+  set new SLTs (the SLT Setter).
 
-Measurements
-    * per operator (Eq. 1): for each thread, the 95th percentile over the interval of queue
-      delay (from the insertion of a tuple in the SSG to its read; transfer from the upstream
-      operator included, so ``comm`` of Eq. 2 is part of it) plus processing time, and at
-      least the age of the oldest tuple the thread has not read yet (a thread stalled on an
-      unready tuple reads nothing, and its latency must still show); the operator's latency
-      is the slowest thread's;
-    * end to end (Eq. 2): the maximum over source-to-sink paths of the sum of the latencies
-      of the O+ on the path;
-    * slack-ready tuples read (Eq. 4–5), per operator and in total.
+The SSGs and their writers are :mod:`.slack_inlet`; this module holds the processing threads'
+instance and loop, the run and its result.
 
 Slack-ready tuples processed out of order (the paper's deliberate approximation, §3 Fig. 6)
     An O+ thread's watermark W is the largest timestamp it has read. A tuple with ts < W
@@ -38,48 +33,39 @@ Slack-ready tuples processed out of order (the paper's deliberate approximation,
     dropped. A tuple is counted by the instance(s) owning its keys (once for a one-key tuple).
     Outputs stay timestamp-sorted per thread (f_U outputs carry right boundaries > W).
 
-Plan and runtime
-    The inlets of the O+ and the sinks are those of the shared physical plan
-    (:class:`~stretchflow.executors.plan.PhysicalPlan` with :class:`SSGInlet` as the
-    inlet factory), stateless operators run fused on their producer's thread as in VSN; the
-    threads, the first-error-wins stop, the source batching and the output latency are the
-    shared runtime's (:mod:`stretchflow.runtime`).
-
 Flow control
     Every SSG (the O+ inputs and the sinks') has a capacity (``capacity``, default 65 536 tuples
-    held; None, only by calling :func:`run` directly, for unbounded): a source or upstream O+
-    thread writing into a full SSG blocks until its readers free room, so a fast source in front
-    of a slow operator does not grow memory (the bound and its deadlock-freedom argument are in
-    :mod:`stretchflow.buffers.ssg`). A failing thread aborts every SSG so no thread stays
-    blocked on a full or empty buffer (the SSGs' aborts are the run's abort hooks).
+    held): a source or upstream O+ thread writing into a full SSG blocks until its readers
+    free room, so a fast source in front of a slow operator does not grow memory (the bound
+    and its deadlock-freedom argument are in :mod:`stretchflow.buffers.ssg`). A failing thread
+    aborts every SSG so no thread stays blocked on a full or empty buffer (the SSGs' aborts
+    are the run's abort hooks).
 
 With SLT ≥ max_ts − merge_ts throughout (in particular SLT = ∞, the default) no tuple is
 slack-ready and the output equals the reference executor's, per timestamp.
 
-Checkpoints (issue #17, ``checkpoint=DIR``, SLT = inf only): VSN's barriers through the SSGs
-(:mod:`.slack_checkpoint`).
+Checkpoints (issue #17, ``checkpoint=DIR``, SLT = inf only): the threaded engines' barriers
+through the SSGs (:mod:`.slack_checkpoint`).
 """
 
 from __future__ import annotations
 
-import heapq
 import math
 import threading
 import time
 from collections.abc import Hashable, Mapping
-from operator import itemgetter
 from typing import Any
 
 from ..buffers.esg import Aborted
-from ..buffers.ssg import DEFAULT_CAPACITY, END, SlackScaleGate
-from ..elastic.controller import Controller, Metrics
-from ..errors import FlowDefinitionError
+from ..buffers.ssg import END, SlackScaleGate
+from ..elastic.controller import Controller
+from ..engines import Settings, given
+from ..engines import run as run_engine
 from ..eventtime import WATERMARK
 from ..flow import Flow, Node
 from ..operators.oplus import OPlus, OPlusInstance, SharedState
 from ..runtime import (
     RunResult,
-    SourcePump,
     Stopped,
     user_error,
 )
@@ -87,54 +73,14 @@ from ..runtime.control import CheckpointBarrier
 from ..runtime.drain import SINK_BATCH, SinkDrain, drain_buffer
 from ..runtime.skeleton import Run, controller_name
 from ..runtime.threaded_checkpoint import RunCheckpoints
-from .plan import Item, PhysicalPlan
-from .slack_checkpoint import SlackCheckpoints, check
+from .plan import PhysicalPlan
+from .slack_checkpoint import SlackCheckpoints
+from .slack_inlet import ssg_inlets, write_source
+from .slack_monitor import Monitor, end_to_end
 
-__all__ = ["SlackInstance", "run"]
+__all__ = ["SlackInstance", "end_to_end", "run"]
 
 BATCH = 64  # tuples a thread takes from its SSG at once
-SOURCE_BATCH = 256  # tuples a non-live source inserts at once
-# seconds a partial batch of a slow non-live source may wait: well above the GIL's switch
-# interval (5 ms), so that a source thread waiting once for the GIL does not cut its batch
-SOURCE_DELAY = 0.05
-
-
-class SSGInlet:
-    """The Slack ScaleGate a consumer reads (the slack executor): the same producer-side
-    interface as :class:`Inlet` (push, close, abort; the slack executor changes no membership
-    at run time), items ``(ts, payload, input index, t_in)``."""
-
-    def __init__(self, name: str, producers: list[Hashable], readers: list[Hashable],
-                 capacity: int | None, slt: float = math.inf):
-        self.name = name
-        self.ssg = SlackScaleGate(producers, readers, slt, capacity=capacity)
-
-    def push_input(self, pid: Hashable, batch: list[Item], i: int) -> None:
-        """Adds a producer's ``(ts, payload)`` batch bound for input ``i``, stamped with the
-        time it is added (the start of the queue delay of Eq. 1)."""
-        now = time.perf_counter()
-        self.ssg.insert_batch([(ts, p, i, now) for ts, p in batch], pid)
-
-    def push_inputs(self, pid: Hashable, parts: list[tuple[int, list[Item]]]) -> None:
-        """One producer's batches for several inputs as one sorted run (as
-        :meth:`Inlet.push_inputs`)."""
-        now = time.perf_counter()
-        runs = [[(ts, p, i, now) for ts, p in b] for i, b in parts]
-        self.ssg.insert_batch(list(heapq.merge(*runs, key=itemgetter(0))), pid)
-
-    def push(self, pid: Hashable, items: list[Item]) -> None:
-        """Adds a producer's control items (a checkpoint barrier, past the stateless
-        operators: :func:`~stretchflow.runtime.threaded_checkpoint.forward_barrier`); the input
-        index is not read."""
-        self.push_input(pid, items, 0)
-
-    def close(self, pid: Hashable) -> None:
-        """A producer's end of input."""
-        self.ssg.close_writer(pid)
-
-    def abort(self, cause: BaseException) -> None:
-        """Wakes every thread blocked on the buffer (a run's abort hook)."""
-        self.ssg.abort(cause)
 
 
 class SlackInstance(OPlusInstance):
@@ -178,16 +124,6 @@ class SlackInstance(OPlusInstance):
                     self._emit_later(l + ws_, out)
 
 
-def _p95(values: list[float]) -> float:
-    """Eq. 1's per-thread statistic: the 95th percentile (nearest rank) of one interval's
-    samples, 0 for none. Not :func:`stretchflow.runtime.percentiles`: that reports p50/p99/max
-    of a whole run; the paper's operator latency is the p95 of the interval."""
-    if not values:
-        return 0.0
-    v = sorted(values)
-    return v[min(len(v) - 1, int(0.95 * len(v)))]
-
-
 class _Reader:
     """One processing thread of an O+ and its measurements for the current interval."""
 
@@ -222,26 +158,17 @@ class _Run:
 
     def __init__(self, flow: Flow, slt: Any, parallelism: Any, key_groups: int,
                  capacity: int | None):
-        flow.validate()
         self.flow = flow
         self.ops: dict[Node, _Operator] = {}
         for node in flow.nodes:
             if node.kind == "oplus":
+                # (checked with the engine's options: a positive integer per operator)
                 k = (parallelism.get(node.name, 1) if isinstance(parallelism, Mapping)
                      else parallelism)
-                if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-                    raise FlowDefinitionError(f"{node.name}: parallelism must be a positive "
-                                              f"integer, got {k!r}")
                 self.ops[node] = _Operator(node, k, max(key_groups, k))
 
-        def inlet(consumer: Any, name: str, producers: list[Hashable],
-                  readers: list[Hashable], cap: int | None, n_inputs: int) -> SSGInlet:
-            # a sink reads ready tuples only (SLT = inf): its order is the output's
-            s = (slt.get(name, math.inf) if isinstance(slt, Mapping) else slt
-                 ) if isinstance(consumer, Node) else math.inf
-            return SSGInlet(name, producers, readers, cap, s)
-
-        self.plan = PhysicalPlan(flow, self._producer_ids, self._reader_ids, capacity, inlet)
+        self.plan = PhysicalPlan(flow, self._producer_ids, self._reader_ids, capacity,
+                                 ssg_inlets(slt))
         for node, o in self.ops.items():
             o.ssg = self.plan.inlets[node].ssg
         # the runtime's skeleton: threads, sinks, metrics, latency, checkpoints, the result
@@ -263,21 +190,8 @@ class _Run:
 
     # -- threads --------------------------------------------------------------------------------
     def source_thread(self, node: Node) -> None:
-        pusher = self.plan.pusher(node, node.name)
-        spec, push = node.spec, pusher.push
-        if self.ck is not None:  # barriers in the stream, skipping on resume
-            spec, push, _ = self.ck.run.pump_args(node, pusher, None)
-        # a live source (paced, replayed) sends each tuple at once; a file or iterable in
-        # batches of SOURCE_BATCH, the delay only bounding how long a slow one's tuples wait
-        pump = SourcePump(spec, push, self.control, clock=self.clock,
-                          batch=SOURCE_BATCH, delay=SOURCE_DELAY)
-        try:
-            pump.run()
-            pusher.close()
-        except Aborted:
-            raise Stopped from None
-        finally:
-            self.source_counts[node.name] = pump.count
+        write_source(node, self.plan.pusher(node, node.name), self.control, self.clock,
+                     self.source_counts, self.ck.run if self.ck is not None else None)
 
     def reader_thread(self, o: _Operator, r: _Reader) -> None:
         inst = r.inst
@@ -352,74 +266,12 @@ class _Run:
         """Output tuples the sinks have written so far."""
         return sum(d.count for d in self.drains if d is not None)
 
-    # -- Eq. 1, Eq. 2 -------------------------------------------------------------------------
-    def measure(self, now: float) -> dict[str, dict[str, Any]]:
-        out = {}
-        for o in self.ops.values():
-            per_thread = []
-            last_ts = -math.inf
-            for r in o.readers:
-                with r.lock:
-                    samples, r.samples = r.samples, []
-                    last_ts = max(last_ts, r.last_ts)
-                head = o.ssg.get_head(r.name)
-                age = now - head[3] if head is not None else 0.0
-                per_thread.append(max(_p95(samples), age) * 1000.0)
-            st = o.ssg.stats()
-            slack = sum(st["slack_ready"].values())
-            # tuples handed to the readers so far (every reader gets every tuple once)
-            read = slack + sum(st["ready"].values()) + sum(st["late"].values())
-            late = sum(r.inst.late for r in o.readers if r.inst is not None)
-            lost = sum(r.inst.lost for r in o.readers if r.inst is not None)
-            out[o.name] = {
-                "latency_ms": max(per_thread),
-                "slack_ready": slack - o.prev_slack,
-                "late": late - o.prev_late,
-                "lost": lost - o.prev_lost,
-                "slt": o.ssg.slt,
-                "last_ts": last_ts,
-                "max_ts": o.ssg.max_ts(),
-                "threads": o.k,
-                "window_ms": o.op.WS,
-                "skew_ms": o.ssg.max_ts() - o.ssg.merge_ts()
-                if math.isfinite(o.ssg.merge_ts()) else 0.0,
-                "max_skew_ms": o.ssg.max_skew,
-                "held": st["held"],
-                "read_total": read,
-            }
-            o.prev_slack, o.prev_late, o.prev_lost = slack, late, lost
-        return out
 
-    def paths(self) -> list[list[str]]:
-        """The O+ names on every source-to-sink path (Eq. 2's max over paths)."""
-        found: list[list[str]] = []
-        children = self.plan.children
-
-        def walk(node: Node, acc: list[str]) -> None:
-            if node.kind == "oplus":
-                acc = [*acc, node.name]
-            for kind, child, _ in children[node]:
-                if kind == "sink":
-                    found.append(acc)
-                else:
-                    walk(child, acc)
-
-        for node in self.flow.nodes:
-            if node.kind == "source":
-                walk(node, [])
-        return found
-
-
-def end_to_end(per_op: Mapping[str, Mapping[str, Any]], paths: list[list[str]]) -> float:
-    """Eq. 2: the maximum over paths of the sum of the operators' latencies (ms)."""
-    return max((sum(per_op[n]["latency_ms"] for n in p) for p in paths), default=0.0)
-
-
-def run(flow: Flow, parallelism: int | Mapping[str, int] = 1, key_groups: int = 64,
-        capacity: int | None = DEFAULT_CAPACITY, metrics_interval: float = 0.5,
-        controller: Controller | None = None, deadline: float | None = None,
-        slt: float | Mapping[str, float] = math.inf, checkpoint: str | None = None,
-        checkpoint_every: Any = None) -> RunResult:
+def run(flow: Flow, parallelism: int | Mapping[str, int] | None = None,
+        key_groups: int | None = None, capacity: int | None = None,
+        metrics_interval: float | None = None, controller: Controller | None = None,
+        deadline: float | None = None, slt: float | Mapping[str, float] | None = None,
+        checkpoint: str | None = None, checkpoint_every: Any = None) -> RunResult:
     """Runs ``flow`` with every O+ reading its inputs through an SSG.
 
     Args:
@@ -427,10 +279,8 @@ def run(flow: Flow, parallelism: int | Mapping[str, int] = 1, key_groups: int = 
             operator not in it gets 1).
         key_groups: key groups of each O+'s shared state (at least ``parallelism``).
         capacity: the flow-control bound of every SSG (tuples held, see
-            :mod:`stretchflow.buffers.ssg`): a writer (source or upstream O+ thread) blocks
-            while the SSG it writes to is full; None (only when calling this function
-            directly: ``Flow.run`` reads None as "the default") disables it, and memory then
-            grows with the skew.
+            :mod:`stretchflow.buffers.ssg`, default 65 536): a writer (source or upstream O+
+            thread) blocks while the SSG it writes to is full.
         metrics_interval: seconds between measurements (time series points, tuner calls).
         controller: the SLT tuner, a :class:`~stretchflow.elastic.controller.Controller`
             that answers :class:`~stretchflow.elastic.sltuner.SLTDecision` with new SLTs.
@@ -454,24 +304,16 @@ def run(flow: Flow, parallelism: int | Mapping[str, int] = 1, key_groups: int = 
     ``slack_ready``, ``lost_tuples``, ``events``, ``decisions`` and
     ``deadline_ms``.
     """
-    if not metrics_interval > 0:
-        raise ValueError(f"metrics_interval must be > 0, got {metrics_interval!r}")
-    if deadline is not None and not deadline > 0:
-        raise ValueError(f"deadline must be > 0 (ms), got {deadline!r}")
-    if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, int)
-                                 or capacity < 1):
-        raise ValueError(f"capacity must be a positive integer or None, got {capacity!r}")
-    if controller is not None and not isinstance(controller, Controller):
-        raise FlowDefinitionError(
-            "the slack engine's controller is an SLT tuner object "
-            f"(stretchflow.elastic.sltuner), got {controller!r}")
-    if checkpoint is None and checkpoint_every is not None:
-        raise ValueError("checkpoint_every needs checkpoint (the directory)")
-    if checkpoint is not None:
-        check(slt, controller)
+    return run_engine(flow, "slack", given(locals()))
+
+
+def execute(flow: Flow, s: Settings) -> RunResult:
+    """Runs ``flow`` with checked settings ``s`` (:func:`stretchflow.engines.run`'s call)."""
+    controller, deadline, metrics_interval = s.controller, s.deadline, s.metrics_interval
+    checkpoint, checkpoint_every = s.checkpoint, s.checkpoint_every
     if controller is not None:
         controller.reset()
-    R = _Run(flow, slt, parallelism, key_groups, capacity)
+    R = _Run(flow, s.slt, s.parallelism, s.key_groups, s.capacity)
     rt = R.rt
     if checkpoint is not None:
         R.ck = SlackCheckpoints(R, RunCheckpoints(checkpoint, checkpoint_every, flow,
@@ -486,76 +328,13 @@ def run(flow: Flow, parallelism: int | Mapping[str, int] = 1, key_groups: int = 
     for n in flow.nodes:
         if n.kind == "source":
             rt.thread(R.source_thread, n, name=f"source-{n.name}")
-    mon = _Monitor(R, controller, deadline)
+    mon = Monitor(R, controller, deadline)
     # every interval, and the last one cut short by the end of the run
     rt.sample(metrics_interval, mon.measure, final=True)
     rt.execute(begin=lambda t0: [rt.metrics.parallelism_changed(o.name, o.k, t0)
                                  for o in R.ops.values()])
     return rt.result(R.source_counts, _summary(R, mon.series, mon.decisions, deadline,
                                                controller))
-
-
-class _Monitor:
-    """The MThread and the SLT Setter (§4.2), as the run's metrics sampler: every interval
-    it measures every operator (Eq. 1) and the end-to-end latency (Eq. 2), records a point of
-    the series and each operator's row of the run's metrics (the runtime's schema: the live
-    view and /metrics read it), and applies the tuner's new SLTs."""
-
-    def __init__(self, R: _Run, controller: Controller | None,  # noqa: N803 - the engine's name
-                 deadline: float | None):
-        self.R = R
-        self.controller = controller
-        self.deadline = deadline
-        self.paths = R.paths()
-        self.series: list[dict[str, Any]] = []
-        self.decisions: list[dict[str, Any]] = []
-        self.k_total = sum(o.k for o in R.ops.values())
-        self.prev_out = 0
-        self.prev_t: float | None = None
-        self.prev_read = {o.name: 0 for o in R.ops.values()}
-
-    def measure(self) -> list[tuple[str, Metrics]]:
-        R, controller = self.R, self.controller
-        now = time.perf_counter()
-        t0 = R.rt.t0
-        prev_t = self.prev_t if self.prev_t is not None else t0
-        period = max(now - prev_t, 1e-6)
-        per_op = R.measure(now)
-        out_now = R.events()
-        # tuples the operators read in this interval: one that read none (the tail after
-        # the input ended, a stalled source) measured no latency, whatever Eq. 2 gives
-        read = sum(max(0, per_op[o.name]["read_total"] - self.prev_read[o.name])
-                   for o in R.ops.values())
-        point = {"t": now - t0, "latency_ms": end_to_end(per_op, self.paths),
-                 "events": out_now - self.prev_out, "operators": per_op, "read": read,
-                 "slack_ready": sum(v["slack_ready"] for v in per_op.values())}
-        self.prev_out = out_now
-        self.series.append(point)
-        rows = []
-        for o in R.ops.values():
-            v = per_op[o.name]
-            # tuples of the operator's input per second: each reader read each tuple once
-            rate = max(0, v["read_total"] - self.prev_read[o.name]) / o.k / period
-            self.prev_read[o.name] = v["read_total"]
-            rows.append((o.name, Metrics(time=now - t0, period=period, parallelism=o.k,
-                                         throughput=rate, input_rate=rate, max_parallelism=o.k,
-                                         extras={"backlog": v["held"]})))
-        if controller is not None and per_op:
-            m = Metrics(time=now - t0, period=period, parallelism=self.k_total,
-                        throughput=point["events"] / period, input_rate=0.0,
-                        max_parallelism=self.k_total,
-                        extras={"operators": per_op, "latency_ms": point["latency_ms"],
-                                "deadline_ms": self.deadline, "paths": self.paths})
-            d = controller.observe(m)
-            new = getattr(d, "slt", None)
-            if new:
-                for o in R.ops.values():
-                    if o.name in new:
-                        o.ssg.set_slt(new[o.name])
-                self.decisions.append({"t": now - t0, "slt": dict(new),
-                                       "reason": getattr(d, "reason", None)})
-        self.prev_t = now
-        return rows
 
 
 def _summary(R: _Run, series: list[dict[str, Any]], decisions: list[dict[str, Any]],

@@ -17,34 +17,22 @@ every sink has.
 
 A finite SLT lets slack-ready tuples through out of timestamp order (a barrier before a slow
 source's tuples <= T), so no cut is consistent: a checkpointed run needs SLT = inf and no SLT
-tuner (:func:`check`), which is also what makes the engine deterministic (its output equals
-the reference engine's per timestamp) and a resumed run equal an uninterrupted one.
+tuner (checked with the engine's options, :mod:`stretchflow.engines`), which is also what
+makes the engine deterministic (its output equals the reference engine's per timestamp) and a
+resumed run equal an uninterrupted one.
 """
 
 from __future__ import annotations
 
-import math
 import threading
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..errors import FlowDefinitionError
 from ..operators import snapshot
 from ..runtime.checkpoint import CheckpointBarrier
 from ..runtime.threaded_checkpoint import RunCheckpoints, forward_barrier, wait
 
 if TYPE_CHECKING:
     from .slack import _Operator, _Reader, _Run
-
-def check(slt: Any, controller: Any) -> None:
-    """Refuses a checkpoint where the engine is not deterministic (see the module doc)."""
-    slts = list(slt.values()) if isinstance(slt, Mapping) else [slt]
-    if controller is not None or any(s != math.inf for s in slts):
-        raise FlowDefinitionError(
-            "checkpoint: the slack engine checkpoints only with slt=inf and no controller "
-            "(a finite SLT processes tuples out of timestamp order, so no cut is consistent "
-            "and a resumed run could not equal an uninterrupted one)")
-
 
 class SlackCheckpoints:
     """One slack run's operators at checkpoint barriers; the sources' and the sinks' side,

@@ -28,7 +28,6 @@ tuple it takes after that); a controller given by name runs once per region.
 
 from __future__ import annotations
 
-import copy
 import functools
 import shutil
 import time
@@ -38,7 +37,8 @@ from typing import Any
 
 from ..elastic.controller import Controller
 from ..elastic.migration import SQLiteStateStore, StateStore, open_store
-from ..errors import FlowDefinitionError
+from ..engines import Settings, given
+from ..engines import run as run_engine
 from ..flow import Flow, Node
 from ..runtime import (
     RunControl,
@@ -59,14 +59,16 @@ _QUEUE_BATCHES = 64  # default channel queue, in splitter batches (capacity = 64
 CLOCK_EVERY = 256
 
 
-def run(flow: Flow, parallelism: int = 1, max_parallelism: int | None = None,
-        key_groups: int = 128, capacity: int | None = None,
-        reconfigure: list[tuple[int, int]] | None = None,
+def run(flow: Flow, parallelism: int | None = None, max_parallelism: int | None = None,
+        key_groups: int | None = None, capacity: int | None = None,
+        reconfigure: list[tuple[int, int]] | str | None = None,
         controller: str | Controller | None = None,
-        controller_options: dict[str, Any] | None = None, metrics_interval: float = 1.0,
-        channels: str = "threads", store: str | StateStore | None = None, batch: int = 256,
-        pulse_ms: float = 50, start_method: str = "forkserver", columnar: str = "on",
-        checkpoint: str | None = None, checkpoint_every: Any = None) -> RunResult:
+        controller_options: dict[str, Any] | None = None,
+        metrics_interval: float | None = None, channels: str | None = None,
+        store: str | StateStore | None = None, batch: int | None = None,
+        pulse_ms: float | None = None, start_method: str | None = None,
+        columnar: str | None = None, checkpoint: str | None = None,
+        checkpoint_every: Any = None) -> RunResult:
     """Runs ``flow`` with every O+ on ``parallelism`` shared-nothing channels.
 
     Args:
@@ -105,48 +107,30 @@ def run(flow: Flow, parallelism: int = 1, max_parallelism: int | None = None,
             holding one resumes from it, at any parallelism (:mod:`.sn_checkpoint`,
             docs/checkpoints.md).
     """
-    if checkpoint_every is not None and checkpoint is None:
-        raise ValueError("checkpoint_every needs checkpoint (the directory)")
-    if channels not in ("threads", "processes"):
-        raise FlowDefinitionError(
-            f"the sn engine runs channels as 'threads' or 'processes', got {channels!r}")
-    interval = float(metrics_interval)
-    pulse = float(pulse_ms) / 1000
-    schedule = sorted(reconfigure or [])
-    wanted = [parallelism] + [p for _, p in schedule]
-    ctl_given = controller is not None
-    if max_parallelism is None:
-        max_parallelism = max(wanted) if not ctl_given else max(max(wanted), 4)
-    if any(not 1 <= p <= max_parallelism for p in wanted):
-        raise ValueError(f"parallelism must be between 1 and max_parallelism={max_parallelism}")
-    if key_groups < 1 or batch < 1 or (capacity is not None and capacity < 1):
-        raise ValueError("key_groups, batch and capacity must be positive")
-    if not interval > 0:
-        raise ValueError(f"metrics_interval must be > 0, got {metrics_interval!r}")
+    return run_engine(flow, "sn", given(locals()))
+
+
+def execute(flow: Flow, s: Settings) -> RunResult:
+    """Runs ``flow`` with checked settings ``s`` (:func:`stretchflow.engines.run`'s call)."""
+    parallelism, key_groups, capacity = s.parallelism, s.key_groups, s.capacity
+    max_parallelism, schedule, batch = s.max_parallelism, s.reconfigure, s.batch
+    channels, start_method, checkpoint = s.channels, s.start_method, s.checkpoint
+    interval = float(s.metrics_interval)
+    pulse = float(s.pulse_ms) / 1000
     queue_size = _QUEUE_BATCHES if capacity is None else max(1, capacity // batch)
-    make_controller = _controllers(controller, dict(controller_options or {}))
-    if channels == "processes":
-        if store is None:
-            store = "sqlite"
-        if store == "memory" or (isinstance(store, StateStore)
-                                 and not isinstance(store, SQLiteStateStore)):
-            raise ValueError("process channels migrate state through a file every process can "
-                             "open: use store='sqlite' (or an SQLiteStateStore)")
-    if columnar not in ("on", "off"):
-        raise FlowDefinitionError(f"columnar must be 'on' or 'off', got {columnar!r}")
-    flow.validate()
-    cp = _columnar_plan(flow, channels, columnar, bool(schedule) or ctl_given,
+    ctl_given = s.controller is not None
+    cp = _columnar_plan(flow, channels, s.columnar, bool(schedule) or ctl_given,
                         checkpoint is not None)
     if cp is not None and not isinstance(cp, str):
         return _run_columnar(flow, cp, parallelism=parallelism, key_groups=key_groups,
                              capacity=capacity, start_method=start_method,
                              max_parallelism=max_parallelism)
-    state_store, own_store, state_dir = _open_store(store)
-    ck = (checkpoint, checkpoint_every) if checkpoint is not None else None
+    state_store, own_store, state_dir = _open_store(s.store)
+    ck = (checkpoint, s.checkpoint_every) if checkpoint is not None else None
     try:
         ex = _Executor(flow, state_store, parallelism=parallelism, n_groups=key_groups,
                        batch=batch, queue_size=queue_size, schedule=schedule, pulse=pulse,
-                       make_controller=make_controller, max_parallelism=max_parallelism,
+                       make_controller=s.controllers, max_parallelism=max_parallelism,
                        interval=interval, channels=channels, start_method=start_method,
                        checkpoint=ck)
         ex.rt.at_end(ex.close_channels)
@@ -234,24 +218,6 @@ def _open_store(store: str | StateStore | None) -> tuple[StateStore, bool, Path 
     except BaseException:
         shutil.rmtree(d, ignore_errors=True)
         raise
-
-
-def _controllers(controller: str | Controller | None,
-                 options: dict[str, Any]) -> Callable[[int], Controller | None]:
-    """``k -> the controller of the k-th region``: one per region (a controller keeps the
-    state of the operator it watches: levels, history)."""
-    if controller is None:
-        if options:
-            raise ValueError("controller_options given without a controller")
-        return lambda _k: None
-    if isinstance(controller, Controller):
-        if options:
-            raise ValueError("controller_options apply to a controller given by name only")
-        return lambda k: controller if k == 0 else copy.deepcopy(controller)
-    from ..elastic import make_controller
-
-    make_controller(str(controller), **options)  # a bad name or option fails before any run
-    return lambda _k: make_controller(str(controller), **options)
 
 
 class _Executor:

@@ -39,8 +39,9 @@ from typing import Any
 
 from ..batch import Batch
 from ..buffers.esg import END
-from ..engines import parse_schedule
-from ..errors import FlowDefinitionError
+from ..engines import Settings, given
+from ..engines import run as run_engine
+from ..engines import settings as engine_settings
 from ..eventtime import WATERMARK
 from ..flow import Flow, Node
 from ..runtime import ReconfigureSchedule, RunResult, SourcePump, Stopped, raise_user_error
@@ -59,13 +60,10 @@ BARRIER_TIMEOUT = 120.0
 # read ahead of the slowest one; an O+ whose kernels take runs keeps its 1 024-tuple runs
 MAX_SPREAD = 64
 MAX_SPREAD_RUNS = 2 * RUN_BATCH
-# seconds ESG_in's sources wait at most after a control tuple (the control hold, docs/vsn.md):
-# until the switch is applied, the instances need not win the GIL from the sources; read
-# when an executor is built (None: no hold; the reconfiguration bench compares both)
+# Deprecated: the options control_hold and hold_switch (engines.py) replace these. The
+# reconfiguration bench (bench/vsn.py) still sets them, so an executor reads them when its
+# run does not give the option; remove them once the bench passes the options.
 CONTROL_HOLD: float | None = 0.05
-# lower the GIL switch interval from a request until its switch (runtime/switch_hold.py);
-# off: measured, a reconfiguration's time is CPU work, not waits for the GIL (docs/vsn.md).
-# Read when an executor is built (the reconfiguration bench compares both)
 HOLD_SWITCH = False
 
 
@@ -304,48 +302,37 @@ class VSNExecutor:
     list of ``(COUNT, P)`` steps.
     """
 
-    def __init__(self, flow: Flow, parallelism: int = 1, max_parallelism: int | None = None,
-                 key_groups: int | None = None, capacity: int = 4096,
-                 reconfigure: list[tuple[int, int]] | None = None, controller: Any = None,
-                 metrics_interval: float = 1.0,
-                 on_start: Callable[[VSNExecutor], None] | None = None,
-                 defer_gc: bool = True, max_spread: int | None = None,
-                 columnar: str = "on", checkpoint: Any = None,
-                 checkpoint_every: Any = None):
+    def __init__(self, flow: Flow, settings: Settings | None = None, **options: Any):
+        s = settings if settings is not None else engine_settings("vsn", options)
         self.flow = flow
-        self.defer_gc = defer_gc  # no cyclic GC pause inside a reconfiguration (gc_hold.py)
-        steps = sorted(reconfigure or [])
-        n = max_parallelism or max([parallelism] + [p for _, p in steps])
-        if any(p > n for _, p in steps):
-            raise FlowDefinitionError(f"--reconfigure asks for more than max_parallelism={n}")
-        if not metrics_interval > 0:
-            raise FlowDefinitionError(f"metrics_interval must be a positive number, got "
-                                      f"{metrics_interval!r}")
+        self.defer_gc = s.defer_gc  # no cyclic GC pause inside a reconfiguration (gc_hold.py)
+        n = s.max_parallelism
         # key groups let f_μ move keys between instances; with one instance at most there is
         # nothing to move, and one group keeps the per-key routing as cheap as the reference
-        self.G = key_groups or (max(128, 16 * n) if n > 1 else 1)
+        self.G = s.key_groups or (max(128, 16 * n) if n > 1 else 1)
         # the runtime's skeleton: threads, sinks, metrics, latency, checkpoints, the result
         self.rt = Run("vsn", flow)
         self.control, self.metrics_log = self.rt.control, self.rt.metrics
         self.clock, self.latency = self.rt.clock, self.rt.latency
+        # (the module globals only while the reconfiguration bench still sets them)
+        hold = s.control_hold if "control_hold" in s.given else CONTROL_HOLD
+        switch = s.hold_switch if "hold_switch" in s.given else HOLD_SWITCH
         self.ops: dict[Node, VSNOperator] = {
-            node: VSNOperator(node, parallelism, n, self.G, control=self.control,
-                              log=self.metrics_log, defer_gc=defer_gc, hold_switch=HOLD_SWITCH)
+            node: VSNOperator(node, s.parallelism, n, self.G, control=self.control,
+                              log=self.metrics_log, defer_gc=s.defer_gc, hold_switch=switch)
             for node in flow.nodes if node.kind == "oplus"
         }
-        if columnar not in ("on", "off"):
-            raise FlowDefinitionError(f"columnar must be 'on' or 'off', got {columnar!r}")
-        self.batches = plan_batches(flow, self.ops, self.G, columnar == "on")
-        self.plan = PhysicalPlan(flow, self._producer_ids, self._reader_ids, capacity,
+        self.batches = plan_batches(flow, self.ops, self.G, s.columnar == "on")
+        self.plan = PhysicalPlan(flow, self._producer_ids, self._reader_ids, s.capacity,
                                  inlet=BatchAwareInlets(flow, self.ops, self.batches))
         for node, vop in self.ops.items():
             vop.inlet = self.plan.inlets[node]
             vop.instances = [VSNInstance(vop, j) for j in range(n)]
-            spread = _spread(max_spread, vop.instances[0].inst.takes_runs)
+            spread = _spread(s.max_spread, vop.instances[0].inst.takes_runs)
             if vop.columnar_state is not None:  # positions are batches here
                 spread = spread_in_entries(spread)
             vop.inlet.esg.set_max_spread(spread)
-            vop.inlet.esg.set_control_hold(CONTROL_HOLD)
+            vop.inlet.esg.set_control_hold(hold)
             for vi in vop.instances:
                 vi.bound_take(spread)
                 vi.pusher = self.plan.pusher(node, (vop.name, vi.j))
@@ -356,23 +343,21 @@ class VSNExecutor:
             if vop.columnar_state is not None:  # nor waiting for another's batch
                 self.control.on_abort(lambda _e, st=vop.columnar_state: st.stop())
         sources = sum(1 for node in flow.nodes if node.kind == "source")
-        self.schedule = ReconfigureSchedule(steps, sources)
-        self.controller = controller
-        self.metrics_interval = metrics_interval
-        self.on_start = on_start
+        self.schedule = ReconfigureSchedule(s.reconfigure, sources)
+        self.controller = s.controllers(0)
+        self.metrics_interval = s.metrics_interval
+        self.on_start = s.on_start
         self._by_name = {vop.name: vop for vop in self.ops.values()}
         self._last: dict[VSNOperator, tuple[float, list[float], int, float, int]] = {}
         self.checkpoints = None  # checkpoints and resume (vsn_checkpoint, docs/checkpoints.md)
-        if checkpoint is not None:
+        if s.checkpoint is not None:
             from ..runtime.threaded_checkpoint import RunCheckpoints
             from .vsn_checkpoint import VSNCheckpoints
 
             self.checkpoints = VSNCheckpoints(self, RunCheckpoints(
-                checkpoint, checkpoint_every, flow, {"columnar": columnar},
+                s.checkpoint, s.checkpoint_every, flow, {"columnar": s.columnar},
                 [vop.name for vop in self.ops.values()]))
             self.rt.checkpoints = self.checkpoints.run
-        elif checkpoint_every is not None:
-            raise FlowDefinitionError("checkpoint_every needs checkpoint (the directory)")
 
     def _producer_ids(self, node: Node) -> list[Hashable]:
         if node.kind == "source":
@@ -491,15 +476,18 @@ def _path(instances: list[VSNInstance]) -> str:
     return next((p for p in ("columnar", "runs", "sliced") if p in paths), "tuple")
 
 
-def run(flow: Flow, parallelism: int = 1, max_parallelism: int | None = None,
-        key_groups: int | None = None, capacity: int = 4096,
+def run(flow: Flow, parallelism: int | None = None, max_parallelism: int | None = None,
+        key_groups: int | None = None, capacity: int | None = None,
         reconfigure: list[tuple[int, int]] | str | None = None, controller: Any = None,
-        controller_options: dict[str, Any] | None = None, metrics_interval: float = 1.0,
+        controller_options: dict[str, Any] | None = None,
+        metrics_interval: float | None = None,
         on_start: Callable[[VSNExecutor], None] | None = None,
-        defer_gc: bool = True, max_spread: int | None = None,
-        columnar: str = "on", checkpoint: str | None = None,
+        defer_gc: bool | None = None, max_spread: int | None = None,
+        control_hold: float | None = None, hold_switch: bool | None = None,
+        columnar: str | None = None, checkpoint: str | None = None,
         checkpoint_every: Any = None) -> RunResult:
-    """Runs ``flow`` on the VSN engine (the options are ``stretchflow.engines``' vsn spec).
+    """Runs ``flow`` on the VSN engine (the options are ``stretchflow.engines``' vsn spec,
+    checked there; an option left at None takes its default).
 
     Args:
         parallelism: connected instances of each O+ at the start.
@@ -523,6 +511,10 @@ def run(flow: Flow, parallelism: int = 1, max_parallelism: int | None = None,
             instance of its operator (default :data:`MAX_SPREAD`, :data:`MAX_SPREAD_RUNS` for
             an O+ whose kernels take runs; 0: no bound). It bounds how long a
             reconfiguration waits for the slowest instance (docs/vsn.md).
+        control_hold: seconds ESG_in's sources wait at most from a control tuple until its
+            switch (default 0.05; 0: no hold; docs/vsn.md).
+        hold_switch: lower the GIL switch interval from a request until its switch
+            (default False; :mod:`~stretchflow.runtime.switch_hold`).
         columnar: ``"off"`` runs every O+ on tuples even where it has columnar forms
             (``"on"``: an A+ with columnar forms reading a batch-capable file source takes
             whole batches through Arrow kernels, :mod:`~stretchflow.operators.columnar_shared`).
@@ -535,22 +527,12 @@ def run(flow: Flow, parallelism: int = 1, max_parallelism: int | None = None,
     ``latency_ms``, ``latency_series``, ``metrics``, ``controller``) and vsn's own
     ``instances``: ``{operator: [{"j", "tuples", "busy_s"}, ...]}``.
     """
-    if controller_options is not None:
-        if controller is None:
-            raise FlowDefinitionError("controller_options need a controller given by name")
-        if not isinstance(controller, str):
-            raise FlowDefinitionError("controller_options apply to a controller given by "
-                                      "name; configure a Controller object directly")
-    if isinstance(controller, str):
-        from ..elastic import make_controller
+    return run_engine(flow, "vsn", given(locals()))
 
-        try:
-            controller = make_controller(controller, **(controller_options or {}))
-        except TypeError as e:
-            raise FlowDefinitionError(f"controller {controller!r}: {e}") from None
-    return VSNExecutor(flow, parallelism, max_parallelism, key_groups, capacity,
-                       parse_schedule(reconfigure), controller, metrics_interval, on_start,
-                       defer_gc, max_spread, columnar, checkpoint, checkpoint_every).run()
+
+def execute(flow: Flow, settings: Settings) -> RunResult:
+    """Runs ``flow`` with checked ``settings`` (:func:`stretchflow.engines.run`'s call)."""
+    return VSNExecutor(flow, settings).run()
 
 
 def _spread(max_spread: int | None, runs: bool) -> int | None:
@@ -558,9 +540,6 @@ def _spread(max_spread: int | None, runs: bool) -> int | None:
     kernels take runs (``runs``) or not."""
     if max_spread is None:
         return MAX_SPREAD_RUNS if runs else MAX_SPREAD
-    if type(max_spread) is not int or max_spread < 0:
-        raise FlowDefinitionError(f"max_spread must be a non-negative integer (0: no bound), "
-                                  f"got {max_spread!r}")
     return max_spread or None
 
 

@@ -41,10 +41,10 @@ sn          ``_Executor.start`` (channels, splitters, mergers and taps: ``sn_reg
 ordered     ``_Executor._worker`` (the scheduler's worker loop: source stage, stateless,
             stateful and O+ stages, reorder buffers), ``_Executor._to_sinks`` (the line's end
             to the drains), ``_measure``, ``OrderedCheckpoints.at_barrier``
-slack       ``_Run.source_thread`` (the SSG inlet's writers, :mod:`~stretchflow.executors.
-            slack_inlet`), ``_Run.reader_thread`` (the SSGOperator's processing threads),
-            ``_Run.sink_thread``, ``_Monitor.measure`` (Eq. 1/2 and the SLT Setter),
-            ``SlackCheckpoints.at_barrier``
+slack       ``slack_inlet.write_source`` (a source thread, the writer of the SSG inlets),
+            ``_Run.reader_thread`` (the SSGOperator's processing threads),
+            ``_Run.sink_thread``, ``slack_monitor.Monitor.measure`` (Eq. 1/2 and the SLT
+            Setter, as the run's metrics sampler), ``SlackCheckpoints.at_barrier``
 ==========  ==================================================================================
 """
 
