@@ -68,14 +68,20 @@ def parse_schedule(text: str | list[tuple[int, int]] | None) -> list[tuple[int, 
     return sorted(steps)
 
 
-def _positive(name: str) -> Callable[[Any], Any]:
+def _integer(name: str, least: int) -> Callable[[Any], Any]:
+    word = "positive" if least == 1 else "non-negative"
+
     def check(v: Any) -> Any:
         if isinstance(v, Mapping):  # per operator (slack's parallelism)
             return {k: check(x) for k, x in v.items()}
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise FlowDefinitionError(f"{name} must be a positive integer, got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, int) or v < least:
+            raise FlowDefinitionError(f"{name} must be a {word} integer, got {v!r}")
         return v
     return check
+
+
+def _positive(name: str) -> Callable[[Any], Any]:
+    return _integer(name, 1)
 
 
 def _positive_number(name: str) -> Callable[[Any], Any]:
@@ -132,14 +138,6 @@ def _opt(name: str, help: str, parse: Callable[[str], Any] | None = str,  # noqa
 def _at(opt: Option, value: Any) -> Option:
     """``opt`` with the engine's own default ``value`` (an engine's copy of a common one)."""
     return replace(opt, value=value)
-
-
-def _non_negative(name: str) -> Callable[[Any], Any]:
-    def check(v: Any) -> Any:
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise FlowDefinitionError(f"{name} must be a non-negative integer, got {v!r}")
-        return v
-    return check
 
 
 def _flag(name: str) -> Callable[[Any], Any]:
@@ -343,15 +341,6 @@ def options_by_name() -> dict[str, list[tuple[EngineSpec, Option]]]:
     return out
 
 
-def _spark_on_off(v: Any) -> bool:
-    """The spark engine's ``spark_ui``: on/off from the command line, a bool from Python."""
-    if v is True or v is False:
-        return v
-    if v in ("on", "off"):
-        return v == "on"
-    raise FlowDefinitionError(f"spark_ui must be on or off (True or False), got {v!r}")
-
-
 def _spark_until(v: Any) -> Any:
     """The spark engine's ``until``: io.follow's syntax (None: the files present now)."""
     from .io.follow import parse_until
@@ -491,7 +480,7 @@ ENGINES: dict[str, EngineSpec] = {e.name: e for e in (
               "reconfiguration (default True)", None, value=True),
          _opt("max_spread", "tuples an instance may read ahead of the slowest instance of "
               "its operator (0: no bound); bounds how long a reconfiguration waits", int,
-              _non_negative("max_spread"),
+              _integer("max_spread", 0),
               default="64 (2048 for an O+ whose kernels take runs)", metavar="N"),
          _opt("control_hold", "seconds ESG_in's sources wait at most from a control tuple "
               "until its switch is applied, so the instances need not win the GIL from them "
@@ -542,7 +531,7 @@ ENGINES: dict[str, EngineSpec] = {e.name: e for e in (
          _opt("ct_window", "seconds of the CT heuristic's window", float,
               _positive_number("ct_window"), default="0.05", metavar="S", value=0.05),
          _opt("marker_every", "a latency marker every N tuples (0: none)", int,
-              _non_negative("marker_every"), default="0", metavar="N", value=0),
+              _integer("marker_every", 0), default="0", metavar="N", value=0),
          CHECKPOINT,
          CHECKPOINT_EVERY,
          _at(COLUMNAR, "on")),
@@ -576,8 +565,8 @@ ENGINES: dict[str, EngineSpec] = {e.name: e for e in (
          _opt("max_files_per_trigger", "files per micro-batch of a directory stream", int,
               _positive("max_files_per_trigger"), default="1", metavar="N"),
          _opt("spark_ui", "Spark's web UI, its URL printed at the start (it lives as long as "
-              "the session: the process); in Python True or False", _spark_on_off,
-              _spark_on_off, default="off", choices=("on", "off"), const="on"),
+              "the session: the process); in Python True or False", _flag("spark_ui"),
+              _flag("spark_ui"), default="off", choices=("on", "off"), const="on"),
          # API only: the CLI's --until (cli_run.add_event_time_flags) maps to it
          _opt("until", "directory streams: when the input ends: marker, idle:SECONDS or never "
               "(the query runs on, staging new files in name order); unset: the files present "

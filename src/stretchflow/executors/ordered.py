@@ -110,7 +110,6 @@ from .scheduler import Candidate, OpStats, Scheduler
 
 __all__ = ["QUEUES", "REORDERS", "run"]
 
-_SINK_BATCH = 4096
 METRICS_PERIOD = 0.5  # seconds between two rows of each stage's rate and backlog (#18)
 REORDERS = ("nonblocking", "lock")
 QUEUES = ("hybrid", "partitioned")

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..operators import snapshot
 from ..runtime.checkpoint import CheckpointBarrier
-from ..runtime.threaded_checkpoint import RunCheckpoints, forward_barrier, wait
+from ..runtime.threaded_checkpoint import RunCheckpoints, forward_barrier
 
 if TYPE_CHECKING:
     from .slack import _Operator, _Reader, _Run
@@ -83,6 +83,6 @@ class SlackCheckpoints:
         if inst.out:
             pusher.push(inst.take())
         self.epoch[o.name] = b.epoch
-        wait(self.rendezvous[o.name], self.R.control, f"{o.name}: checkpoint barrier {b.epoch}")
+        self.R.control.wait_at(self.rendezvous[o.name], f"{o.name}: checkpoint barrier {b.epoch}")
         forward_barrier(pusher.pid, pusher.inlets(), (ts, b))
         return True

@@ -32,7 +32,6 @@ switch, ESG_in's sources wait (``CONTROL_HOLD``), so the instances get the GIL (
 from __future__ import annotations
 
 import math
-import threading
 import time
 from collections.abc import Callable, Hashable
 from typing import Any
@@ -55,7 +54,6 @@ from .vsn_operator import Control, Reconfiguration, VSNOperator, default_assignm
 BATCH = 256  # tuples an instance takes from ESG_in at once, and a source adds at once
 RUN_BATCH = 1024  # tuples an instance of an O+ whose kernels take runs takes at once
 BATCH_DELAY = 0.001  # seconds a source holds a partial batch
-BARRIER_TIMEOUT = 120.0
 # default max_spread (docs/vsn.md, "The spread between instances"): tuples an instance may
 # read ahead of the slowest one; an O+ whose kernels take runs keeps its 1 024-tuple runs
 MAX_SPREAD = 64
@@ -229,12 +227,7 @@ class VSNInstance:
         self.trigger_ts = ts
         self.remaining = items[idx:]
         self.W_bar = self.inst.W
-        try:
-            vop.barrier(ctrl.epoch).wait(BARRIER_TIMEOUT)
-        except threading.BrokenBarrierError:
-            if vop.control.error is not None:
-                raise Stopped from None
-            raise RuntimeError(f"{vop.name}: barrier of epoch {ctrl.epoch} broke") from None
+        vop.control.wait_at(vop.barrier(ctrl.epoch), f"{vop.name}: barrier of epoch {ctrl.epoch}")
         if leaving:
             return False  # the barrier action has moved this instance to the pool
         self.remaining = None

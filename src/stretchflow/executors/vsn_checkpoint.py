@@ -37,7 +37,7 @@ from ..errors import StretchflowError
 from ..operators import snapshot
 from ..runtime import raise_user_error
 from ..runtime.checkpoint import CheckpointBarrier
-from ..runtime.threaded_checkpoint import RunCheckpoints, forward_barrier, wait
+from ..runtime.threaded_checkpoint import RunCheckpoints, forward_barrier
 
 if TYPE_CHECKING:
     from .vsn import VSNExecutor, VSNInstance
@@ -83,7 +83,7 @@ class VSNCheckpoints:
             if bar is None:  # the parties: the instances connected at this position
                 bar = vop._barriers[key] = vop.new_barrier(
                     len(vop.O), lambda: self._act(vop, b.epoch))
-        wait(bar, vop.control, f"{vop.name}: checkpoint barrier {b.epoch}")
+        vop.control.wait_at(bar, f"{vop.name}: checkpoint barrier {b.epoch}")
         forward_barrier((vop.name, vi.j), vi.pusher.inlets(), (ts, b))
 
     def _act(self, vop: VSNOperator, epoch: int) -> None:

@@ -21,7 +21,8 @@ What the runtime does for every threaded engine (:class:`RunCheckpoints`):
   part e on the first barrier of epoch e the sink reads; the checkpoint is written once every
   sink has (:meth:`ThreadedCheckpointer.sink_barrier`); the output after the last barrier is
   the last part (:meth:`ThreadedCheckpointer.sink_end`);
-* **operators**: the rendezvous of an operator's threads at a barrier (:func:`wait`);
+* **operators**: the rendezvous of an operator's threads at a barrier
+  (:meth:`~stretchflow.runtime.RunControl.wait_at`);
 * **the end**: on success the parts are published to the sinks' own files, then the
   checkpoint is cleared; the directory's lock is released either way
   (:meth:`RunCheckpoints.end`); the run's ``checkpoints`` and ``checkpoint_log`` keys
@@ -40,15 +41,10 @@ from typing import Any
 
 from ..batch import Batch
 from .checkpoint import CheckpointBarrier, Checkpointer, Cuts
-from .control import RunControl, Stopped
 from .drain import SinkDrain
 
-#: seconds an operator's thread waits at a checkpoint (or reconfiguration) barrier for the
-#: others before the run fails with a broken barrier
-BARRIER_TIMEOUT = 120.0
-
-__all__ = ["BARRIER_TIMEOUT", "RunCheckpoints", "SourceProxy", "ThreadedCheckpointer",
-           "ThreadedCuts", "forward_barrier", "wait"]
+__all__ = ["RunCheckpoints", "SourceProxy", "ThreadedCheckpointer", "ThreadedCuts",
+           "forward_barrier"]
 
 
 class ThreadedCuts(Cuts):
@@ -161,18 +157,6 @@ class SourceProxy:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._spec, name)
-
-
-def wait(barrier: threading.Barrier, control: RunControl, what: str) -> None:
-    """An operator's thread at ``barrier`` (``what`` names it in an error): a barrier broken
-    because the run failed ends the thread quietly (:class:`Stopped`); one broken otherwise
-    (its timeout, :data:`BARRIER_TIMEOUT`) fails the run naming it."""
-    try:
-        barrier.wait(BARRIER_TIMEOUT)
-    except threading.BrokenBarrierError:
-        if control.error is not None:
-            raise Stopped from None
-        raise RuntimeError(f"{what} broke") from None
 
 
 class RunCheckpoints:
