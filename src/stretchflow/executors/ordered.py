@@ -49,8 +49,17 @@ sharing a columnar σ (:mod:`.ordered_columnar`; ``extra["paths"]`` says which p
 Latency markers (§7, "markers at equal tuple intervals"): with ``marker_every=m`` the source
 adds a watermark at the timestamp of the latest tuple after every m tuples (a no-op for every
 operator: it equals the implicit watermark) and records when; a sink measures each watermark
-timestamp's first arrival. ``extra["latency_ms"]`` summarizes them (runtime/result.py) and
-``extra["marker_latencies_ms"]`` lists them.
+timestamp's first arrival. ``extra["marker_latencies_ms"]`` lists them and
+``extra["marker_latency_ms"]`` summarizes them; ``extra["latency_ms"]`` is the outputs' latency,
+measured by the sinks' drains as on every engine (runtime/result.py).
+
+The runtime's skeleton (:mod:`stretchflow.runtime.skeleton`) starts, joins and stops the
+workers, holds the sinks (the line's end hands its outputs to the sinks' drains, under the
+scheduler's lock, in order) and samples the stages' metrics. The source stage is not the
+runtime's source pump: the paper's source is an operator like the others, read by whichever
+worker the scheduler gives it, one slice of ``n`` tuples at a time (its degree is 1; it is
+scheduled only while its output queue has room), so a pump thread reading ahead of the
+scheduler would bypass flow control and the heuristics.
 
 Locks, and why there is no deadlock: the scheduler lock (``cond``) is taken by workers to get
 and return work; reorder buffers call ``emit`` outside it and ``emit`` may take it, queues are

@@ -11,13 +11,14 @@ This module holds the instances' loop (processVSN, Alg. 4, with the epoch switch
 tuple) and the executor; the operator's side of elasticity (requests, control tuples, the
 barrier and its action, Alg. 5–6) is :mod:`stretchflow.executors.vsn_operator`.
 
-The executor runs on the shared runtime (:mod:`stretchflow.runtime`): its threads come from
-one :class:`~stretchflow.runtime.RunControl` (the first error wins; aborting the ESGs and
-waking the operators are its abort hooks), sources are read by a
-:class:`~stretchflow.runtime.SourcePump` (batches, live sources, the ``--reconfigure``
-schedule), latency is measured by the runtime's ingest clock and recorder, and a
+The executor runs on the runtime's skeleton (:mod:`stretchflow.runtime.skeleton`): its
+threads are the run's (the first error wins; aborting the ESGs and waking the operators are
+its abort hooks), sources are read by a :class:`~stretchflow.runtime.SourcePump` (batches,
+live sources, the ``--reconfigure`` schedule), each sink thread hands ESG_out's batches to
+the runtime's sink drain (which measures latency), and the run's
 :class:`~stretchflow.runtime.MetricsSampler` measures every operator each
-``metrics_interval`` and hands the measurement to the controller, if there is one.
+``metrics_interval`` and hands the measurement to the controller, if there is one. What it
+plugs in is listed in the skeleton's docstring.
 
 Threads: one per source (stateless operators run on it), ``n`` per O+, one per sink, and the
 metrics sampler. Everything blocks on conditions; nothing spins.
@@ -26,7 +27,8 @@ The spread between instances is bounded (``max_spread``): an instance reads at m
 tuples of ESG_in ahead of the slowest instance of its operator, in batches of at most half of
 it, so a reconfiguration, whose control tuple goes right after the furthest instance, waits
 for at most about ``1.5 × max_spread`` tuples per instance; from a control tuple until its
-switch, ESG_in's sources wait (``CONTROL_HOLD``), so the instances get the GIL (docs/vsn.md).
+switch, ESG_in's sources wait (the option ``control_hold``), so the instances get the GIL
+(docs/vsn.md).
 """
 
 from __future__ import annotations
