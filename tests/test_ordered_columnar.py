@@ -49,7 +49,7 @@ MODES = [{"scheduler": "qst"},
 @pytest.fixture(autouse=True)
 def _small_batches(monkeypatch):
     # many source batches per example, so windows close at and between batch boundaries
-    monkeypatch.setattr("stretchflow.executors.vsn_batches.COLUMNAR_BATCH", 37)
+    monkeypatch.setattr("stretchflow.runtime.pump.COLUMNAR_BATCH", 37)
 
 
 @SETTINGS
@@ -213,7 +213,7 @@ def test_latency_markers_on_batches(tmp_path):
     res = flow.run("ordered", parallelism=2, marker_every=100)
     assert res.extra["paths"] == {"wordcount": "columnar"}
     # 2000 tuples in batches of 37: a marker after each batch that crosses a multiple of 100
-    assert 15 <= res.extra["latency_ms"]["samples"] <= 2000 // 37 + 1
+    assert 15 <= res.extra["marker_latency_ms"]["samples"] <= 2000 // 37 + 1
     assert checked_multiset(col) == _reference(path, QUERIES["wordcount"])
 
 

@@ -47,9 +47,8 @@ from typing import Any
 
 from ..batch import Batch, prefer_system_allocator
 from ..eventtime import WATERMARK
+from ..runtime import pump
 from ..runtime.control import raise_user_error
-from ..runtime.pump import write_items
-from . import vsn_batches
 from .ordered_stages import END, Item, OPlusStage, Plan, SourceStage, deposit_many
 
 __all__ = ["decide", "paths_extra", "use_batches"]
@@ -69,7 +68,7 @@ def decide(plan: Plan, columnar: str, checkpointing: bool) -> Iterator[Batch] | 
         return "a flow other than one source -> one A+ -> sinks"
     batches = getattr(plan.sources[0].spec, "batches", None)
     # read at run time: tests make batches small through this module attribute
-    it = batches(vsn_batches.COLUMNAR_BATCH) if batches is not None else None
+    it = batches(pump.COLUMNAR_BATCH) if batches is not None else None
     if it is None:
         return "a source that gives no batches (not a sorted, unpaced file)"
     return it
@@ -93,7 +92,7 @@ def use_batches(ex: Any, batches: Iterator[Batch], key_groups: int | None) -> No
                     for j in range(p)]
     # a batch is two entries (itself and its watermark): the input holds about max(4,
     # capacity // COLUMNAR_BATCH) batches, as VSN's ESG_in of batches
-    allowed = max(4, ex.capacity // vsn_batches.COLUMNAR_BATCH)
+    allowed = max(4, ex.capacity // pump.COLUMNAR_BATCH)
     st.weight = math.ceil(ex.capacity / (2 * allowed))
     st.done_of = [0] * p  # flow control follows the slowest instance
     ex.ctl.on_abort(lambda _e: shared.stop())  # nobody waits for a batch another sums
@@ -102,11 +101,11 @@ def use_batches(ex: Any, batches: Iterator[Batch], key_groups: int | None) -> No
     from ..operators.columnar import explode_ahead
 
     src.it = explode_ahead(op, iter(batches))
-    # the three steps that differ from the tuple path; everything else (queues, serials,
-    # reorder buffers, scheduler, merge) is the executor's own
+    # the two steps that differ from the tuple path; everything else (queues, serials,
+    # reorder buffers, scheduler, merge, the sinks' drains, which take batches) is the
+    # executor's own
     ex._run_source = lambda task, t0: _run_source(ex, shared, task, t0)
     ex._oplus_items = _oplus_items
-    ex._flush_sinks = lambda: _flush_sinks(ex)
 
 
 def _run_source(ex: Any, shared: Any, task: tuple[Any, ...], t0: float) -> None:
@@ -138,6 +137,8 @@ def _run_source(ex: Any, shared: Any, task: tuple[Any, ...], t0: float) -> None:
                 with st.wm_lock:
                     sent.setdefault(last, time.perf_counter())
     st.count += tuples
+    if fresh:
+        ex.clock.record(fresh[-1].last)  # (latency)
     if end:
         items.append((math.inf, END))
     dt = time.perf_counter() - t0
@@ -189,15 +190,6 @@ def _oplus_items(st: OPlusStage, lease: Any) -> tuple[float, int]:
     assert st.done_of is not None
     st.done_of[j] += entries  # only this worker holds bucket j (the queue's lease)
     return n_in / st.p, n_out
-
-
-def _flush_sinks(ex: Any) -> None:
-    """The sinks' buffered output, windows as batches (``write_batch``), tuples as tuples."""
-    for t, buf in ex.sink_buf.items():
-        if buf:
-            for s in ex.sink_of[t]:
-                write_items(s, buf)
-            ex.sink_buf[t] = []
 
 
 def paths_extra(stages: list[Any], why: str | None) -> dict[str, Any]:

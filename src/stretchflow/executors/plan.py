@@ -204,7 +204,6 @@ class PhysicalPlan:
     def __init__(self, flow: Flow, producer_ids: Callable[[Node], list[Hashable]],
                  reader_ids: Callable[[Node], list[Hashable]], capacity: int | None,
                  inlet: InletFactory = esg_inlet):
-        flow.validate()
         self.flow = flow
         self.children: dict[Node, list[tuple[str, Any, int]]] = {n: [] for n in flow.nodes}
         for node in flow.nodes:

@@ -33,7 +33,8 @@ snapshots its instances (:mod:`stretchflow.operators.snapshot`) and forwards it;
 drain commits each epoch's output as a part and writes the checkpoint.
 
 Live sources (issue #19): a paced source gets a watermark before each wait for its next tuple
-(:func:`_paced_live`; a followed file yields its own when it goes quiet), which flushes the
+(:func:`_live_items`, the sources' one pacing with watermarks; a followed file yields its own
+when it goes quiet), which flushes the
 O+'s run and the drain's buffer: outputs reach the sink as the watermark passes them.
 """
 
@@ -41,22 +42,23 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import time
 from collections.abc import Iterator
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from ..batch import Batch, prefer_system_allocator
+from ..engines import Settings, given
+from ..engines import run as run_engine
 from ..eventtime import WATERMARK
 from ..flow import Flow, Node
 from ..io.sinks import CsvSink, JsonLinesSink, ParquetSink
+from ..io.sources import Source, pace
 from ..operators.oplus import OPlus, OPlusInstance, SharedState
 from ..operators.stateless import Filter, FlatMap, Map
-from ..runtime.checkpoint_drain import CheckpointBarrier
-from ..runtime.control import raise_user_error, user_error
-from ..runtime.pump import write_batch
+from ..runtime.control import CheckpointBarrier, raise_user_error, user_error
+from ..runtime.drain import SinkDrain, pull_merged
 from ..runtime.result import RunResult
-from ..runtime.sinks import sink_session
+from ..runtime.skeleton import Run
 from .reference_overlap import WriteBehind, read_ahead
 
 if TYPE_CHECKING:  # imported by a run that checkpoints (hashlib, pickle, json: start-up time)
@@ -76,8 +78,8 @@ BATCH = 16_384
 _OVERLAPPED = (JsonLinesSink, CsvSink, ParquetSink)
 
 
-def run(flow: Flow, parallelism: int = 1, key_groups: int | None = None,
-        columnar: str = "on", checkpoint: str | None = None,
+def run(flow: Flow, parallelism: int | None = None, key_groups: int | None = None,
+        columnar: str | None = None, checkpoint: str | None = None,
         checkpoint_every: Any = None) -> RunResult:
     """Runs ``flow`` to the end of its inputs on one thread.
 
@@ -92,95 +94,54 @@ def run(flow: Flow, parallelism: int = 1, key_groups: int | None = None,
     ``checkpoint`` DIR takes a checkpoint there every ``checkpoint_every`` (N input tuples,
     ``"Ns"`` seconds; default 10 s), holds the output there until the end of input and resumes
     from the checkpoint DIR holds (docs/checkpoints.md)."""
-    flow.validate()
-    G = key_groups or (max(128, 16 * parallelism) if parallelism > 1 else 1)
+    return run_engine(flow, "reference", given(locals()))
+
+
+def execute(flow: Flow, s: Settings) -> RunResult:
+    """Runs ``flow`` with checked settings ``s`` (:func:`stretchflow.engines.run`'s call)."""
+    parallelism, columnar = s.parallelism, s.columnar
+    G = s.key_groups or (max(128, 16 * parallelism) if parallelism > 1 else 1)
     counts: dict[str, list[int]] = {}
     instances: dict[str, list[OPlusInstance]] = {}
     ckpt = None
-    if checkpoint is not None:
+    if s.checkpoint is not None:
         from ..runtime.checkpoint import Checkpointer
 
-        ckpt = Checkpointer(checkpoint, checkpoint_every, flow, {"columnar": columnar},
+        ckpt = Checkpointer(s.checkpoint, s.checkpoint_every, flow, {"columnar": columnar},
                             [n.name for n in flow.nodes if n.kind in ("oplus", "stateful")])
-    elif checkpoint_every is not None:
-        raise ValueError("checkpoint_every needs checkpoint (the directory)")
-    t0 = time.perf_counter()
-    sinks = [s for _, s in flow.sinks]
+    # the runtime's skeleton: the sinks (or the checkpoint's held output), the result; no
+    # threads of its own (the pull below runs on the caller's), no latency nor metrics
+    rt = Run("reference", flow, checkpoints=ckpt, measures=())
     try:
         streams = _compile(flow, counts, parallelism, G, instances, columnar == "on", ckpt)
-        if ckpt is not None:
-            ckpt.drain(streams)
-            ckpt.publish()
-        else:
-            with sink_session(sinks):
-                if len(sinks) == 1:
-                    _drain(streams[0], sinks[0])
-                else:
-                    _drain_many(streams, sinks)
-    finally:
+    except BaseException:
         if ckpt is not None:
             ckpt.close()
-    elapsed = time.perf_counter() - t0
-    return RunResult(
-        engine="reference",
-        elapsed=elapsed,
-        tuples_in={name: c[0] for name, c in counts.items()},
-        tuples_out={s.name: s.count for s in sinks},
-        extra={"paths": {name: insts[0].path for name, insts in instances.items() if insts},
-               **({"checkpoints": ckpt.taken, "checkpoint_log": ckpt.stats.log()}
-                  if ckpt is not None else {})},
-    )
+        raise
+    sinks = rt.sinks
+
+    def pull() -> None:
+        if ckpt is not None:  # the checkpoint's drain: parts per epoch, then the checkpoint
+            ckpt.drain(streams)
+        elif len(sinks) == 1:
+            _drain(streams[0], sinks[0])
+        else:
+            pull_merged(streams, [SinkDrain(s) for s in sinks])
+
+    rt.execute(body=pull)
+    return rt.result({name: c[0] for name, c in counts.items()},
+                     {"paths": {name: insts[0].path for name, insts in instances.items()
+                                if insts}})
 
 
-def _drain(stream: Iterator[Item], sink: Any, batch: int = 4096) -> None:
+def _drain(stream: Iterator[Item], sink: Any) -> None:
+    """One sink's stream through the runtime's drain, the engine's file sinks written on a
+    thread of their own (:class:`~.reference_overlap.WriteBehind`)."""
     if type(sink) in _OVERLAPPED:
         with WriteBehind(sink.write, sink.write_batch, "stretchflow-sink") as w:
-            _drain_to(stream, w.write, w.write_batch, batch)
+            SinkDrain(w).pull(stream)
     else:
-        _drain_to(stream, sink.write, lambda b: write_batch(sink, b), batch)
-
-
-def _drain_to(stream: Iterator[Item], write: Any, write_b: Any, batch: int) -> None:
-    buf: list[Item] = []
-    append = buf.append
-    for item in stream:
-        if type(item[1]) is Batch:
-            if buf:
-                write(buf)
-                buf = []
-                append = buf.append
-            write_b(item[1])
-            continue
-        if item[1] is not WATERMARK:
-            append(item)
-            if len(buf) < batch:
-                continue
-        elif not buf:
-            continue
-        # a full batch, or a watermark: what it closed reaches the sink now, not at the end
-        write(buf)
-        buf = []
-        append = buf.append
-    if buf:
-        write(buf)
-
-
-def _drain_many(streams: list[Iterator[Item]], sinks: list[Any]) -> None:
-    tagged = [_tag(_explode(s), i) for i, s in enumerate(streams)]
-    bufs: list[list[Item]] = [[] for _ in sinks]
-    for ts, i, p in heapq.merge(*tagged, key=itemgetter(0)):
-        if p is WATERMARK:
-            if bufs[i]:
-                sinks[i].write(bufs[i])
-                bufs[i] = []
-            continue
-        bufs[i].append((ts, p))
-        if len(bufs[i]) >= 4096:
-            sinks[i].write(bufs[i])
-            bufs[i] = []
-    for b, s in zip(bufs, sinks, strict=True):
-        if b:
-            s.write(b)
+        SinkDrain(sink).pull(stream)
 
 
 def _compile(flow: Flow, counts: dict[str, list[int]], P: int = 1, G: int = 1,
@@ -266,56 +227,15 @@ def _counted_batches(batches: Iterator[Batch], counter: list[int]) -> Iterator[I
 
 
 def _live_items(src: Any) -> Iterator[Item]:
-    """``src.items()``; for a paced source (``at_rate``, ``replay``) with a watermark at the
-    latest timestamp before each wait for the next tuple (:func:`_paced_live`)."""
+    """``src.items()``; for a paced source (``at_rate``, ``replay``) paced with a watermark at
+    the latest timestamp before each wait for the next tuple (:func:`~stretchflow.io.sources.
+    pace` with ``marks``): without it a window's output waited in the O+'s run (:data:`RUN`)
+    and the drain's buffer for more tuples or the end of input. A source whose class reads
+    its items its own way (``items`` overridden) is read as it is."""
     rate, speed = getattr(src, "rate", None), getattr(src, "speed", None)
-    if not rate and not speed:
+    if (not rate and not speed) or type(src).items is not Source.items:
         return src.items()
-    # the source's own items() unpaced (its order checks and reordering included), paced
-    # here instead; the attributes are put back at once: items() reads them when called
-    src.rate = src.speed = None
-    try:
-        items = src.items()
-    finally:
-        src.rate, src.speed = rate, speed
-    return _paced_live(items, rate, speed)
-
-
-#: a paced source's waits shorter than this, within this long of its last watermark, get
-#: no watermark of their own: a fast paced source keeps its runs (at most this much later)
-LIVE_MARK_S = 0.01
-
-
-def _paced_live(items: Iterator[Item], rate: float | None, speed: float | None
-                ) -> Iterator[Item]:
-    """``items`` paced as ``Source.items`` paces them (item n at n / ``rate`` s, or at
-    (ts − first ts) / ``speed`` ms), yielding ``(latest ts, WATERMARK)`` before a wait: without
-    it a window's output waited in the O+'s run (:data:`RUN`) and the drain's buffer for more
-    tuples or the end of input. ``items()`` is timestamp-ordered (sorted or reordered), so no
-    later tuple is before the latest one read: the watermark is safe."""
-    clock, sleep = time.perf_counter, time.sleep
-    t0 = clock()
-    first: int | None = None
-    last: Any = None  # the latest data timestamp yielded
-    marked: Any = None  # the latest watermark yielded
-    marked_at = t0
-    for n, item in enumerate(items):
-        if first is None:
-            t0, first = clock(), item[0]
-        due = n / rate if rate else (item[0] - first) / speed / 1000  # type: ignore[operator]
-        now = clock()
-        ahead = due - (now - t0)
-        if ahead > 0:
-            if last is not None and (marked is None or last > marked) and (
-                    ahead >= LIVE_MARK_S or now - marked_at >= LIVE_MARK_S):
-                marked, marked_at = last, now
-                yield last, WATERMARK
-            sleep(ahead)
-        if item[1] is not WATERMARK:
-            last = item[0]
-        else:
-            marked = item[0]
-        yield item
+    return pace(src.ordered_items(), rate, speed, marks=True)
 
 
 def _explode(items: Iterator[Item]) -> Iterator[Item]:

@@ -42,17 +42,16 @@ from typing import Any
 
 from ..batch import Batch, arrow_ints
 from ..flow import Flow, Node
-from ..runtime import IngestClock, LatencyRecorder, RunControl, Stopped
-from ..runtime.pump import write_batch
+from ..runtime import RunControl, Stopped, pump
+from ..runtime.skeleton import Run
 from ..runtime.tempdirs import sweep_stale
-from . import vsn_batches
 from .sn_channel import group_assignment
 from .sn_columnar_channel import Channel, channel_main, pack, unpack
 from .sn_process import ProcessChannel, ProcessTransport, _preload_modules
 
 __all__ = ["ColumnarPlan", "plan", "run_columnar"]
 
-_QUEUE_BATCHES = 16  # default pulses in flight, in source batches (vsn_batches.COLUMNAR_BATCH)
+_QUEUE_BATCHES = 16  # default pulses in flight, in source batches (pump.COLUMNAR_BATCH)
 
 
 class ColumnarPlan:
@@ -77,7 +76,7 @@ def plan(flow: Flow, *, reconfiguring: bool, checkpointing: bool) -> ColumnarPla
             or any(n is not node for n, _ in flow.sinks)):
         return "a flow other than one source -> one A+ -> sinks"
     batches = getattr(sources[0].spec, "batches", None)
-    it = batches(vsn_batches.COLUMNAR_BATCH) if batches is not None else None
+    it = batches(pump.COLUMNAR_BATCH) if batches is not None else None
     if it is None:
         return "a source that gives no batches (not a sorted, unpaced file)"
     return ColumnarPlan(node, sources[0], it)
@@ -134,65 +133,56 @@ class _Host:
 
 
 class _Run:
-    def __init__(self, flow: Flow, cp: ColumnarPlan, parallelism: int, n_groups: int,
+    def __init__(self, rt: Run, cp: ColumnarPlan, parallelism: int, n_groups: int,
                  window: int, start_method: str):
+        self.rt = rt  # the runtime's skeleton: threads, sinks, latency, the result
         self.op = cp.node.spec
         self.cp = cp
         self.p, self.G, self.window = parallelism, n_groups, window
-        self.sinks = [s for _, s in flow.sinks]
-        self.run = RunControl()
+        self.run = rt.control
         self.assign = group_assignment(parallelism, n_groups)
         self.host = _Host(self.run, self.op.name, self.assign)
         self.transport = _Transport(self.op, n_groups, start_method, self.assign)
-        self.clock, self.latency = IngestClock(), LatencyRecorder()
+        self.clock = rt.clock
+        self.drains = [rt.drain(k) for k in range(len(rt.sinks))]
         self.read = self.pulses = self.written = self.parent_pulses = 0
         self.local: Channel | None = None  # explodes pulses while their channel starts
         self.bytes_out = self.bytes_in = 0
         self.blocked = self.startup_s = 0.0
         self.stats: list[dict] = [{} for _ in range(parallelism)]
+        self.chans: list[_PeerChannel] = []
         self._progress = threading.Condition()
 
     # -- lifecycle --------------------------------------------------------------------------
-    def execute(self) -> None:
-        run, host = self.run, self.host
-        threads: list[Any] = []
-        chans: list[_PeerChannel] = []
+    def start(self) -> None:
+        """The skeleton's ``start``: the channels' queues, the dealer and merger threads,
+        then the channel processes (waiting until each has loaded the O+)."""
+        run, host, rt = self.run, self.host, self.rt
         t0 = time.perf_counter()
         run.on_abort(lambda _e: self._wake())
-        try:
-            for j in range(self.p):  # the queues first: the dealer fills them meanwhile
-                ch = self.transport.channel(host, j)
-                host.channels[j] = ch
-                chans.append(ch)
-            for ch in chans:
-                ch.attach([c.inq for c in chans])
-            # the dealer reads the first batches while the channel processes start (a fork
-            # server's start-up imports the engine and Arrow: the longest step)
-            for fn, role in ((self._dealer, "dealer"), (self._merger, "merger")):
-                t = run.thread(fn, name=f"sn-{role}-{self.op.name}")
-                t.start()
-                threads.append(t)
-            for ch in chans:
-                if run.stop.is_set():
-                    break
-                ch.start()
-                threads.extend(ch.threads)
-            self.transport.wait_ready(host)
-            self.startup_s = time.perf_counter() - t0
-        except BaseException as e:
-            run.fail(e)
-        finally:
-            try:
-                for t in threads:
-                    t.join()
-            except BaseException as e:  # interrupted while waiting: stop everything, wait
-                run.fail(e)
-                for t in threads:
-                    t.join()
-            failed = run.error is not None
-            for ch in chans:
-                ch.close(failed)
-        run.raise_error()
+        for j in range(self.p):  # the queues first: the dealer fills them meanwhile
+            ch = self.transport.channel(host, j)
+            host.channels[j] = ch
+            self.chans.append(ch)
+        for ch in self.chans:
+            ch.attach([c.inq for c in self.chans])
+        # the dealer reads the first batches while the channel processes start (a fork
+        # server's start-up imports the engine and Arrow: the longest step)
+        for fn, role in ((self._dealer, "dealer"), (self._merger, "merger")):
+            rt.thread(fn, name=f"sn-{role}-{self.op.name}").start()
+        for ch in self.chans:
+            if run.stop.is_set():
+                break
+            ch.start()
+            rt.threads.extend(ch.threads)
+        self.transport.wait_ready(host)
+        self.startup_s = time.perf_counter() - t0
+
+    def close(self) -> None:
+        """Ends the channels' processes, after every thread (the skeleton's ``at_end``)."""
+        failed = self.run.error is not None
+        for ch in self.chans:
+            ch.close(failed)
 
     def _wake(self) -> None:
         with self._progress:
@@ -286,10 +276,10 @@ class _Run:
                 self.bytes_in += len(pk[1])
         bs = [unpack(pk) for pk in packed]
         batch = bs[0] if len(bs) == 1 else _merge(bs)
-        for sink in self.sinks:
-            write_batch(sink, batch)
-        ts = batch.ts[:: max(1, len(batch) // 16)].tolist()
-        self.latency.measure_outputs(self.clock, [(t, None) for t in ts])
+        item = [(batch.last, batch)]
+        for d in self.drains:
+            d.take(item)
+            d.flush()
 
 
 def _merge(bs: list[Batch]) -> Batch:
@@ -314,20 +304,23 @@ def _merge(bs: list[Batch]) -> Batch:
 
 
 def run_columnar(flow: Flow, cp: ColumnarPlan, *, parallelism: int, n_groups: int,
-                 capacity: int | None, start_method: str) -> dict[str, Any]:
-    """Runs the columnar path (the sinks are open); returns what the run reports: the
-    counts and the SN engine's ``extra`` keys that apply."""
+                 capacity: int | None, start_method: str) -> tuple[Run, dict[str, Any]]:
+    """Runs the columnar path; returns the run's skeleton (for its result) and what the run
+    reports: the counts and the SN engine's ``extra`` keys that apply."""
     # flow control counts tuples: ``capacity`` source tuples per channel, in whole source
     # batches (at least two), as pulses in flight across the channels; by default 16 batches
     # a channel, so that the dealer can read ahead while the channel processes start
     queue_size = (_QUEUE_BATCHES if capacity is None
-                  else max(2, capacity // vsn_batches.COLUMNAR_BATCH))
+                  else max(2, capacity // pump.COLUMNAR_BATCH))
     # this path makes no migration store, but sweeps what killed sn runs left (as the tuple
     # path does when it makes its store): a stale directory is removed by the next sn run
     sweep_stale("sn")
-    r = _Run(flow, cp, parallelism, n_groups, queue_size * parallelism, start_method)
+    # the common keys this path reports: latency (its parallelism is fixed, metrics none)
+    rt = Run("sn", flow, measures=("latency",))
+    r = _Run(rt, cp, parallelism, n_groups, queue_size * parallelism, start_method)
     cpu0 = time.process_time()
-    r.execute()
+    rt.at_end(r.close)
+    rt.execute(start=r.start)
     # the parent's CPU over the run, all its threads (reading, dealing, exploding while the
     # channels start, the relays, merging and writing): beside the channels' cpu_s, where the
     # run's CPU went (a whole-process CPU/wall from outside counts the parent alone: the
@@ -337,7 +330,7 @@ def run_columnar(flow: Flow, cp: ColumnarPlan, *, parallelism: int, n_groups: in
     # the parent's counts are those of pulses it exploded while their channel started (its
     # rows sent to a channel count as shuffled: they cross a process boundary)
     stats = [*r.stats, r.local.stats() if r.local is not None else {}]
-    return {
+    return rt, {
         "tuples_in": {cp.source.name: r.read},
         "extra": {
             "paths": {name: "columnar"},
@@ -355,8 +348,6 @@ def run_columnar(flow: Flow, cp: ColumnarPlan, *, parallelism: int, n_groups: in
             "bytes_moved": 0,
             "blocked_s": r.blocked,
             "startup_s": r.startup_s,
-            "latency_ms": r.latency.summary(),
-            "latency_series": r.latency.series(),
             # rows_exploded: f_MK's rows; rows_combined: after the per-batch combine;
             # rows_shuffled: combined rows a channel sent to another (ipc_bytes_*: the
             # parent's own IPC, batches dealt and windows back)

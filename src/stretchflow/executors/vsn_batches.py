@@ -13,7 +13,8 @@ reordering. Control tuples and watermarks stay entries of their own, so a reconf
 switches between two batches; a ``--reconfigure`` step due inside a batch cuts it there
 (:meth:`~stretchflow.runtime.SourcePump.run_batches`). Flow control and the spread bound count
 tuples: an inlet of batches holds ``capacity`` tuples' worth of batches, and ``max_spread``
-tuples are ``max_spread // COLUMNAR_BATCH`` entries (at least one).
+tuples are ``max_spread // COLUMNAR_BATCH`` entries (at least one;
+:data:`~stretchflow.runtime.pump.COLUMNAR_BATCH` tuples a batch).
 """
 
 from __future__ import annotations
@@ -23,15 +24,11 @@ from typing import TYPE_CHECKING, Any
 
 from ..batch import Batch, prefer_system_allocator
 from ..flow import Flow, Node
+from ..runtime import pump
 from .plan import Inlet
 
 if TYPE_CHECKING:
     from .vsn_operator import VSNOperator
-
-#: tuples per batch a source reads for a columnar O+ (``Source.batches``): the unit an
-#: instance takes from ESG_in, so also what a reconfiguration may wait for
-COLUMNAR_BATCH = 4096
-
 
 def plan_batches(flow: Flow, ops: dict[Node, VSNOperator], n_groups: int,
                  on: bool) -> dict[Node, Any]:
@@ -49,7 +46,7 @@ def plan_batches(flow: Flow, ops: dict[Node, VSNOperator], n_groups: int,
         if not readers or any(r not in cand for r in readers):
             continue
         batches = getattr(src.spec, "batches", None)
-        it = batches(COLUMNAR_BATCH) if batches is not None else None
+        it = batches(pump.COLUMNAR_BATCH) if batches is not None else None
         if it is not None:
             if len(readers) == 1:
                 # f_MK's explode of each batch on the source's thread, ahead of the instances
@@ -87,7 +84,8 @@ class BatchAwareInlets:
                  readers: list[Hashable], capacity: int, n_inputs: int) -> Inlet:
         vop = self.ops.get(consumer) if isinstance(consumer, Node) else None
         if vop is not None and vop.columnar_state is not None:
-            return BatchInlet(name, producers, readers, max(4, capacity // COLUMNAR_BATCH),
+            return BatchInlet(name, producers, readers,
+                              max(4, capacity // pump.COLUMNAR_BATCH),
                               n_inputs, vop.columnar_state.offer)
         if consumer in self.batch_sinks:
             capacity = max(16, capacity // 64)
@@ -112,4 +110,4 @@ class BatchInlet(Inlet):
 
 def spread_in_entries(spread: int | None) -> int | None:
     """``max_spread`` (tuples) as ESG positions of batches."""
-    return None if spread is None else max(1, spread // COLUMNAR_BATCH)
+    return None if spread is None else max(1, spread // pump.COLUMNAR_BATCH)
