@@ -60,11 +60,6 @@ BATCH_DELAY = 0.001  # seconds a source holds a partial batch
 # read ahead of the slowest one; an O+ whose kernels take runs keeps its 1 024-tuple runs
 MAX_SPREAD = 64
 MAX_SPREAD_RUNS = 2 * RUN_BATCH
-# Deprecated: the options control_hold and hold_switch (engines.py) replace these. The
-# reconfiguration bench (bench/vsn.py) still sets them, so an executor reads them when its
-# run does not give the option; remove them once the bench passes the options.
-CONTROL_HOLD: float | None = 0.05
-HOLD_SWITCH = False
 
 
 class VSNInstance:
@@ -309,9 +304,7 @@ class VSNExecutor:
         self.rt = Run("vsn", flow)
         self.control, self.metrics_log = self.rt.control, self.rt.metrics
         self.clock, self.latency = self.rt.clock, self.rt.latency
-        # (the module globals only while the reconfiguration bench still sets them)
-        hold = s.control_hold if "control_hold" in s.given else CONTROL_HOLD
-        switch = s.hold_switch if "hold_switch" in s.given else HOLD_SWITCH
+        switch = s.hold_switch
         self.ops: dict[Node, VSNOperator] = {
             node: VSNOperator(node, s.parallelism, n, self.G, control=self.control,
                               log=self.metrics_log, defer_gc=s.defer_gc, hold_switch=switch)
@@ -327,7 +320,7 @@ class VSNExecutor:
             if vop.columnar_state is not None:  # positions are batches here
                 spread = spread_in_entries(spread)
             vop.inlet.esg.set_max_spread(spread)
-            vop.inlet.esg.set_control_hold(hold)
+            vop.inlet.esg.set_control_hold(s.control_hold)
             for vi in vop.instances:
                 vi.bound_take(spread)
                 vi.pusher = self.plan.pusher(node, (vop.name, vi.j))
