@@ -27,13 +27,15 @@ from conformance import flows as conf_flows
 from conformance.contract import multiset
 from stretchflow.errors import OperatorError
 from stretchflow.executors import plan as plan_mod
+from stretchflow.executors import reference as ref_mod
 from stretchflow.operators import columnar, columnar_shared
 from stretchflow.operators.aggregate import arg_max, count, mean_of
 from test_expr_aggregates import bids, hot_items, mean_per_category, write_jsonl
 
 ENGINES = [("vsn", {"parallelism": 1}), ("vsn", {"parallelism": 2}),
            ("vsn", {"parallelism": 1, "reconfigure": "2000:2,4000:1"}),
-           ("vsn", {"parallelism": 2, "reconfigure": "1500:1,3000:2,4500:1"})]
+           ("vsn", {"parallelism": 2, "reconfigure": "1500:1,3000:2,4500:1"}),
+           ("reference", {"parallelism": 2}), ("reference", {"parallelism": 3})]
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +80,7 @@ def spies(monkeypatch) -> dict[str, Any]:
         return out
 
     monkeypatch.setattr(plan_mod, "apply_table", apply_table)
+    monkeypatch.setattr(ref_mod, "apply_table", apply_table)
     return seen
 
 
@@ -136,7 +139,8 @@ CASE = next(c for c in conf_flows.FLOWS if c.name == "expression-aggregates-file
 
 @pytest.mark.parametrize("engine,opts", [
     ("vsn", {"parallelism": 1}), ("vsn", {"parallelism": 2}),
-    ("vsn", {"parallelism": 2, "reconfigure": "10:1,25:2"})], ids=str)
+    ("vsn", {"parallelism": 2, "reconfigure": "10:1,25:2"}),
+    ("reference", {"parallelism": 2}), ("reference", {"parallelism": 3})], ids=str)
 def test_conformance_expression_flows(engine, opts, spies, monkeypatch):
     """The conformance suite's expression flow (every accumulator and keys form, and the
     hot-items chain) from a file: every O+ columnar, the reference's tuple path's output."""
@@ -160,7 +164,8 @@ def test_conformance_expression_flows(engine, opts, spies, monkeypatch):
     assert spies["taken"].get("x-hot", 0) > 0
 
 
-@pytest.mark.parametrize("engine,opts", [("vsn", {"parallelism": 2})], ids=str)
+@pytest.mark.parametrize("engine,opts", [("vsn", {"parallelism": 2}),
+                                         ("reference", {"parallelism": 2})], ids=str)
 def test_a_refused_batch_names_the_tuple_as_tuple_at_a_time(engine, opts, tmp_path):
     """A price that is text: the filter's columnar form refuses its batch, ``fn`` tuple by
     tuple fails on that tuple — the same one error as the tuple path, nothing written."""
@@ -238,3 +243,17 @@ def test_checkpointed_vsn_chain_gives_the_same_output(bids_file, tmp_path):
         assert res.extra["checkpoints"] >= 2
         assert res.extra["paths"]["bids"] == "columnar"
         assert "O+ fed by another O+" in res.extra["columnar_fallback"]["hot"]
+
+
+def test_checkpointed_reference_at_p2_falls_back_with_the_reason(bids_file, tmp_path):
+    (tmp_path / "want").mkdir()
+    flow, files = _to_files(hot_items, bids_file, tmp_path / "want")
+    flow.run("reference", columnar="off")
+    want = _lines(files)
+    (tmp_path / "got").mkdir()
+    flow, files = _to_files(hot_items, bids_file, tmp_path / "got")
+    res = flow.run("reference", parallelism=2, checkpoint=str(tmp_path / "ck"),
+                   checkpoint_every=1500)
+    assert _lines(files) == want
+    assert "checkpointed run at parallelism > 1" in res.extra["columnar_fallback"]["bids"]
+    assert res.extra["paths"]["bids"] != "columnar"
