@@ -30,7 +30,13 @@ from stretchflow.executors import plan as plan_mod
 from stretchflow.executors import reference as ref_mod
 from stretchflow.operators import columnar, columnar_shared
 from stretchflow.operators.aggregate import arg_max, count, mean_of
-from test_expr_aggregates import bids, hot_items, mean_per_category, write_jsonl
+from test_expr_aggregates import (  # noqa: F401 - tuple_batches: a fixture
+    bids,
+    hot_items,
+    mean_per_category,
+    tuple_batches,
+    write_jsonl,
+)
 
 ENGINES = [("vsn", {"parallelism": 1}), ("vsn", {"parallelism": 2}),
            ("vsn", {"parallelism": 1, "reconfigure": "2000:2,4000:1"}),
@@ -47,21 +53,11 @@ def bids_file(tmp_path_factory) -> Any:
 
 
 @pytest.fixture
-def spies(monkeypatch) -> dict[str, Any]:
-    """``tuple_batches``: batches a columnar σ summed tuple at a time; ``refused``: batches a
-    fused operator's columnar form refused; ``taken``: batches each columnar O+ took whole."""
-    seen: dict[str, Any] = {"tuple_batches": 0, "refused": 0, "taken": {}}
-
-    def counting(orig: Any) -> Any:
-        def tuple_at_a_time(self: Any, *a: Any) -> Any:
-            seen["tuple_batches"] += 1
-            return orig(self, *a)
-        return tuple_at_a_time
-
-    monkeypatch.setattr(columnar.ColumnarSlicedInstance, "_tuple_at_a_time",
-                        counting(columnar.ColumnarSlicedInstance._tuple_at_a_time))
-    monkeypatch.setattr(columnar_shared.ColumnarShared, "_python_partials",
-                        counting(columnar_shared.ColumnarShared._python_partials))
+def spies(monkeypatch, tuple_batches) -> dict[str, Any]:  # noqa: F811 - the fixture
+    """``tuple_batches``: batches a columnar σ summed tuple at a time (test_expr_aggregates'
+    spy); ``refused``: batches a fused operator's columnar form refused; ``taken``: batches
+    each columnar O+ took whole."""
+    seen: dict[str, Any] = {"refused": 0, "taken": {}}
 
     def taking(orig: Any) -> Any:
         def process_batch(self: Any, batch: Any) -> Any:
@@ -81,6 +77,7 @@ def spies(monkeypatch) -> dict[str, Any]:
 
     monkeypatch.setattr(plan_mod, "apply_table", apply_table)
     monkeypatch.setattr(ref_mod, "apply_table", apply_table)
+    seen["tuple_batches"] = tuple_batches
     return seen
 
 
@@ -124,7 +121,7 @@ def test_chains_run_columnar_and_give_the_tuple_paths_output(build, paths, engin
     assert got == want
     assert res.extra["paths"] == paths
     assert "columnar_fallback" not in res.extra
-    assert spies["tuple_batches"] == 0 and spies["refused"] == 0
+    assert spies["tuple_batches"][0] == 0 and spies["refused"] == 0
     if "hot" in paths:  # the second O+ took the first one's tables, many of them
         assert spies["taken"].get("hot", 0) > 10, spies["taken"]
     if "reconfigure" in opts:
@@ -160,7 +157,7 @@ def test_conformance_expression_flows(engine, opts, spies, monkeypatch):
             assert set(res.extra["paths"].values()) == {"columnar"}, res.extra["paths"]
 
     check()
-    assert spies["tuple_batches"] == 0
+    assert spies["tuple_batches"][0] == 0
     assert spies["taken"].get("x-hot", 0) > 0
 
 
