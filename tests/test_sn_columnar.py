@@ -210,7 +210,9 @@ def test_a_source_without_batches_or_another_shape_takes_tuples(tmp_path):
     path = tmp_path / "in.jsonl"
     _write(path, rows)
     flow = sf.Flow()
-    flow.source(JsonLines(path)).oplus(QUERIES["wordcount"]()).map(lambda p: p).collect()
+    counted = flow.source(JsonLines(path)).oplus(QUERIES["wordcount"]())
+    counted.collect()
+    counted.map(lambda p: p).collect()  # two readers of the A+: not one line
     res = sn.run(flow, parallelism=2, **PROC)
     assert "one source" in res.extra["columnar_fallback"]["wordcount"]
     with pytest.raises(Exception, match="columnar"):
