@@ -8,11 +8,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_expr_aggregates import bids, hot_items, mean_per_category, write_jsonl
 
 import stretchflow as sf
 from conformance.contract import multiset
 from stretchflow.operators.aggregate import count, max_of, mean_of, min_of, sum_of, top_k
+from test_expr_aggregates import bids, hot_items, mean_per_category, write_jsonl
 
 PROC = {"channels": "processes"}
 
