@@ -15,6 +15,7 @@ from stretchflow.operators.aggregate import count, max_of, mean_of, min_of, sum_
 from test_expr_aggregates import bids, hot_items, mean_per_category, write_jsonl
 
 PROC = {"channels": "processes"}
+CHANNELS = [{"channels": "processes"}, {"channels": "threads"}]
 
 
 @pytest.fixture(scope="module")
@@ -62,28 +63,32 @@ def _all_columnar(res: Any) -> None:
     assert not any(c["batches_tuple"].values()), c["batches_tuple"]
 
 
+@pytest.mark.parametrize("opts", CHANNELS, ids=lambda o: o["channels"])
 @pytest.mark.parametrize("acc", ["count", "sum", "min", "max", "mean", "top_k"])
-def test_expression_chain_runs_columnar_and_exact(acc, bids_file, monkeypatch):
+def test_expression_chain_runs_columnar_and_exact(acc, opts, bids_file, monkeypatch):
     monkeypatch.setattr("stretchflow.runtime.pump.COLUMNAR_BATCH", 300)
     want = _reference(_expr_chain, bids_file, acc)
     assert sum(sum(c.values()) for c in want.values()) > 20
-    res, got = _columnar_run(_expr_chain, bids_file, acc, **PROC)
+    res, got = _columnar_run(_expr_chain, bids_file, acc, **opts)
     assert got == want
     _all_columnar(res)
     assert set(res.extra["paths"]) == {"filter", "with_columns", "select", "agg"}
 
 
+@pytest.mark.parametrize("opts", CHANNELS, ids=lambda o: o["channels"])
 @pytest.mark.parametrize("pre_in_channels", [True, False])
 @pytest.mark.parametrize("build", [hot_items, mean_per_category], ids=["hot", "mean"])
-def test_issue_flows_run_columnar_end_to_end(build, pre_in_channels, bids_file, monkeypatch):
+def test_issue_flows_run_columnar_end_to_end(build, pre_in_channels, opts, bids_file,
+                                             monkeypatch):
     """Hot items: the channels count per auction, the parent's instance takes the merged
     windows as batches for the arg max (parallelism 1, said in ``parallelism``)."""
     monkeypatch.setattr("stretchflow.runtime.pump.COLUMNAR_BATCH", 256)
     monkeypatch.setattr("stretchflow.executors.sn_columnar.PRE_IN_CHANNELS", pre_in_channels)
     want = _reference(build, bids_file)
-    res, got = _columnar_run(build, bids_file, **PROC)
+    res, got = _columnar_run(build, bids_file, **opts)
     assert got == want
     _all_columnar(res)
+    assert res.extra["channels"] == opts["channels"]
     if build is hot_items:
         assert res.extra["paths"] == {"bids": "columnar", "hot": "columnar"}
         assert res.extra["parallelism"] == {"bids": 2, "hot": 1}
@@ -109,6 +114,7 @@ def test_a_lambda_between_falls_back_per_operator_and_stays_exact(bids_file, mon
 
 @pytest.mark.parametrize("opts,reason", [
     ({"reconfigure": [(1000, 3)], **PROC}, "reconfiguring"),
+    ({"reconfigure": [(1000, 3)], "channels": "threads"}, "reconfiguring"),
     ({"columnar": "off", **PROC}, "columnar='off'"),
 ])
 def test_runs_the_path_does_not_cover_fall_back_exactly(opts, reason, bids_file):

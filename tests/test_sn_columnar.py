@@ -194,7 +194,6 @@ def test_a_channel_process_that_dies_stops_the_run(tmp_path):
     ({"reconfigure": [(100, 2)], **PROC}, "reconfiguring"),
     ({"controller": "threshold", **PROC}, "reconfiguring"),
     ({"checkpoint": "CK", **PROC}, "checkpointed"),
-    ({"channels": "threads"}, "thread channels"),
     ({"columnar": "off", **PROC}, "columnar='off'"),
 ])
 def test_runs_the_path_does_not_cover_take_tuples_and_say_why(tmp_path, opts, reason):

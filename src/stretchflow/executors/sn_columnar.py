@@ -12,7 +12,9 @@ count, sum, min, max, mean, top_k) -> stateless operators and further A+ with co
   batch ``seq`` (a *pulse*, from 1) to channel ``(seq - 1) % p``, with its last timestamp as
   watermark (every later tuple is at or after it). At most ``queue_size`` pulses are in flight
   (dealt, not yet written): the flow control.
-* **Channels** (processes, :mod:`.sn_columnar_channel`): the dealt channel explodes its batch
+* **Channels** (processes, or threads of the parent with ``channels="threads"``: the same core,
+  batches and parts handed over in-process; :mod:`.sn_columnar_channel`): the dealt channel
+  explodes its batch
   (f_MK's columnar form), combines it per (slice, key), and sends every channel the combined
   rows of the key groups f_μ gives it — channel to channel, the SN paper's shuffle — and each
   channel runs a :class:`~stretchflow.operators.columnar.ColumnarSlicedInstance` over the keys
@@ -38,7 +40,7 @@ at a time by its channel (f_MK per tuple, so its error names the tuple) and its 
 pairs travel pickled to their owners, which apply f_U into the same instance's dict slices.
 
 Not on this path (the run takes the tuple path and ``extra["columnar_fallback"]`` says why):
-thread channels, ``columnar="off"``, reconfiguration (``reconfigure`` or a controller: the
+``columnar="off"``, reconfiguration (``reconfigure`` or a controller: the
 partials are not migrated), checkpoints, and any flow other than such a line (several sources,
 a node read twice, sinks on several nodes, a stateful operator, an A+ without columnar forms).
 """
@@ -61,7 +63,7 @@ from ..runtime.control import raise_user_error
 from ..runtime.skeleton import Run
 from ..runtime.tempdirs import sweep_stale
 from .sn_channel import group_assignment
-from .sn_columnar_channel import Channel, channel_main, pack, unpack
+from .sn_columnar_channel import Channel, channel_main, keep, pack, unpack
 from .sn_process import ProcessChannel, ProcessTransport, _preload_modules, ship
 
 __all__ = ["ColumnarPlan", "plan", "run_columnar"]
@@ -218,6 +220,39 @@ class _Transport(ProcessTransport):
         return _PeerChannel(self, ex, j)
 
 
+class _ThreadChannel:
+    """A channel as a thread of the parent (``channels="threads"``): the same
+    :class:`~.sn_columnar_channel.Channel` core and loop, its messages and parts handed over
+    in-process as they are (no IPC; the Arrow kernels release the GIL)."""
+
+    def __init__(self, r: _Run, j: int):
+        import queue
+
+        self.r, self.j = r, j
+        self.q: queue.Queue = queue.Queue()  # unbounded, as a process channel's (see _Host)
+        self.ready = threading.Event()
+        self.ready.set()  # nothing to load
+        self.threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        t = self.r.run.thread(self._serve, name=f"sn-channel-{self.r.op.name}-{self.j}")
+        self.threads.append(t)
+        t.start()
+
+    def _serve(self) -> None:
+        r = self.r
+        chans = r.host.channels
+        ch = Channel(self.j, r.op, r.p, r.G, r.assign, lambda o, msg: chans[o].q.put(msg),
+                     r.pre_there, ipc=False)
+        t0 = time.thread_time()
+        final = ch.serve(lambda: r.run.get(self.q), r.host.outq.put)
+        final[3]["cpu_s"] = time.thread_time() - t0
+        r.host.outq.put(final)
+
+    def close(self, failed: bool) -> None:
+        pass
+
+
 class _Host:
     """What :class:`ProcessChannel` and :meth:`ProcessTransport.wait_ready` read of a region.
     ``queue_size`` 0: every queue is unbounded (a channel's also takes its peers' parts, and
@@ -233,7 +268,7 @@ class _Host:
 
 class _Run:
     def __init__(self, rt: Run, cp: ColumnarPlan, parallelism: int, n_groups: int,
-                 window: int, start_method: str):
+                 window: int, start_method: str, channels: str = "processes"):
         self.rt = rt  # the runtime's skeleton: threads, sinks, latency, the result
         self.op = cp.node.spec
         self.cp = cp
@@ -246,8 +281,10 @@ class _Run:
         # the channels, on the batch dealt to each), or in the dealer before it deals
         self.pre_here = [] if PRE_IN_CHANNELS else pre
         self.pre_there = pre if PRE_IN_CHANNELS else []
-        self.transport = _Transport(self.op, n_groups, start_method, self.assign,
-                                    self.pre_there)
+        self.threads = channels == "threads"
+        self.transport = None if self.threads else _Transport(
+            self.op, n_groups, start_method, self.assign, self.pre_there)
+        self.pack = keep if self.threads else pack
         self.down = Downstream(cp.post)
         self.clock = rt.clock
         self.drains = [rt.drain(k) for k in range(len(rt.sinks))]
@@ -256,7 +293,7 @@ class _Run:
         self.bytes_out = self.bytes_in = 0
         self.blocked = self.startup_s = 0.0
         self.stats: list[dict] = [{} for _ in range(parallelism)]
-        self.chans: list[_PeerChannel] = []
+        self.chans: list[Any] = []
         self._progress = threading.Condition()
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -267,11 +304,13 @@ class _Run:
         t0 = time.perf_counter()
         run.on_abort(lambda _e: self._wake())
         for j in range(self.p):  # the queues first: the dealer fills them meanwhile
-            ch = self.transport.channel(host, j)
+            ch = _ThreadChannel(self, j) if self.transport is None else \
+                self.transport.channel(host, j)
             host.channels[j] = ch
             self.chans.append(ch)
-        for ch in self.chans:
-            ch.attach([c.inq for c in self.chans])
+        if self.transport is not None:
+            for ch in self.chans:
+                ch.attach([c.inq for c in self.chans])
         # the dealer reads the first batches while the channel processes start (a fork
         # server's start-up imports the engine and Arrow: the longest step)
         for fn, role in ((self._dealer, "dealer"), (self._merger, "merger")):
@@ -281,7 +320,8 @@ class _Run:
                 break
             ch.start()
             rt.threads.extend(ch.threads)
-        self.transport.wait_ready(host)
+        if self.transport is not None:
+            self.transport.wait_ready(host)
         self.startup_s = time.perf_counter() - t0
 
     def close(self) -> None:
@@ -314,7 +354,7 @@ class _Run:
             seq += 1
             j = (seq - 1) % self.p
             if self._channel_ready(j):
-                packed = pack(b)
+                packed = self.pack(b)
                 if packed is not None and packed[0] == "ipc":
                     self.bytes_out += len(packed[1])
                 chans[j].q.put(("batch", seq, packed, wm))
@@ -421,7 +461,8 @@ def _merge(bs: list[Batch]) -> Batch:
 
 
 def run_columnar(flow: Flow, cp: ColumnarPlan, *, parallelism: int, n_groups: int,
-                 capacity: int | None, start_method: str) -> tuple[Run, dict[str, Any]]:
+                 capacity: int | None, start_method: str,
+                 channels: str = "processes") -> tuple[Run, dict[str, Any]]:
     """Runs the columnar path; returns the run's skeleton (for its result) and what the run
     reports: the counts and the SN engine's ``extra`` keys that apply."""
     # flow control counts tuples: ``capacity`` source tuples per channel, in whole source
@@ -434,7 +475,7 @@ def run_columnar(flow: Flow, cp: ColumnarPlan, *, parallelism: int, n_groups: in
     sweep_stale("sn")
     # the common keys this path reports: latency (its parallelism is fixed, metrics none)
     rt = Run("sn", flow, measures=("latency",))
-    r = _Run(rt, cp, parallelism, n_groups, queue_size * parallelism, start_method)
+    r = _Run(rt, cp, parallelism, n_groups, queue_size * parallelism, start_method, channels)
     cpu0 = time.process_time()
     rt.at_end(r.close)
     rt.execute(start=r.start)

@@ -49,7 +49,7 @@ from ..operators.stateless import through_batch
 from ..runtime import raise_user_error, user_error
 from .sn_process import channel_io, report_error, stable_group_function
 
-__all__ = ["channel_main", "pack", "unpack"]
+__all__ = ["Channel", "channel_main", "keep", "pack", "unpack"]
 
 _TS = "__stretchflow_ts"  # the timestamp column of a batch crossing processes
 
@@ -81,7 +81,16 @@ def pack(batch: Batch | None) -> tuple | None:
     return ("py", batch.ts.tolist(), list(batch.payloads))
 
 
+def keep(batch: Batch | None) -> tuple | None:
+    """A batch for a thread of this process (thread channels): itself; None if empty."""
+    if batch is None or not len(batch):
+        return None
+    return ("batch", batch)
+
+
 def unpack(packed: tuple) -> Batch:
+    if packed[0] == "batch":
+        return packed[1]
     if packed[0] == "py":
         return Batch(packed[1], payloads=packed[2])
     table = read_ipc(packed[1])
@@ -105,6 +114,7 @@ class Channel:
         #: the stateless operators applied to a dealt batch before f_MK (Map/Filter on the
         #: table through ``batch_fn``); ``ipc`` False: parts stay tables (thread channels)
         self.pre, self.ipc = list(pre), ipc
+        self.pack = pack if ipc else keep
         # pulses exploded through the columnar form and tuple at a time (the run summary)
         self.columnar_pulses = self.tuple_pulses = 0
         self.assign, self.send = assign, send
@@ -263,7 +273,7 @@ class Channel:
                 raise_user_error(self.op.name, wm, "<watermark>", e)
             self.applied = seq
             self.busy += time.perf_counter() - t0
-            out.append(("out", self.j, pack(self.inst.take_batch()), wm, seq))
+            out.append(("out", self.j, self.pack(self.inst.take_batch()), wm, seq))
         return out
 
     def _add_rows(self, table: Any, raw: bool) -> None:
@@ -313,7 +323,24 @@ class Channel:
         except Exception as e:  # noqa: BLE001
             raise_user_error(self.op.name, None, None, e)
         self.busy += time.perf_counter() - t0
-        return ("final", self.j, pack(self.inst.take_batch()), self.stats())
+        return ("final", self.j, self.pack(self.inst.take_batch()), self.stats())
+
+    def serve(self, get: Any, put: Any) -> tuple:
+        """The channel's loop: ``batch`` (dealt by the parent), ``part`` (from the peer that
+        exploded a pulse) and ``end`` messages from ``get()``, replies to ``put``, until every
+        pulse is applied; returns the final reply (not put)."""
+        while not self.done:
+            msg = get()
+            kind = msg[0]
+            if kind == "batch":
+                self.explode(msg)
+            elif kind == "part":
+                self.receive(msg)
+            else:  # "end"
+                self.total = msg[1]
+            for reply in self.ready():
+                put(reply)
+        return self.end()
 
     def stats(self) -> dict[str, Any]:
         return {"busy_s": self.busy, "rows_exploded": self.exploded,
@@ -337,18 +364,7 @@ def channel_main(blob: bytes, j: int, n_groups: int, assign: list[int], peers: l
         ch = Channel(j, pickle.loads(blob), len(peers), n_groups, assign, send,
                      [pickle.loads(b) for b in pre])
         put(("ready", j))
-        while not ch.done:
-            msg = get()
-            kind = msg[0]
-            if kind == "batch":
-                ch.explode(msg)
-            elif kind == "part":
-                ch.receive(msg)
-            else:  # "end"
-                ch.total = msg[1]
-            for reply in ch.ready():
-                put(reply)
-        final = ch.end()
+        final = ch.serve(get, put)
         final[3]["cpu_s"] = time.process_time()  # this process's CPU (forked: from zero)
         put(final)
     except SystemExit:
