@@ -10,12 +10,14 @@ from typing import Any
 
 import pytest
 
+import test_expr_aggregates
 from conformance.contract import multiset
-from stretchflow.operators import columnar, columnar_shared
 from test_expr_aggregates import bids, hot_items, mean_per_category, write_jsonl
-from test_sn_chains import _expr_chain
+from test_sn_chains import _expr_chain, _lambda_map
 
 SCHEDULERS = ["qst", "lp", "et", "ct"]
+#: the spy counting batches taken tuple at a time (a fixture)
+tuple_batches = test_expr_aggregates.tuple_batches
 
 
 @pytest.fixture(scope="module")
@@ -24,24 +26,6 @@ def bids_file(tmp_path_factory) -> Any:
     for r in rows:
         r["ts"] *= 10
     return write_jsonl(tmp_path_factory.mktemp("bids") / "bids.jsonl", rows)
-
-
-@pytest.fixture
-def tuple_batches(monkeypatch) -> list[int]:
-    """Counts the batches taken tuple at a time by a columnar instance or shared σ."""
-    seen = [0]
-
-    def spy(orig: Any) -> Any:
-        def counted(self: Any, *a: Any) -> Any:
-            seen[0] += 1
-            return orig(self, *a)
-        return counted
-
-    monkeypatch.setattr(columnar.ColumnarSlicedInstance, "_tuple_at_a_time",
-                        spy(columnar.ColumnarSlicedInstance._tuple_at_a_time))
-    monkeypatch.setattr(columnar_shared.ColumnarShared, "_python_partials",
-                        spy(columnar_shared.ColumnarShared._python_partials))
-    return seen
 
 
 def _reference(build: Any, *args: Any) -> Any:
@@ -83,20 +67,9 @@ def test_expression_chain_columnar_and_exact(acc, opts, bids_file, monkeypatch,
 
 
 def test_a_lambda_stage_runs_tuple_by_tuple_on_the_batch(bids_file, monkeypatch):
-    import stretchflow as sf
-    from stretchflow.operators.aggregate import sum_of
-
     monkeypatch.setattr("stretchflow.runtime.pump.COLUMNAR_BATCH", 500)
-
-    def build(path: Any) -> Any:
-        flow = sf.Flow()
-        s = flow.source(sf.io.jsonl(str(path))).map(
-            lambda t: {**t, "half": (t["price"] or 0) // 2}, name="half")
-        return flow, s.aggregate(size="10s", keys="auction", **sum_of("half"),
-                                 name="agg").collect()
-
-    want = _reference(build, bids_file)
-    flow, col = build(bids_file)
+    want = _reference(_lambda_map, bids_file)
+    flow, col = _lambda_map(bids_file)
     res = flow.run("ordered", parallelism=2)
     assert multiset(col) == want
     assert res.extra["paths"] == {"half": "tuple", "agg": "columnar"}

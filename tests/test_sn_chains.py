@@ -40,6 +40,15 @@ def _expr_chain(path: Any, acc: str) -> tuple[sf.Flow, Any]:
                              name="agg").collect()
 
 
+def _lambda_map(path: Any) -> tuple[sf.Flow, Any]:
+    """A lambda map (no columnar form) before a declarative A+."""
+    flow = sf.Flow()
+    s = flow.source(sf.io.jsonl(str(path))).map(
+        lambda t: {**t, "half": (t["price"] or 0) // 2}, name="half")
+    return flow, s.aggregate(size="10s", keys="auction", **sum_of("half"),
+                             name="agg").collect()
+
+
 def _reference(build: Any, *args: Any) -> Any:
     flow, col = build(*args)
     flow.run("reference", columnar="off")
@@ -98,16 +107,8 @@ def test_a_lambda_between_falls_back_per_operator_and_stays_exact(bids_file, mon
     """A lambda map before the A+ runs tuple by tuple on the batch (its path says so); the
     A+ still takes its output as a batch (a table built from the payloads)."""
     monkeypatch.setattr("stretchflow.runtime.pump.COLUMNAR_BATCH", 500)
-
-    def build(path: Any) -> tuple[sf.Flow, Any]:
-        flow = sf.Flow()
-        s = flow.source(sf.io.jsonl(str(path))).map(
-            lambda t: {**t, "half": (t["price"] or 0) // 2}, name="half")
-        return flow, s.aggregate(size="10s", keys="auction", **sum_of("half"),
-                                 name="agg").collect()
-
-    want = _reference(build, bids_file)
-    res, got = _columnar_run(build, bids_file, **PROC)
+    want = _reference(_lambda_map, bids_file)
+    res, got = _columnar_run(_lambda_map, bids_file, **PROC)
     assert got == want
     assert res.extra["paths"] == {"half": "tuple", "agg": "columnar"}
 
