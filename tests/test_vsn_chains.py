@@ -26,9 +26,7 @@ import stretchflow as sf
 from conformance import flows as conf_flows
 from conformance.contract import multiset
 from stretchflow.errors import OperatorError
-from stretchflow.executors import plan as plan_mod
-from stretchflow.executors import reference as ref_mod
-from stretchflow.operators import columnar, columnar_shared
+from stretchflow.operators import columnar, columnar_shared, stateless
 from stretchflow.operators.aggregate import arg_max, count, mean_of
 from test_expr_aggregates import (  # noqa: F401 - tuple_batches: a fixture
     bids,
@@ -67,16 +65,13 @@ def spies(monkeypatch, tuple_batches) -> dict[str, Any]:  # noqa: F811 - the fix
 
     for cls in (columnar.ColumnarSlicedInstance, columnar_shared.ColumnarVSNInstance):
         monkeypatch.setattr(cls, "process_batch", taking(cls.process_batch))
-    orig_table = plan_mod.apply_table
+    orig_tuples = stateless.apply_batch
 
-    def apply_table(op: Any, batch: Any) -> Any:
-        out = orig_table(op, batch)
-        if out is None:
-            seen["refused"] += 1
-        return out
+    def apply_batch(op: Any, *a: Any) -> Any:  # through_batch's fallback: a refused batch
+        seen["refused"] += 1
+        return orig_tuples(op, *a)
 
-    monkeypatch.setattr(plan_mod, "apply_table", apply_table)
-    monkeypatch.setattr(ref_mod, "apply_table", apply_table)
+    monkeypatch.setattr(stateless, "apply_batch", apply_batch)
     seen["tuple_batches"] = tuple_batches
     return seen
 

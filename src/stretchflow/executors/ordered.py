@@ -81,6 +81,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..batch import Batch
 from ..buffers.hybrid_queue import HybridQueue, Lease, PartitionedQueue
 from ..buffers.reorder import LockReorderBuffer, NonBlockingReorderBuffer
 from ..elastic.controller import Metrics
@@ -228,6 +229,7 @@ class _Executor:
             self.drains_of.setdefault(t if tagged else -2, []).append(d)
         self.sink_buf: dict[int, list[Any]] = {t: [] for t in self.drains_of}
         self.marker_ms: list[float] = []
+        self._apply = apply_batch  # a stateless slice (batches: ordered_columnar's)
         got = decide(plan, columnar, checkpoint is not None)
         self.columnar_why = got if isinstance(got, str) else None
         if got is not None and not isinstance(got, str):
@@ -502,13 +504,17 @@ class _Executor:
             n_data = sum(1 for it in batch if it[2] == st.in_tag and it[1] is not WATERMARK)
         else:
             out = (apply_chain(st.op, batch, (WATERMARK, END)) if self.ck is not None else
-                   apply_batch(st.op, batch, (WATERMARK, END)))
-            n_data = sum(1 for _, p in batch if p is not WATERMARK and p is not END)
+                   self._apply(st.op, batch, (WATERMARK, END)))
+            n_data = sum(len(p) if type(p) is Batch else 1 for _, p in batch
+                         if p is not WATERMARK and p is not END)
         dt = time.perf_counter() - t0
         deposit_many(st, [(serial, out)])  # one unit per slice, even empty (§3)
         retry_stash(st)
         self._flush(st)
-        self._finish_slice(st, max(n_data, 1), len(out) - len(batch) + n_data, dt)
+        n_out = (len(out) - len(batch) + n_data if st.tagged else  # tuples (batches': theirs)
+                 sum(len(p) if type(p) is Batch else 1 for _, p in out
+                     if p is not WATERMARK and p is not END))
+        self._finish_slice(st, max(n_data, 1), n_out, dt)
 
     def _run_keyed(self, task: tuple[Any, ...], t0: float) -> None:
         _, st, bucket, n = task

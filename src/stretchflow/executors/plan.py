@@ -42,7 +42,7 @@ from ..batch import Batch
 from ..buffers.esg import ElasticScaleGate
 from ..eventtime import WATERMARK
 from ..flow import Flow, Node
-from ..operators.stateless import apply_batch, apply_table
+from ..operators.stateless import apply_batch, through_batch
 
 Item = tuple[int, Any]
 _ts = itemgetter(0)
@@ -232,10 +232,10 @@ def exploded(items: list[Item]) -> list[Item]:
 
 def apply_columnar(op: Any, items: list[Item]) -> list[Item]:
     """A fused Map or Filter with a columnar form over a producer's items: each Batch through
-    ``batch_fn`` at once (:func:`~stretchflow.operators.stateless.apply_table`), one the form
-    refuses tuple by tuple through ``fn`` (which names the tuple it fails on; its outputs go
-    on as one batch), anything else (watermarks, tuples) through ``fn``. A batch a filter
-    empties is dropped, as its tuples would be."""
+    it at once (:func:`~stretchflow.operators.stateless.through_batch`; one the form refuses
+    tuple by tuple through ``fn``, which names the tuple it fails on), anything else
+    (watermarks, tuples) through ``fn``. A batch a filter empties is dropped, as its tuples
+    would be."""
     out: list[Item] = []
     run: list[Item] = []  # non-batch items, in order
     for item in items:
@@ -246,11 +246,8 @@ def apply_columnar(op: Any, items: list[Item]) -> list[Item]:
         if run:
             out.extend(apply_batch(op, run))
             run = []
-        b = apply_table(op, p)
-        if b is None:  # no table, or refused
-            rows = apply_batch(op, p.items())
-            b = Batch.of_items(rows) if rows else None
-        if b is not None and len(b):
+        b = through_batch(op, p)
+        if len(b):
             out.append((b.last, b))
     if run:
         out.extend(apply_batch(op, run))

@@ -58,7 +58,7 @@ from ..flow import Flow, Node
 from ..io.sinks import CsvSink, JsonLinesSink, ParquetSink
 from ..io.sources import Source, pace
 from ..operators.oplus import OPlus, OPlusInstance, SharedState
-from ..operators.stateless import Filter, FlatMap, Map, apply_table
+from ..operators.stateless import Filter, FlatMap, Map, through_batch
 from ..runtime.control import CheckpointBarrier, raise_user_error, user_error
 from ..runtime.drain import SinkDrain, pull_merged
 from ..runtime.result import RunResult
@@ -307,17 +307,16 @@ def _stateless(op: Map | FlatMap | Filter, up: Iterator[Item]) -> Iterator[Item]
 
 def _stateless_columnar(op: Map | Filter, up: Iterator[Item]) -> Iterator[Item]:
     """A Map or Filter with a columnar form (``batch_fn``) over a stream that holds
-    batches: a batch with a table goes through ``batch_fn`` at once
-    (:func:`~stretchflow.operators.stateless.apply_table`); anything else, and a batch the
-    form refuses, tuple by tuple through ``fn``, which names the tuple it fails on."""
+    batches: a batch goes through it at once
+    (:func:`~stretchflow.operators.stateless.through_batch`: a batch without a table, or one
+    the form refuses, tuple by tuple through ``fn``, which names the tuple it fails on);
+    anything else through ``fn``."""
     for ts, v in up:
         if type(v) is not Batch:
             yield from _stateless(op, iter(((ts, v),)))
             continue
-        out = apply_table(op, v)
-        if out is None:  # no table, or refused: tuple by tuple
-            yield from _stateless(op, iter(v.items()))
-        elif len(out):
+        out = through_batch(op, v)
+        if len(out):
             yield out.last, out
 
 

@@ -14,11 +14,13 @@ ties to the lower input index, as the reference executor. A source read only by 
 by several consumers, or by sinks only) is read by a tap thread. Operators whose output reaches
 no sink do not run, as in the reference executor.
 
-An A+ with columnar forms reading a sorted file, on process channels, written only by sinks,
-runs on whole Arrow batches instead (:mod:`.sn_columnar`: the parent deals whole batches
-round robin as Arrow IPC; the channels explode them, combine per (slice, key) and shuffle the
-rows to each key's owner; ``extra["paths"]`` says ``columnar``); a
-reconfiguring or checkpointed run takes the tuple path (``extra["columnar_fallback"]``).
+A line from a sorted file through stateless operators to an A+ with columnar forms (and on
+through stateless operators and A+ with columnar forms to the sinks) runs on whole Arrow
+batches instead, on process or thread channels (:mod:`.sn_columnar`: the parent deals whole
+batches round robin, as Arrow IPC to processes; the channels explode them, combine per (slice,
+key) and shuffle the rows to each key's owner; the parent runs what follows the first A+ on
+the merged windows; ``extra["paths"]`` says ``columnar``); a reconfiguring or checkpointed
+run takes the tuple path (``extra["columnar_fallback"]``).
 
 ``reconfigure`` and the controller apply to every region: a ``(COUNT, P)`` step migrates every
 region to P channels once the run has read COUNT source tuples (the region whose splitter reads
@@ -98,9 +100,10 @@ def run(flow: Flow, parallelism: int | None = None, max_parallelism: int | None 
         start_method: multiprocessing start method of process channels (``"forkserver"`` or
             ``"spawn"``; never ``"fork"`` with threads running).
         columnar: ``"on"``: an A+ with columnar forms (``Aggregate.columnar``) reading a
-            sorted, unpaced file source, on process channels, takes whole Arrow batches
-            (:mod:`.sn_columnar`); a reconfiguring or checkpointed run, thread channels or
-            another flow shape take the tuple path, ``extra["columnar_fallback"]`` says why.
+            sorted, unpaced file source (through stateless operators; A+ with columnar forms
+            and stateless operators after it) takes whole Arrow batches
+            (:mod:`.sn_columnar`); a reconfiguring or checkpointed run or another flow shape
+            takes the tuple path, ``extra["columnar_fallback"]`` says why.
             ``"off"``: always the tuple path.
         checkpoint: a directory: checkpoints are taken there every ``checkpoint_every`` (N
             input tuples, ``"Ns"``, ``"Nms"``; default 10 s) and a run given a directory
@@ -124,7 +127,7 @@ def execute(flow: Flow, s: Settings) -> RunResult:
     if cp is not None and not isinstance(cp, str):
         return _run_columnar(flow, cp, parallelism=parallelism, key_groups=key_groups,
                              capacity=capacity, start_method=start_method,
-                             max_parallelism=max_parallelism)
+                             max_parallelism=max_parallelism, channels=channels)
     state_store, own_store, state_dir = _open_store(s.store)
     ck = (checkpoint, s.checkpoint_every) if checkpoint is not None else None
     try:
@@ -172,15 +175,12 @@ def execute(flow: Flow, s: Settings) -> RunResult:
 
 def _columnar_plan(flow: Flow, channels: str, columnar: str, reconfiguring: bool,
                    checkpointing: bool) -> Any:
-    """:func:`.sn_columnar.plan` (imported only for process channels: it imports
-    multiprocessing), or the reason the columnar path does not apply, or None when no O+
-    has columnar forms."""
+    """:func:`.sn_columnar.plan` (process or thread channels), or the reason the columnar
+    path does not apply, or None when no O+ has columnar forms."""
     if not any(getattr(n.spec, "columnar", False) for n in flow.nodes if n.kind == "oplus"):
         return None
     if columnar != "on":
         return "columnar='off'"
-    if channels != "processes":
-        return "thread channels (the columnar path runs on process channels)"
     from . import sn_columnar
 
     return sn_columnar.plan(flow, reconfiguring=reconfiguring, checkpointing=checkpointing)
@@ -188,16 +188,17 @@ def _columnar_plan(flow: Flow, channels: str, columnar: str, reconfiguring: bool
 
 def _run_columnar(flow: Flow, cp: Any, *, parallelism: int, key_groups: int,
                   capacity: int | None, start_method: str,
-                  max_parallelism: int) -> RunResult:
+                  max_parallelism: int, channels: str) -> RunResult:
     """The columnar path (:mod:`.sn_columnar`), reported as the tuple path reports a run."""
     from . import sn_columnar
 
     rt, out = sn_columnar.run_columnar(flow, cp, parallelism=parallelism, n_groups=key_groups,
-                                       capacity=capacity, start_method=start_method)
+                                       capacity=capacity, start_method=start_method,
+                                       channels=channels)
     extra = out["extra"]
     name = cp.node.name
     return rt.result(out["tuples_in"], {
-        **extra, "channels": "processes", "max_parallelism": max_parallelism,
+        **extra, "channels": channels, "max_parallelism": max_parallelism,
         "regions": {name: {"parallelism": parallelism,
                            "tuples_routed": extra["tuples_routed"],
                            "tuples_sent": extra["tuples_sent"],

@@ -89,27 +89,27 @@ def apply_batch(op: Map | FlatMap | Filter, batch: list[tuple[int, Any]],
     return out
 
 
-def apply_table(op: Map | Filter, batch: Any) -> Any:
-    """``op``'s columnar form (``batch_fn``) over a :class:`~stretchflow.batch.Batch`: the
-    output batch (each row keeps its timestamp; a filter's may be empty), or None when the
-    batch has no table (payloads that fit none) or the form refuses it. The caller then runs
-    ``fn`` tuple by tuple (:func:`apply_batch`), which names the tuple ``fn`` fails on; if
-    every tuple passes alone (the columnar form was stricter, e.g. about types mixed across
-    rows), those outputs stand: both forms are row-wise. The executors' one columnar step of
-    a stateless operator (the reference's, and the threaded engines' fused chains)."""
+def through_batch(op: Map | FlatMap | Filter, batch: Any) -> Any:
+    """``op`` over a :class:`~stretchflow.batch.Batch`, a batch out: its table through the
+    columnar form (``batch_fn``: a Map's rows, a Filter's kept rows, timestamps kept), else
+    tuple by tuple (:func:`apply_batch`). A batch the columnar form fails on is redone tuple by
+    tuple, so an error names the tuple ``fn`` fails on; if every tuple passes alone (the
+    columnar form was stricter, about types mixed across rows, say), their outputs stand:
+    both forms are row-wise."""
     from ..batch import Batch
 
-    fn = op.batch_fn
-    table = batch.table
-    if fn is None or table is None:
-        return None
-    try:
-        if type(op) is Map:
-            return Batch(batch.ts, table=fn(table))
-        rows, kept = fn(table)
-        return Batch(batch.ts[rows], table=kept)
-    except Exception:  # noqa: BLE001 - redone tuple by tuple, which names the tuple
-        return None
+    fn = getattr(op, "batch_fn", None)
+    table = batch.table if fn is not None else None
+    if table is not None:
+        try:
+            if type(op) is Map:
+                return Batch(batch.ts, table=fn(table))
+            rows, kept = fn(table)
+            return Batch(batch.ts[rows], table=kept)
+        except Exception:  # noqa: BLE001 - redone tuple by tuple, which names the tuple
+            pass
+    out = apply_batch(op, batch.items())
+    return Batch([t for t, _ in out], payloads=[p for _, p in out])
 
 
 # -- columnar forms (issue #16) -----------------------------------------------------------------
