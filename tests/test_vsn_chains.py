@@ -23,18 +23,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import stretchflow as sf
+import test_expr_aggregates
 from conformance import flows as conf_flows
 from conformance.contract import multiset
 from stretchflow.errors import OperatorError
 from stretchflow.operators import columnar, columnar_shared, stateless
 from stretchflow.operators.aggregate import arg_max, count, mean_of
-from test_expr_aggregates import (  # noqa: F401 - tuple_batches: a fixture
-    bids,
-    hot_items,
-    mean_per_category,
-    tuple_batches,
-    write_jsonl,
-)
+from test_expr_aggregates import bids, hot_items, mean_per_category, write_jsonl
+
+#: test_expr_aggregates' fixtures: its bids file, and its spy on batches summed tuple at a time
+bids_file = test_expr_aggregates.bids_file
+tuple_batches = test_expr_aggregates.tuple_batches
 
 ENGINES = [("vsn", {"parallelism": 1}), ("vsn", {"parallelism": 2}),
            ("vsn", {"parallelism": 1, "reconfigure": "2000:2,4000:1"}),
@@ -42,16 +41,8 @@ ENGINES = [("vsn", {"parallelism": 1}), ("vsn", {"parallelism": 2}),
            ("reference", {"parallelism": 2}), ("reference", {"parallelism": 3})]
 
 
-@pytest.fixture(scope="module")
-def bids_file(tmp_path_factory) -> Any:
-    rows = bids(6000, 11)
-    for r in rows:
-        r["ts"] *= 10  # ~60 s of bids: many windows
-    return write_jsonl(tmp_path_factory.mktemp("bids") / "bids.jsonl", rows)
-
-
 @pytest.fixture
-def spies(monkeypatch, tuple_batches) -> dict[str, Any]:  # noqa: F811 - the fixture
+def spies(monkeypatch, tuple_batches) -> dict[str, Any]:
     """``tuple_batches``: batches a columnar σ summed tuple at a time (test_expr_aggregates'
     spy); ``refused``: batches a fused operator's columnar form refused; ``taken``: batches
     each columnar O+ took whole."""
