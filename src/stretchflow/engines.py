@@ -184,8 +184,9 @@ CHECKPOINT_EVERY = _opt("checkpoint_every", "how often to checkpoint: N (input t
                         "Nms (seconds of processing time)", _checkpoint_every, _checkpoint_every,
                         default="10s", metavar="EVERY")
 COLUMNAR = _opt("columnar", "batches through Arrow kernels for an O+ that has columnar forms "
-                "(on: at parallelism 1 on the reference engine, at any on vsn and ordered "
-                "(not with checkpoints), and on sn's process channels without "
+                "(on: at any parallelism on the reference engine (not with checkpoints "
+                "at parallelism > 1), vsn, and ordered (not with checkpoints), and on sn's "
+                "process channels without "
                 "reconfigurations or checkpoints) or tuple at a "
                 "time (off)", choices=("on", "off"), default="on")
 METRICS_INTERVAL = _opt("metrics_interval", "seconds between two measurements (metrics, "

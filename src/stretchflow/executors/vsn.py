@@ -49,7 +49,7 @@ from ..runtime import ReconfigureSchedule, RunResult, SourcePump, Stopped, raise
 from ..runtime.control import CheckpointBarrier
 from ..runtime.drain import SINK_BATCH, drain_buffer
 from ..runtime.skeleton import Run, controller_name
-from .plan import PhysicalPlan, Pusher, Tagged
+from .plan import PhysicalPlan, Pusher, Tagged, stateless_paths
 from .vsn_batches import BatchAwareInlets, plan_batches, spread_in_entries
 from .vsn_operator import Control, Reconfiguration, VSNOperator, default_assignment
 
@@ -262,10 +262,7 @@ class VSNInstance:
             joined(acting.inst)
 
     def _emit(self) -> None:
-        out = self.inst.take()
-        if out and self.vop.explode_outputs:  # batches, for a consumer that takes tuples
-            out = [t for item in out for t in
-                   (item[1].items() if type(item[1]) is Batch else (item,))]
+        out = self.inst.take()  # windows as batches: the pusher explodes them where needed
         w = self.inst.W
         # lets ESG_out's readiness pass this instance (Lemma 2); a leaving instance that
         # flushed outputs beyond W is about to be removed and needs none
@@ -310,9 +307,11 @@ class VSNExecutor:
                               log=self.metrics_log, defer_gc=s.defer_gc, hold_switch=switch)
             for node in flow.nodes if node.kind == "oplus"
         }
-        self.batches = plan_batches(flow, self.ops, self.G, s.columnar == "on")
+        self.batches = plan_batches(flow, self.ops, self.G, s.columnar == "on",
+                                    s.checkpoint is not None)
         self.plan = PhysicalPlan(flow, self._producer_ids, self._reader_ids, s.capacity,
-                                 inlet=BatchAwareInlets(flow, self.ops, self.batches))
+                                 inlet=BatchAwareInlets(flow, self.ops, self.batches),
+                                 batches=self.batches)
         for node, vop in self.ops.items():
             vop.inlet = self.plan.inlets[node]
             vop.instances = [VSNInstance(vop, j) for j in range(n)]
@@ -435,13 +434,18 @@ class VSNExecutor:
         rt.execute(begin=self._begin, started=(lambda: self.on_start(self))
                    if self.on_start is not None else None)
         ops = self.ops.values()
+        fallback = self.batches.fallback
         return rt.result(
             {n.name: n.spec.read for n in self.flow.nodes if n.kind == "source"},
             {"parallelism": {v.name: v.parallelism for v in ops},
              "reconfigurations": [r.as_dict() for v in ops for r in v.log],
              "controller": controller_name(self.controller),
-             # how each O+ took its tuples (RunResult's schema): an instance's path
-             "paths": {v.name: _path(v.instances) for v in ops},
+             # how each O+ took its tuples (RunResult's schema): an instance's path; each
+             # Map or Filter with a columnar form: whether it ran on batches
+             "paths": {**{v.name: _path(v.instances) for v in ops},
+                       **stateless_paths(self.flow, self.batches.streams)},
+             # why an O+ with columnar forms took tuples (vsn_batches.BatchPlan.fallback)
+             **({"columnar_fallback": fallback} if fallback else {}),
              # vsn's own: what each instance did (tuples read, seconds busy)
              "instances": {v.name: [{"j": vi.j, "tuples": vi.processed,
                                      "busy_s": round(vi.busy, 4)} for vi in v.instances]
