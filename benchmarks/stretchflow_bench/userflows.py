@@ -19,7 +19,8 @@ Every measured variant is a fresh process run under :mod:`.peak` and measured by
   engine flags of :data:`ENGINES` — FORM ``lambda`` or ``expr``;
 * ``calls`` (hot items only): the loop that calls the lambda flow's own functions as the
   engine does; the engine's own cost per tuple is (engine's own time - its own time) / tuples;
-* ``spark-sql`` (1 M events only, and only where pyspark and Java are): Spark's DataFrame API
+* ``spark-sql`` (with the spark engine, which runs only when asked for, at 1 M events only,
+  and only where pyspark and Java are): Spark's DataFrame API
   (``peer_programs/spark_userflows.py``), set beside ``spark/expr``.
 
 Rounds alternate the variants (:func:`.common.rotation`), each round probed for the load
@@ -33,7 +34,13 @@ What runs is chosen by environment variables (``bench run`` takes no parameters)
 comma-separated list, or by the same options of ``python -m stretchflow_bench.userflows``:
 ``USERFLOWS_FLOWS``, ``USERFLOWS_FORMS`` (lambda, expr), ``USERFLOWS_ENGINES`` (keys of
 :data:`ENGINES`), ``USERFLOWS_SIZES`` (events), ``USERFLOWS_FORMATS`` (jsonl, parquet),
-``USERFLOWS_ROUNDS``; ``USERFLOWS_PROGRESS=1`` prints a line per run on stderr.
+``USERFLOWS_ROUNDS``; ``USERFLOWS_PROGRESS=1`` prints a line per run on stderr. The default
+is 1 M events, both formats, every flow and form, every local engine (:data:`DEFAULT_ENGINES`),
+3 rounds; one round of it on Parquet took 19 min on this 2-core machine at a 1-minute load of
+12-17 (other sessions' tests), so the default run takes about 2 h there; on a quiet machine
+it should take about half (an estimate: the lambda flows ran about twice as long here as issue
+#31 measured them quietly). 10 M events (``USERFLOWS_SIZES=10000000``) take ten
+times as long per variant: choose the engines (``USERFLOWS_ENGINES=reference,vsn1,vsn2``).
 """
 
 from __future__ import annotations
@@ -57,7 +64,7 @@ from . import nexmark
 from .common import repeat_probe, rotation, summarize, write_result
 from .peak import command
 from .peers import Peer, cache_dir, ensure_venv
-from .speed import _spark_missing, measure, reported_own_s, summary_own_s
+from .speed import VARIANTS, _spark_missing, measure, reported_own_s, summary_own_s
 
 HERE = Path(__file__).resolve().parent
 LOOPS = HERE / "userflow_loops.py"
@@ -68,17 +75,18 @@ SPARK_SQL = HERE / "peer_programs" / "spark_userflows.py"
 FLOWS = ("currency", "selection", "hot_items", "highest_bid", "mean_price", "join")
 FORMS = ("lambda", "expr")
 FORMATS = nexmark.FORMATS
-#: engine variant -> ``stretchflow run`` flags
+#: engine variant -> ``stretchflow run`` flags (bench speed's, and the reference at
+#: parallelism 2 and slack)
 ENGINES: dict[str, list[str]] = {
-    "reference": ["--engine", "reference"],
+    "reference": VARIANTS["reference"],
     "reference2": ["--engine", "reference", "--parallelism", "2"],
-    "vsn1": ["--engine", "vsn", "--parallelism", "1"],
-    "vsn2": ["--engine", "vsn", "--parallelism", "2"],
-    "sn2-processes": ["--engine", "sn", "--parallelism", "2", "--channels", "processes"],
-    "ordered2": ["--engine", "ordered", "--parallelism", "2"],
+    **{v: VARIANTS[v] for v in ("vsn1", "vsn2", "sn2-processes", "ordered2")},
     "slack": ["--engine", "slack"],
-    "spark": ["--engine", "spark", "--master", "local[2]"],
+    "spark": VARIANTS["spark-local2"],
 }
+#: the engines of a default run: Spark only when asked for (``USERFLOWS_ENGINES``), its runs
+#: take minutes each (a lambda flow's every tuple goes through a Python worker)
+DEFAULT_ENGINES = tuple(e for e in ENGINES if e != "spark")
 POLARS_APIS = ("eager", "lazy")
 #: Spark runs only at this size (its runs are slow: issue #31's 0.01-0.02x the loop)
 SPARK_SIZE = 1_000_000
@@ -108,7 +116,7 @@ def selection(quick: bool, flows: list[str] | None = None, forms: list[str] | No
             raise ValueError(f"{env}: unknown {bad}; known: {', '.join(map(str, known))}")
         return got
 
-    default_engines = ("reference", "vsn2") if quick else tuple(ENGINES)
+    default_engines = ("reference", "vsn2") if quick else DEFAULT_ENGINES
     env_sizes = _env_list("USERFLOWS_SIZES")
     return {
         "flows": pick(flows, "USERFLOWS_FLOWS",
