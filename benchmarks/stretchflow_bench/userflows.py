@@ -315,6 +315,7 @@ def _cell(flow: str, fmt: str, size: int, variants: list[str], rounds: int, seed
             if not c["identical"]:
                 c.update(compare(tmp / "expected.jsonl", out))
             checks[v].append(c)
+            out.unlink()  # a currency output is 90 MB per million events
         load.append({"round": r + 1, "before": before, "after": os.getloadavg()[0]})
     assert expected is not None  # the loop ran (or raised)
     cell: dict[str, Any] = {"flow": flow, "format": fmt, "size": size, "inputs":
@@ -526,6 +527,9 @@ def run(quick: bool = False, out_dir: str | os.PathLike | None = None, seed: int
                     cell["skipped"] = skipped
                     cell["own_cost_us_per_tuple"] = own_cost(cell)
                     cells.append(cell)
+                    # what a run that fails later (or is stopped) still leaves to look at
+                    partial = nexmark.data_dir() / "userflows-partial.json"
+                    partial.write_text(orjson.dumps({"selection": sel, "cells": cells}).decode())
     metrics = {"cells": cells, "targets": targets(cells),
                "polars_venv": polars_install, "total_s": time.perf_counter() - t_start}
     if no_expr:
