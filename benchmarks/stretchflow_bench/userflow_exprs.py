@@ -12,7 +12,6 @@ The join (NEXMark Q8) has no form here: ``Stream.join`` takes its keys as functi
 from __future__ import annotations
 
 import stretchflow as sf
-from stretchflow.operators.aggregate import arg_max, count, mean_of
 
 
 def currency(bids: sf.Stream) -> sf.Stream:
@@ -28,18 +27,18 @@ def selection(bids: sf.Stream) -> sf.Stream:
 def hot_items(bids: sf.Stream) -> sf.Stream:
     """NEXMark Q5: bids per auction in sliding windows of 10 s every 2 s, then per window
     the auction(s) with the most bids (ties included)."""
-    counts = bids.aggregate(size="10s", slide="2s", keys="auction", **count())
-    return counts.aggregate(size="2s", keys=None, **arg_max("count"))
+    counts = bids.aggregate(size="10s", slide="2s", keys="auction", **sf.count())
+    return counts.aggregate(size="2s", keys=None, **sf.arg_max("count"))
 
 
 def highest_bid(bids: sf.Stream) -> sf.Stream:
     """NEXMark Q7's shape: per tumbling 10 s window the bid(s) with the highest price."""
-    return bids.aggregate(size="10s", keys=None, **arg_max("price"))
+    return bids.aggregate(size="10s", keys=None, **sf.arg_max("price"))
 
 
 def mean_price(bids: sf.Stream) -> sf.Stream:
     """The mean price per category, tumbling 10 s."""
-    return bids.aggregate(size="10s", keys="category", **mean_of("price"))
+    return bids.aggregate(size="10s", keys="category", **sf.mean_of("price"))
 
 
 #: flow name -> the function building it from the bids stream

@@ -21,7 +21,6 @@ from __future__ import annotations
 from typing import Any
 
 import stretchflow as sf
-from stretchflow.operators.aggregate import count, mean_of
 
 
 def _top_update(field: str) -> Any:
@@ -42,7 +41,7 @@ def _top_update(field: str) -> Any:
 #: hot items' user functions, by name (the flow below and the calls loop use these)
 HOT_ITEMS: dict[str, Any] = {
     "keys": lambda t: t["auction"],
-    "count": count(),
+    "count": sf.count(),
     "output": lambda k, n: {"auction": k, "count": n},
     "top_keys": lambda t: 0,
     "top_init": lambda: (None, []),
@@ -84,7 +83,7 @@ def highest_bid(bids: sf.Stream) -> sf.Stream:
 def mean_price(bids: sf.Stream) -> sf.Stream:
     """The mean price per category, tumbling 10 s."""
     return bids.aggregate(size="10s", keys=lambda t: t["category"],
-                          **mean_of(lambda t: t["price"],
+                          **sf.mean_of(lambda t: t["price"],
                                     output=lambda k, m: {"category": k, "mean": m}))
 
 
