@@ -36,10 +36,9 @@ comma-separated list, or by the same options of ``python -m stretchflow_bench.us
 :data:`ENGINES`), ``USERFLOWS_SIZES`` (events), ``USERFLOWS_FORMATS`` (jsonl, parquet),
 ``USERFLOWS_ROUNDS``; ``USERFLOWS_PROGRESS=1`` prints a line per run on stderr. The default
 is 1 M events, both formats, every flow and form, every local engine (:data:`DEFAULT_ENGINES`),
-3 rounds; one round of it on Parquet took 19 min on this 2-core machine at a 1-minute load of
-12-17 (other sessions' tests), so the default run takes about 2 h there; on a quiet machine
-it should take about half (an estimate: the lambda flows ran about twice as long here as issue
-#31 measured them quietly). 10 M events (``USERFLOWS_SIZES=10000000``) take ten
+3 rounds: it took 61 min on this 2-core machine shared with other sessions (1-minute load
+3.5-9.9; ``total_s`` in the JSON), and one Parquet round alone 19 min at a load of 12-17, so
+budget 1-2 h. 10 M events (``USERFLOWS_SIZES=10000000``) take ten
 times as long per variant: choose the engines (``USERFLOWS_ENGINES=reference,vsn1,vsn2``).
 """
 
