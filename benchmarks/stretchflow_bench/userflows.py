@@ -38,8 +38,8 @@ comma-separated list, or by the same options of ``python -m stretchflow_bench.us
 is 1 M events, both formats, every flow and form, every local engine (:data:`DEFAULT_ENGINES`),
 3 rounds: it took 61 min on this 2-core machine shared with other sessions (1-minute load
 3.5-9.9; ``total_s`` in the JSON), and one Parquet round alone 19 min at a load of 12-17, so
-budget 1-2 h. 10 M events (``USERFLOWS_SIZES=10000000``) take ten
-times as long per variant: choose the engines (``USERFLOWS_ENGINES=reference,vsn1,vsn2``).
+budget 1-2 h. 10 M events (``USERFLOWS_SIZES=10000000``) should take about ten times as long
+per variant (not measured here): choose the engines (``USERFLOWS_ENGINES=reference,vsn1,vsn2``).
 """
 
 from __future__ import annotations
