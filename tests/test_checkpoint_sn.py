@@ -28,7 +28,7 @@ from stretchflow.executors.sn_checkpoint import split_restore
 from stretchflow.io.generators import generate
 from stretchflow.runtime.checkpoint import MANIFEST
 from test_checkpoint_reference import Crash, _crashing, assert_no_leftovers, kill_until_done
-from threadutil import within
+from threadutil import group_gone
 
 CLI = [sys.executable, "-m", "stretchflow.cli"]
 WC = {"size": "60000", "slide": "20000"}
@@ -218,16 +218,6 @@ def _recording_popen(pgids: list[int]) -> type:
     return Recording
 
 
-def _group_gone(pgid: int, bound: float = 15.0) -> bool:
-    def gone() -> bool:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return True
-        return False
-    return within(gone, bound, poll=0.05)
-
-
 #: the kill tests' run: wordcount on sn with process channels, P=2 with migrations, so kills
 #: land in checkpoints, sink commits and migrations
 def _kill_cmd(tweets: Path) -> list[str]:
@@ -290,7 +280,7 @@ def _cycles(tweets: Path, tmp_path: Path, out: Path, ck: Path, tmp: Path, cycles
         assert Counter(out.read_bytes().splitlines()) == want
         assert_no_leftovers(out, ck)
         assert pgids  # (the harness's Popen is the recording one)
-        left = [g for g in pgids if not _group_gone(g)]
+        left = [g for g in pgids if not group_gone(g)]
         assert left == [], f"processes of runs {left} survive"
         pgids.clear()
         assert sorted(f.name for f in tmp.iterdir()) == []

@@ -1,6 +1,7 @@
 """Helpers for tests that start threads or processes: they wait on conditions, never on a
 sleep, and a deadlock or a lost wake-up fails the test instead of hanging it."""
 
+import os
 import sys
 import threading
 import time
@@ -64,3 +65,16 @@ def wait_blocked(thread: threading.Thread, timeout: float = JOIN) -> None:
     wait_until(lambda: blocked(thread) or not thread.is_alive(), timeout,
                f"{thread.name} blocks")
     assert thread.is_alive(), f"{thread.name} ended instead of blocking"
+
+
+def group_gone(pgid: int, timeout: float = 15.0) -> bool:
+    """Whether process group ``pgid`` (a child started with ``start_new_session=True``: its
+    pid, and every process it started, fork servers included) has no process left within
+    ``timeout`` seconds."""
+    def gone() -> bool:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+    return within(gone, timeout, poll=0.05)

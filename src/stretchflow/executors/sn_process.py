@@ -67,6 +67,7 @@ from ..elastic.migration import SQLiteStateStore
 from ..errors import FlowDefinitionError, OperatorError
 from ..operators.oplus import OPlus, OPlusInstance, SharedState, key_pairs
 from ..runtime import Stopped
+from ..runtime.script_main import main_not_rerun, unguarded_call
 from ..runtime.signals import signals_deferred
 from ..runtime.tempdirs import use_own_mp_tempdir
 from .sn_channel import ChannelCore
@@ -394,6 +395,8 @@ class ProcessTransport:
         self.ctx = mp.get_context(start_method)
         self.start_method = start_method
         self.owner = threading.get_ident()  # the thread that runs (and outlives) the channels
+        # a script running this at its top level, unguarded: its channels must not run it again
+        self.unguarded = unguarded_call()
         if start_method == "forkserver":
             use_own_mp_tempdir()  # the server's socket: in a directory a later run can sweep
             # the server imports the engine and the modules the O+'s functions come from once
@@ -474,7 +477,8 @@ class ProcessChannel:
         self.ready = threading.Event()
 
     def start(self) -> None:
-        with signals_deferred():  # a signal mid-start would orphan a half-started child
+        # a signal mid-start would orphan a half-started child
+        with signals_deferred(), main_not_rerun(self.transport.unguarded is not None):
             self.proc.start()
         # The channel holds its own copy of the reply pipe's write end now. Dropping the
         # parent's makes the channel the only writer, so its death reads as end of file: a
@@ -515,6 +519,21 @@ class ProcessChannel:
         return RuntimeError(f"sn channel process {self.j} exited (code {self.proc.exitcode}) "
                             "without finishing its work")
 
+    def _explain(self, err: BaseException) -> BaseException:
+        """A channel started without the unguarded script (:mod:`..runtime.script_main`)
+        that could not load a record's class defined in it: say what to change, in one
+        line, instead of pickle's ``Can't get attribute``."""
+        where = self.transport.unguarded
+        if where is None or not (isinstance(err, AttributeError)
+                                 and "<module '__main__'" in str(err)):
+            return err
+        path, line = where
+        return FlowDefinitionError(
+            f"{os.path.basename(path)}: line {line}: flow.run() is not under "
+            f"`if __name__ == \"__main__\":`, so sn channel process {self.j} started without "
+            f"running the script again and cannot load what a record holds ({err}); put the "
+            f"run under that guard")
+
     def _relay(self) -> None:
         run, resq, j = self.run, self.resq, self.j
         while True:
@@ -535,7 +554,7 @@ class ProcessChannel:
                 raise self._died() from None
             kind = msg[0]
             if kind == "error":
-                run.fail(_import(j, msg[2]))
+                run.fail(self._explain(_import(j, msg[2])))
                 return
             if kind == "ready":
                 self.ready.set()

@@ -45,8 +45,21 @@ Anything else an engine reports sits under its own documented key (e.g. the SN e
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import Any
+
+#: engines whose instances are threads of one process (sn too, on channels="threads")
+_THREADED = frozenset({"vsn", "slack", "ordered"})
+
+
+def gil_serializes_threads() -> bool:
+    """Whether this interpreter runs one thread's Python at a time: CPython with its GIL
+    (a free-threaded build says so through ``sys._is_gil_enabled``, 3.13 on)."""
+    if sys.implementation.name != "cpython":
+        return False
+    enabled = getattr(sys, "_is_gil_enabled", None)
+    return enabled() if enabled is not None else True
 
 
 @dataclass
@@ -110,7 +123,34 @@ class RunResult:
             lines.append("late: " + ", ".join(f"{s} {n:,}" for s, n in late.items()))
         if self.extra.get("spark_log"):  # Spark's own log lines went there, not to stderr
             lines.append(f"spark log: {self.extra['spark_log']}")
+        gil = self.gil_note()
+        if gil:
+            lines.append(gil)
         return "\n".join(lines)
+
+    def gil_note(self) -> str | None:
+        """One line when the run asked threads to share Python work that the GIL runs one
+        thread at a time: an O+ not on the columnar path (so its functions are called per
+        tuple, slice or run) with more than one instance (or worker) on a threaded engine;
+        None otherwise, and always on an interpreter without the GIL."""
+        threaded = self.engine in _THREADED or (
+            self.engine == "sn" and self.extra.get("channels") == "threads")
+        if not threaded or not gil_serializes_threads():
+            return None
+        most = dict(self.extra.get("parallelism") or {})
+        for op, series in (self.extra.get("parallelism_series") or {}).items():
+            most[op] = max([most.get(op, 0), *(n for _, n in series)])
+        workers = self.extra.get("workers") or 0
+        paths = self.extra.get("paths") or {}  # none reported (slack): tuple at a time
+        ops = {op: max(n, workers) for op, n in most.items()
+               if max(n, workers) > 1 and paths.get(op, "tuple") != "columnar"}
+        if not ops:
+            return None
+        v = sys.version_info
+        return (f"GIL: the Python functions of {', '.join(ops)} run on {max(ops.values())} "
+                f"threads, but CPython {v.major}.{v.minor} runs one thread's Python at a time, "
+                "so more threads cannot make them faster; column expressions (the columnar "
+                "path) or engine='sn' with channels='processes' can")
 
     def __repr__(self) -> str:
         # a vsn result holds thousands of latency samples and a metrics series: a repr (what a
