@@ -274,7 +274,8 @@ def test_run_result_repr_is_one_short_line_never_the_samples():
     text = str(res)
     assert "reconfigurations: 1 applied of 2 requested (2→3)" in text
     assert "checkpoints: 4 taken" in text and "p99 7.5 ms" in text
-    assert len(text) < 400 and repr([res]) == f"[{r}]"
+    # the GIL line (a threaded run of Python functions) is the one long line allowed
+    assert len(text) < 400 + len(res.gil_note() or "") and repr([res]) == f"[{r}]"
 
 
 def test_a_real_vsn_result_prints_short():

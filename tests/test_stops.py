@@ -249,7 +249,8 @@ def test_a_channel_dying_mid_reply_fails_the_run_instead_of_hanging_it() -> None
 
     ctx = mp.get_context("spawn")
     transport = SimpleNamespace(ctx=ctx, blob=b"", G=1, store_path="", start_method="spawn",
-                                owner=threading.get_ident(), main=ProcessTransport.main)
+                                owner=threading.get_ident(), main=ProcessTransport.main,
+                                unguarded=None)
     ex = SimpleNamespace(run=RunControl(), outq=queue.Queue(), queue_size=4, assign=[0],
                          name="op")
     ch = ProcessChannel(transport, ex, 0)
