@@ -1,4 +1,4 @@
-"""The checkpoint bench's own logic (``stretchflow.bench.checkpoint``): the output checks, the
+"""The checkpoint bench's own logic (``stretchflow_bench.checkpoint``): the output checks, the
 rest of the input after a cut, the tuple-count setting and the child that records the run's
 checkpoints. The measurement itself runs in ``bench all --quick`` (tests/test_cli.py)."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from stretchflow.bench.checkpoint import (
+from stretchflow_bench.checkpoint import (
     _cli,
     _every,
     _run_once,

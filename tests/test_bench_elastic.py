@@ -1,8 +1,8 @@
-"""The input of STRETCH Q5 (bench/elastic.py): phases of random rates for ScaleJoin."""
+"""The input of STRETCH Q5 (stretchflow_bench/elastic.py): phases of random rates for ScaleJoin."""
 
 import pytest
 
-from stretchflow.bench.elastic import phased_bandjoin
+from stretchflow_bench.elastic import phased_bandjoin
 
 
 def test_phases_have_rates_in_the_range_and_streams_are_sorted():
@@ -32,8 +32,8 @@ def test_same_seed_same_streams_and_bad_parameters():
 def test_timeline_keeps_applied_times_latency_percentiles_and_is_bounded():
     from types import SimpleNamespace
 
-    from stretchflow.bench.elastic import _timeline
-    from stretchflow.bench.timeline import MAX_POINTS
+    from stretchflow_bench.elastic import _timeline
+    from stretchflow_bench.timeline import MAX_POINTS
 
     rows = [{"time": 0.5 * k, "parallelism": 1 + (k > 4000), "input_rate": 10.0,
              "loads": [0.5, 0.7]} for k in range(6000)]

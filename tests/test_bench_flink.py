@@ -1,5 +1,5 @@
-"""``stretchflow bench stretchflow-vs-flink`` (bench/flink.py): the JSON of a quick run, the
-report block that prints the paper's values from it, and the PyFlink programs' outputs
+"""``stretchflow bench stretchflow-vs-flink`` (stretchflow_bench.flink): the JSON of a quick run,
+the report block that prints the paper's values from it, and the PyFlink programs' outputs
 against the reference engine's (when the PyFlink venv exists)."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from stretchflow.bench import BENCHMARKS, CROSS_ENGINE, flink
-from stretchflow.bench.report import Results
-from stretchflow.bench.report_tables import RENDERERS
+from stretchflow_bench import BENCHMARKS, CROSS_ENGINE, flink
+from stretchflow_bench.report import Results
+from stretchflow_bench.report_tables import RENDERERS
 
 
 @pytest.fixture(scope="module")

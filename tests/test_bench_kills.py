@@ -1,4 +1,4 @@
-"""The kill-and-resume recorder (``stretchflow.bench.kills``): its output comparison, its
+"""The kill-and-resume recorder (``stretchflow_bench.kills``): its output comparison, its
 leftover checks (files, processes of the run's session) and, in ``make bench-smoke``, the quick
 mode end to end (reference 3 cycles, Spark streaming 1 cycle)."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from stretchflow.bench import BENCHMARKS, CROSS_ENGINE, kills
+from stretchflow_bench import BENCHMARKS, CROSS_ENGINE, kills
 
 
 def _rec(ts: int, word: str, count: int = 1) -> tuple[int, bytes]:

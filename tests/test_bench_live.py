@@ -1,4 +1,4 @@
-"""The live bench's own logic (``stretchflow.bench.live``): when the watermark passes a window
+"""The live bench's own logic (``stretchflow_bench.live``): when the watermark passes a window
 end, the hand-written baseline's windows, and a small run end to end (every variant delivers
 every window the input passes)."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from stretchflow.bench.live import VARIANTS, _handwritten, _p99, passed_times, run
+from stretchflow_bench.live import VARIANTS, _handwritten, _p99, passed_times, run
 
 
 def test_passed_is_the_write_holding_the_first_record_at_or_after_the_end() -> None:

@@ -1,4 +1,4 @@
-"""The DEBS'19 performance model (stretchflow.bench.model): the paper's formulas against
+"""The DEBS'19 performance model (stretchflow_bench.model): the paper's formulas against
 hand-computed values of Table 1, the measured-cost predictions, the per-thread CPU meter, and
 the quick benchmark's JSON and its report block."""
 
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from stretchflow.bench import BENCHMARKS, CROSS_ENGINE, model
+from stretchflow_bench import BENCHMARKS, CROSS_ENGINE, model
 
 
 def test_table1_costs_by_hand():
@@ -161,8 +161,8 @@ def test_registered_as_a_cross_engine_benchmark():
 
 
 def test_quick_bench_json_and_report_block(tmp_path):
-    from stretchflow.bench.report import Results
-    from stretchflow.bench.report_tables import RENDERERS
+    from stretchflow_bench.report import Results
+    from stretchflow_bench.report_tables import RENDERERS
 
     path = BENCHMARKS["stretchflow-model"][2](True, str(tmp_path))
     doc = json.loads(path.read_text())

@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from stretchflow.bench import BENCHMARKS
 from stretchflow.cli import BENCH_SUITES, main
 from stretchflow.engines import ENGINES
+from stretchflow_bench import BENCHMARKS
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 
 
 def test_every_benchmark_is_named_after_an_engine_and_every_suite_is_an_engine():
-    from stretchflow.bench import CROSS_ENGINE
+    from stretchflow_bench import CROSS_ENGINE
 
     # a benchmark belongs to one engine's suite, or compares every engine (CROSS_ENGINE)
     assert {name.split("-")[0] for name in BENCHMARKS if name not in CROSS_ENGINE} \
@@ -60,3 +60,14 @@ def test_relative_links_of_the_docs_resolve():
                 broken.append(f"{md.relative_to(ROOT)} -> {target}")
     assert not broken
     assert (ROOT / "docs" / "slack.md").exists() and not (ROOT / "docs" / "ssg.md").exists()
+
+
+def test_every_suite_module_registers_its_benchmarks():
+    """A module named in ``SUITES`` brings its own ``BENCHMARKS`` into the registry."""
+    import importlib
+
+    import stretchflow_bench
+
+    for module in stretchflow_bench.SUITES:
+        own = importlib.import_module(f"stretchflow_bench.{module}").BENCHMARKS
+        assert own and all(BENCHMARKS[n] is e for n, e in own.items()), module

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from stretchflow.bench import BENCHMARKS, CROSS_ENGINE, peers
+from stretchflow_bench import BENCHMARKS, CROSS_ENGINE, peers
 
 
 def _write(path: Path, rows: list[dict]) -> Path:

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from stretchflow.bench import BENCHMARKS, elastic, vsn
-from stretchflow.bench.common import find_probes, write_result
-from stretchflow.bench.report import Results
-from stretchflow.bench.report_tables import RENDERERS
+from stretchflow_bench import BENCHMARKS, elastic, vsn
+from stretchflow_bench.common import find_probes, write_result
+from stretchflow_bench.report import Results
+from stretchflow_bench.report_tables import RENDERERS
 
 
 def _is_number(x: Any) -> bool:

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from conformance.contract import multiset
-from stretchflow.bench import reference
-from stretchflow.bench.reference import OutputsDiffer, compare_outputs
 from stretchflow.cli import main
+from stretchflow_bench import reference
+from stretchflow_bench.reference import OutputsDiffer, compare_outputs
 
 
 def _write(path: Path, rows: list[dict | str]) -> Path:
@@ -73,7 +73,7 @@ def _fake_children(monkeypatch, speeds, corrupt_1t_in_repeat=None):
     real_run = subprocess.run
 
     def fake_run(argv, **kw):
-        if argv[1:3] != ["-m", "stretchflow.bench.reference"]:
+        if argv[1:3] != ["-m", "stretchflow_bench.reference"]:
             return real_run(argv, **kw)  # git, for the result's commit
         variant, out = argv[3], Path(argv[6])
         k = seen[variant]

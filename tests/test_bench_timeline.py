@@ -1,4 +1,4 @@
-"""The elastic experiments' over-time figures (bench/timeline.py and the benches' plots):
+"""The elastic experiments' over-time figures (stretchflow_bench.timeline and the benches' plots):
 parallelism and latency panels, one mark per reconfiguration, the quick label. The figures
 are inspected through matplotlib's artists, drawn from small synthetic metrics."""
 
@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from stretchflow.bench import plots, slack, sn, timeline  # noqa: E402
+from stretchflow_bench import plots, slack, sn, timeline  # noqa: E402
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
 """The engine registry: every engine's ``run`` takes exactly its spec's options, ``flow.run``
-and the CLI check options against the specs in one line, and the docs list the specs."""
+and the CLI check options against the specs in one line (the docs' tables of the specs:
+test_docgen.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import sys
 import pytest
 
 import stretchflow as sf
-from stretchflow import docgen
 from stretchflow.engines import ENGINES
 from stretchflow.errors import FlowDefinitionError
 
@@ -74,31 +74,3 @@ def test_cli_misplaced_flag_is_one_line_without_traceback(tmp_path):
     assert len(lines) == 1 and "Traceback" not in proc.stderr
     assert "--scheduler" in lines[0] and "vsn" in lines[0] and "ordered" in lines[0]
     assert not (tmp_path / "o.jsonl").exists()
-
-
-def test_options_table_has_every_option_of_every_engine():
-    table = docgen.options_table()
-    for spec in ENGINES.values():
-        for opt in spec.options:
-            row = next(r for r in table.splitlines() if r.startswith(f"| `{opt.name}` |")
-                       and spec.name in r.split("|")[3].replace(" ", "").split(","))
-            assert (opt.flag in row) == (opt.parse is not None), (spec.name, opt.name)
-    one = docgen.options_table("ordered")
-    assert "`--scheduler {qst,lp,et,ct}`" in one and "--master" not in one
-
-
-@pytest.mark.parametrize("doc", docgen.DOCUMENTS)
-def test_docs_list_the_options_from_the_specs(doc):
-    """docs/cli.md and docs/api.md hold the generated block; when an engine's spec changes,
-    ``python -m stretchflow.docgen`` rewrites them."""
-    text = (docgen.DOCS / doc).read_text(encoding="utf-8")
-    assert docgen.block() in text, f"docs/{doc} is out of date: run python -m stretchflow.docgen"
-    assert docgen.render(text) == text
-
-
-def test_docgen_render_replaces_only_the_block():
-    text = f"before\n{docgen.BEGIN}\nstale\n{docgen.END}\nafter\n"
-    out = docgen.render(text)
-    assert out.startswith("before\n") and out.endswith("\nafter\n") and "stale" not in out
-    with pytest.raises(ValueError, match="options:begin"):
-        docgen.render("no block")

@@ -140,18 +140,18 @@ def test_saved_tuner_model_without_joblib_names_the_extra(tmp_path):
     assert "loading an SLTuner model needs the 'tuner' extra" in r.stdout
 
 
-def test_plots_without_matplotlib_name_the_extra(tmp_path):
-    r = _python(f"""
-        from pathlib import Path
-        from stretchflow.bench.plots import plot
-        try:
-            plot("anything", {{}}, Path({str(tmp_path / "p.png")!r}))
-        except Exception as e:
-            print(type(e).__name__, e)
-    """)
-    assert r.returncode == 0, r.stderr
-    assert "the benchmark plots needs the 'plots' extra: pip install 'stretchflow[plots]'" \
-        in r.stdout
+def test_bench_without_the_dev_package_is_one_line_saying_how_to_get_it():
+    """The benchmarks are not in the installed package: ``stretchflow bench`` says where they
+    are, in one line, exit code 2, for every bench command."""
+    for argv in (["bench", "list"], ["bench", "report", "--check"], ["bench", "run", "speed"]):
+        r = _python(f"""
+            from stretchflow.cli import main
+            raise SystemExit(main({argv!r}))
+        """, blocked=OPTIONAL + ("stretchflow_bench",))
+        assert r.returncode == 2, (argv, r.stdout, r.stderr)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+        assert "dev-only package" in lines[0] and "pip install -e benchmarks" in lines[0]
 
 
 def test_band_kernel_without_numba_falls_back_to_numpy():
@@ -212,8 +212,14 @@ def test_pyproject_declares_every_extra_and_a_small_core():
     assert set(EXTRAS) | {"all", "dev"} == set(extras)
     assert extras["all"] == [f"stretchflow[{','.join(EXTRAS)}]"]
     core = " ".join(meta["dependencies"]).lower()
-    for heavy in ("pyspark", "numba", "scikit-learn", "matplotlib", "pandas"):
+    for heavy in ("pyspark", "numba", "scikit-learn", "matplotlib", "pandas", "threadpoolctl"):
         assert heavy not in core
+    assert tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "packages"]["find"]["where"] == ["src"]
+    bench = tomllib.loads((ROOT / "benchmarks" / "pyproject.toml").read_text())["project"]
+    assert bench["name"] == "stretchflow-bench"
+    assert {d.split("[")[0].split(">")[0] for d in bench["dependencies"]} >= {
+        "stretchflow", "matplotlib", "threadpoolctl"}
     assert meta["license"] == "Apache-2.0"  # SPDX string: setuptools' deprecation warning gone
     assert (ROOT / "src" / "stretchflow" / "py.typed").exists()
 
@@ -228,16 +234,19 @@ def _du_mb(path: Path) -> int:
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_fresh_core_install_is_small_and_runs_wordcount(tmp_path):
-    """``pip install <repo>`` without extras into a new virtualenv: under 300 MB, and
-    ``stretchflow run wordcount`` works there. pip uses its cache and the machine's configured
-    indexes (offline when those are local). The source is copied first so that the build
-    leaves no ``build/`` in the working tree."""
+    """``pip install <repo>`` without extras into a new virtualenv: under 300 MB, no bench
+    code (the benchmarks, their peer programs and the doc writer are the dev-only package of
+    ``benchmarks/``), ``stretchflow run wordcount`` works there and ``stretchflow bench`` says
+    where the benchmarks are. pip uses its cache and the machine's configured indexes (offline
+    when those are local). The source (with ``benchmarks/``, as in a clone) is copied first so
+    that the build leaves no ``build/`` in the working tree."""
     repo = tmp_path / "repo"
     repo.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, repo / name)
-    shutil.copytree(ROOT / "src", repo / "src", ignore=shutil.ignore_patterns(
-        "__pycache__", "*.egg-info", "*.nbi", "*.nbc"))
+    for tree in ("src", "benchmarks"):
+        shutil.copytree(ROOT / tree, repo / tree, ignore=shutil.ignore_patterns(
+            "__pycache__", "*.egg-info", "*.nbi", "*.nbc", "results"))
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     py = venv / "bin" / "python"
@@ -249,7 +258,16 @@ def test_fresh_core_install_is_small_and_runs_wordcount(tmp_path):
     assert size < CORE_LIMIT_MB
     site = next((venv / "lib").glob("python3*/site-packages"))
     installed = {p.name.split("-")[0].lower() for p in site.glob("*.dist-info")}
-    assert not installed & {"pyspark", "numba", "scikit_learn", "matplotlib", "pandas"}
+    assert not installed & {"pyspark", "numba", "scikit_learn", "matplotlib", "pandas",
+                            "threadpoolctl", "stretchflow_bench"}
+    record = next(site.glob("stretchflow-*.dist-info/RECORD")).read_text()
+    files = [line.split(",")[0] for line in record.splitlines()]
+    assert any(f == "stretchflow/cli.py" for f in files)  # the record lists the package
+    bench = [f for f in files if f.startswith(("stretchflow/bench/", "stretchflow_bench/"))
+             or f.endswith("/docgen.py") or "peer_programs" in f]
+    assert bench == []
+    assert not (site / "stretchflow" / "bench").exists()
+    assert not (site / "stretchflow_bench").exists()
     src = _input(tmp_path)
     r = subprocess.run([str(venv / "bin" / "stretchflow"), "run", "wordcount", "--input",
                         str(src), "--output", "-", "--engine", "vsn", "-q"],
@@ -257,3 +275,8 @@ def test_fresh_core_install_is_small_and_runs_wordcount(tmp_path):
                        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
     assert r.returncode == 0, r.stderr
     assert _counts(r.stdout) == COUNTS
+    r = subprocess.run([str(venv / "bin" / "stretchflow"), "bench", "list"],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                       env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert r.returncode == 2 and r.stdout == ""
+    assert len(r.stderr.strip().splitlines()) == 1 and "dev-only package" in r.stderr

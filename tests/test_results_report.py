@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from stretchflow.bench import common, report
-from stretchflow.bench.report_tables import RENDERERS
 from stretchflow.cli import main
+from stretchflow_bench import common, report
+from stretchflow_bench.report_tables import RENDERERS
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"

@@ -431,7 +431,7 @@ def test_rescale_across_hosts(cluster, scenario):
 def test_the_results_block_reports_the_loss_from_the_json():
     """docs/RESULTS.md's spark-hosts-loss block: numbers from the result, the unavailable
     case says why."""
-    from stretchflow.bench.report_hosts import _hosts_loss
+    from stretchflow_bench.report_hosts import _hosts_loss
 
     def s(med: float) -> dict:
         return {"min": med - 1, "median": med, "max": med + 1, "n": 2}

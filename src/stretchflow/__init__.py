@@ -18,7 +18,7 @@ from .errors import (
     StretchflowError,
 )
 from .eventtime import Watermark, parse_duration
-from .expr import Expr, col, lit
+from .expr import Expr, col, lit, when
 from .flow import Flow, Stream
 from .operators.aggregate import Aggregate
 from .operators.join import Join
@@ -29,5 +29,5 @@ __version__ = "0.1.0"
 __all__ = [
     "Aggregate", "EngineUnavailableError", "Expr", "Flow", "FlowDefinitionError", "Join", "OPlus",
     "OperatorError", "SourceError", "Stream", "StretchflowError", "Watermark", "WindowSet",
-    "col", "io", "lit", "parse_duration",
+    "col", "io", "lit", "parse_duration", "when",
 ]

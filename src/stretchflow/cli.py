@@ -223,11 +223,28 @@ def _number(v: str) -> Any:
 BENCH_SUITES = tuple(name for name in ENGINES if name != "reference")
 
 
+def _bench_package() -> Any:
+    """The benchmarks: ``stretchflow_bench``, a dev-only package at the top of a clone
+    (``benchmarks/``), not part of the installed stretchflow. Absent, one error saying how to
+    get it (the CLI prints it as one line, exit code 2)."""
+    import importlib
+
+    try:
+        return importlib.import_module("stretchflow_bench")
+    except ModuleNotFoundError as e:
+        if e.name != "stretchflow_bench":
+            raise  # the package is there but broken: its own error shows
+        raise StretchflowError(
+            "stretchflow bench: the benchmarks are a dev-only package (stretchflow-bench), not "
+            "installed: from a clone of the repository run 'pip install -e benchmarks' (or "
+            "'make venv')") from None
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     import json
 
-    from .bench import BENCHMARKS, CROSS_ENGINE
-
+    bench = _bench_package()
+    BENCHMARKS, CROSS_ENGINE = bench.BENCHMARKS, bench.CROSS_ENGINE
     target = args.target
     if target == "list":
         for name, (what, paper, _) in BENCHMARKS.items():
@@ -246,7 +263,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     elif target == "report":
         return _bench_report(args)
     elif target == "reference":
-        from .bench import reference
+        from stretchflow_bench import reference
 
         with err.status("benchmark") as status:
             path = reference.run(query=args.query, rows=args.rows, seed=args.seed,
@@ -283,7 +300,7 @@ def _bench_report(args: argparse.Namespace) -> int:
     """``stretchflow bench report [--check] [--results DIR] [--doc FILE]``: renders the report
     blocks of docs/RESULTS.md from the JSON results; with ``--check`` writes nothing and exits
     2 with one line per block that is out of date."""
-    from .bench import report
+    from stretchflow_bench import report
 
     doc = Path(args.doc) if args.doc else report.DOC
     results = Path(args.results) if args.results else report.RESULTS

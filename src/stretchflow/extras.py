@@ -2,7 +2,9 @@
 
 The core install (numpy, pyarrow and a few small libraries) runs the reference, vsn, sn,
 ordered and slack engines. Spark, the SLTuner's scikit-learn estimators, the numba kernels
-and the benchmark plots each need an extra (pyproject.toml's ``optional-dependencies``).
+and Redis Streams each need an extra (pyproject.toml's ``optional-dependencies``); the
+benchmarks' own dependencies (their plots' matplotlib) belong to the dev-only benchmarks
+package, not to an extra.
 Their modules are imported only where a feature uses them, through :func:`require`, so that
 ``import stretchflow`` and a run on a core engine never load them, and a missing one is a
 single :class:`~stretchflow.errors.StretchflowError` naming the extra to install — which the
@@ -23,7 +25,6 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "spark": ("pyspark", "pandas"),
     "tuner": ("sklearn", "joblib", "scipy"),
     "kernels": ("numba",),
-    "plots": ("matplotlib",),
     "redis": ("redis",),
 }
 

@@ -30,6 +30,7 @@ from typing import Any
 
 from .engines import run as run_engine
 from .errors import FlowDefinitionError
+from .expr import Expr
 from .io.endpoints import open_output
 from .io.late import LATE_POLICIES
 from .io.sinks import Collector, Sink, open_sink
@@ -42,8 +43,10 @@ from .operators.stateless import (
     FlatMap,
     Map,
     arrow_filter,
+    expr_filter,
     is_arrow_expression,
     map_batches,
+    project,
 )
 from .runtime.gc_hold import RUN_FREEZE
 from .runtime.result import RunResult
@@ -78,6 +81,13 @@ class Node:
         return f"Node({self.name!r}, {self.kind})"
 
 
+def _callable(kind: str, name: str, fn: Any, alternatives: str = "") -> None:
+    if not callable(fn):
+        raise FlowDefinitionError(
+            f"{kind} {name!r}: takes a function of the payload{alternatives}, got "
+            f"{type(fn).__name__} {fn!r}"[:300])
+
+
 class Stream:
     """The output stream of a node; methods add operators downstream of it."""
 
@@ -88,20 +98,50 @@ class Stream:
     # -- stateless ----------------------------------------------------------------------------
     def map(self, fn: Callable[[Any], Any], name: str | None = None) -> Stream:
         """One output per tuple, same timestamp."""
-        return self.flow._add("stateless", Map(fn, self.flow._name(name, "map")), [self])
+        name = self.flow._name(name, "map")
+        _callable("map", name, fn, "; for column expressions use with_columns(name=expr) "
+                                   "or select(...)")
+        return self.flow._add("stateless", Map(fn, name), [self])
 
     def flat_map(self, fn: Callable[[Any], Iterable[Any]], name: str | None = None) -> Stream:
         """Zero or more outputs per tuple, each with the tuple's timestamp."""
-        return self.flow._add("stateless", FlatMap(fn, self.flow._name(name, "flat_map")),
-                              [self])
+        name = self.flow._name(name, "flat_map")
+        _callable("flat_map", name, fn)
+        return self.flow._add("stateless", FlatMap(fn, name), [self])
 
-    def filter(self, fn: Callable[[Any], bool] | Any, name: str | None = None) -> Stream:
-        """Keeps the tuples for which ``fn`` is true. ``fn`` may be a pyarrow compute
-        expression (``pc.field("lang") == "en"``): then whole batches are filtered by Arrow
-        where the executor runs batches (a row is kept where the expression is true)."""
+    def filter(self, fn: Callable[[Any], bool] | Expr | Any, name: str | None = None) -> Stream:
+        """Keeps the tuples for which ``fn`` is true. ``fn`` may be a column expression
+        (``sf.col("price") > 10``: kept where it is True, dropped where False or None) or a
+        pyarrow compute expression (``pc.field("lang") == "en"``); with either, whole batches
+        are filtered by Arrow where the executor runs batches."""
         name = self.flow._name(name, "filter")
-        op = arrow_filter(fn, name) if is_arrow_expression(fn) else Filter(fn, name)
+        if isinstance(fn, Expr):
+            op = expr_filter(fn, name)
+        elif is_arrow_expression(fn):
+            op = arrow_filter(fn, name)
+        else:
+            _callable("filter", name, fn, ", a column expression (sf.col('x') > 1) or a "
+                                          "pyarrow compute expression")
+            op = Filter(fn, name)
         return self.flow._add("stateless", op, [self])
+
+    def select(self, *columns: str | Expr, name: str | None = None,
+               **named: str | Expr) -> Stream:
+        """Payloads of exactly the given fields, in this order: ``columns`` are column names
+        or expressions that name their output (``(sf.col("price") * 0.9).alias("eur")``, a
+        bare ``sf.col("x")``), ``named`` are ``name=expression`` (or ``name="column"``).
+        Each tuple keeps its timestamp; a computed expression without a name is a
+        :class:`FlowDefinitionError`."""
+        name = self.flow._name(name, "select")
+        return self.flow._add("stateless", project(columns, named, name, False), [self])
+
+    def with_columns(self, *columns: Expr, name: str | None = None,
+                     **named: str | Expr) -> Stream:
+        """The payload with these fields added or replaced: every field of the input in its
+        order (a replaced one in its place), the new ones after them, all computed from the
+        input payload. ``columns`` and ``named`` as in :meth:`select`."""
+        name = self.flow._name(name, "with_columns")
+        return self.flow._add("stateless", project(columns, named, name, True), [self])
 
     def map_batches(self, fn: Callable[[Any], Any], name: str | None = None,
                     format: str = "arrow") -> Stream:  # noqa: A002
@@ -326,3 +366,62 @@ class Flow:
     def validate(self) -> None:
         if not self.sinks:
             raise FlowDefinitionError(f"flow {self.name!r} has no sink")
+        self._check_columns()
+
+    def _check_columns(self) -> None:
+        """Before the run, where the columns of a stream are known — read from a Parquet
+        source's footer, or made by a ``select`` — a column expression operator reading a
+        column its input does not have is a :class:`FlowDefinitionError` naming the column,
+        the operator and the columns there are (else the first tuple names it at run time).
+        Known columns flow through filters and ``with_columns``; any other operator's
+        output is unknown."""
+        known: dict[Node, tuple[list[str], str] | None] = {}
+        for node in self.nodes:  # in definition order: a node's inputs come before it
+            if node.kind == "source":
+                known[node] = _source_columns(node)
+                continue
+            up = known.get(node.inputs[0]) if node.kind == "stateless" else None
+            spec = node.spec
+            exprs: Any = None
+            if type(spec) is Filter and spec.expr is not None:
+                exprs = (("", spec.expr),)
+            elif type(spec) is Map and spec.exprs is not None:
+                exprs = spec.exprs
+            if up is not None and exprs is not None:
+                cols, origin = up
+                have = set(cols)
+                for _, e in exprs:
+                    missing = sorted(e.columns() - have)
+                    if missing:
+                        kind = "filter" if type(spec) is Filter else \
+                            "with_columns" if spec.keep_input else "select"
+                        raise FlowDefinitionError(
+                            f"{kind} {node.name!r}: no column {missing[0]!r} in its input "
+                            f"(columns: {', '.join(cols)}; {origin})")
+            if type(spec) is Map and spec.exprs is not None and not spec.keep_input:
+                known[node] = ([n for n, _ in spec.exprs], f"made by select {node.name!r}")
+            elif type(spec) is Map and spec.exprs is not None and up is not None:
+                cols = up[0] + [n for n, _ in spec.exprs if n not in up[0]]
+                known[node] = (cols, f"made by with_columns {node.name!r}")
+            elif type(spec) is Filter and spec.expr is not None:
+                known[node] = up
+            else:
+                known[node] = None
+
+
+def _source_columns(node: Node) -> tuple[list[str], str] | None:
+    """The payload fields of a source's tuples when its file says them before the run (a
+    local Parquet file's schema), with where they come from; else None."""
+    from .io.sources import Parquet
+
+    src = node.spec
+    if type(src) is not Parquet or not isinstance(src.path, os.PathLike) or \
+            not os.path.isfile(src.path):
+        return None
+    import pyarrow.parquet as pq
+
+    try:
+        names = pq.read_schema(src.path).names
+    except Exception:  # noqa: BLE001 - an unreadable file: the run reports it at its row
+        return None
+    return list(names), f"source {node.name!r}, {os.fspath(src.path)}"

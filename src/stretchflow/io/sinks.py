@@ -6,20 +6,17 @@ is written as ``{"ts": ts, "value": payload}``.
 
 Output is a transaction: a file sink writes a hidden temporary file beside its target
 (``.out.jsonl.stretchflow-<pid>-<random>.tmp``) and :meth:`Sink.commit` renames it onto the
-target; :meth:`Sink.abort` removes it, leaving the previous target as it was. Executors go
-through :func:`stretchflow.runtime.sink_session`, which commits every sink of a run that
-succeeded and aborts them all otherwise.
+target; :meth:`Sink.abort` removes it, leaving the previous target as it was (the temporary
+file, fsync and rename: :class:`stretchflow.io.atomic.FileTxn`). Executors go through
+:func:`stretchflow.runtime.sink_session`, which commits every sink of a run that succeeded and
+aborts them all otherwise.
 """
 
 from __future__ import annotations
 
-import errno
-import glob
 import os
-import stat
 import sys
 import tempfile
-import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -28,6 +25,7 @@ import orjson
 
 from ..batch import Batch, arrow_ints
 from ..errors import StretchflowError
+from .atomic import FileTxn
 
 
 def to_record(ts: int, payload: Any) -> dict:
@@ -81,6 +79,16 @@ class Sink:
 
     def close(self) -> None:
         pass
+
+
+def _commit_or_abort(sink: Sink) -> None:
+    # close() for callers written before commit/abort: a file that cannot be committed is
+    # removed rather than left behind under its temporary name
+    try:
+        sink.commit()
+    except BaseException:
+        sink.abort()
+        raise
 
 
 class Collector(Sink):
@@ -160,11 +168,11 @@ class JsonLinesSink(_JsonWriter):
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
         self.name = str(self.path)
-        self._txn: _FileTxn | None = None
+        self._txn: FileTxn | None = None
 
     def open(self) -> None:
         self.count = 0
-        self._txn = _FileTxn(self.name, self.path)
+        self._txn = FileTxn(self.name, self.path)
         self._f = self._txn.begin()
 
     def write(self, items: list[tuple[int, Any]]) -> None:
@@ -220,13 +228,13 @@ class _TableSink(Sink):
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
         self.name = str(self.path)
-        self._txn: _FileTxn | None = None
+        self._txn: FileTxn | None = None
 
     def open(self) -> None:
         self.count = 0
         self._buf: list[dict] = []
         self._writer: Any = None
-        self._txn = _FileTxn(self.name, self.path)
+        self._txn = FileTxn(self.name, self.path)
         self._txn.begin()
 
     def write(self, items: list[tuple[int, Any]]) -> None:
@@ -359,187 +367,6 @@ def _inferred_form(col: Any) -> Any:
         return col.cast(target)  # safe cast: a uint64 past int64's range is refused
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
-
-
-def _commit_or_abort(sink: Sink) -> None:
-    # close() for callers written before commit/abort: a file that cannot be committed is
-    # removed rather than left behind under its temporary name
-    try:
-        sink.commit()
-    except BaseException:
-        sink.abort()
-        raise
-
-
-class _FileTxn:
-    """A file sink's output as a transaction: written to a hidden temporary file in the
-    target's directory (so that the rename is atomic: same file system), renamed onto the
-    target by :meth:`commit`, removed by :meth:`abort`. A process killed before the commit
-    leaves the target as it was and the temporary file beside it (its name says what it is).
-
-    A target that exists and is not a regular file (``/dev/null``, a named pipe) cannot be
-    replaced by a rename: it is written in place, as before; abort only closes it.
-
-    ``state``: new, open (writing), prepared (complete, synced and closed, not yet renamed),
-    committed or aborted.
-    """
-
-    def __init__(self, sink: str, target: Path):
-        self.sink = sink
-        # through a symlink: the file it points to is replaced, the link stays
-        self.target = Path(os.path.realpath(target))
-        self.tmp: Path | None = None
-        self.file: Any = None
-        self.mode = 0
-        self.state = "new"
-
-    @property
-    def write_path(self) -> Path:
-        """Where the output is being written."""
-        return self.tmp if self.tmp is not None else self.target
-
-    def _error(self, doing: str, e: OSError) -> StretchflowError:
-        return StretchflowError(f"sink {self.sink!r}: cannot {doing}: {e.strerror or e}")
-
-    def begin(self) -> Any:
-        """Creates the file to write; returns it (a binary file object)."""
-        target = self.target
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            st: os.stat_result | None = os.stat(target)
-        except FileNotFoundError:
-            st = None
-        except OSError as e:
-            raise self._error(f"prepare {target}", e) from e
-        if st is not None and stat.S_ISDIR(st.st_mode):
-            raise StretchflowError(f"sink {self.sink!r}: {target} is a directory")
-        if st is not None and not os.access(target, os.W_OK):
-            # a rename would replace a file its owner made read-only; writing in place never did
-            raise StretchflowError(f"sink {self.sink!r}: {target} is not writable")
-        if st is not None and not stat.S_ISREG(st.st_mode):
-            try:
-                self.file = open(target, "wb")  # noqa: SIM115  # closed by prepare/abort
-            except OSError as e:
-                raise self._error(f"open {target}", e) from e
-            self.state = "open"
-            return self.file
-        # mkstemp creates 0600; the published file gets the target's mode, or a new file's
-        self.mode = stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask()
-        _sweep_dead_temps(target)
-        try:
-            fd, tmp = tempfile.mkstemp(prefix=f".{_cut(target.name)}.stretchflow-{os.getpid()}-",
-                                       suffix=".tmp", dir=target.parent)
-        except OSError as e:
-            raise self._error(f"create a temporary file in {target.parent}/ (output is "
-                              f"written there, then renamed onto {target.name})", e) from e
-        self.tmp = Path(tmp)
-        self.file = os.fdopen(fd, "wb")
-        self.state = "open"
-        return self.file
-
-    def prepare(self) -> None:
-        """Flushes, fixes the mode, syncs and closes the file (idempotent)."""
-        if self.state == "aborted":
-            raise StretchflowError(f"sink {self.sink!r}: commit after abort")
-        if self.state != "open":
-            return
-        f = self.file
-        try:
-            f.flush()
-            if self.tmp is not None:
-                os.fchmod(f.fileno(), self.mode)
-                os.fsync(f.fileno())  # the data is on disk before the rename makes it visible
-            f.close()
-        except OSError as e:
-            raise self._error(f"write {self.write_path}", e) from e
-        self.state = "prepared"
-
-    def commit(self) -> None:
-        """Renames the complete file onto the target and syncs the directory (idempotent)."""
-        self.prepare()
-        if self.state != "prepared":
-            return
-        if self.tmp is not None:
-            try:
-                os.replace(self.tmp, self.target)
-            except OSError as e:
-                raise self._error(f"rename {self.tmp.name} onto {self.target}", e) from e
-        self.state = "committed"
-        if self.tmp is not None:
-            self._sync_dir()
-
-    def _sync_dir(self) -> None:
-        # the rename itself is durable only once the directory is synced
-        if os.name != "posix":
-            return
-        try:
-            fd = os.open(self.target.parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-        except OSError as e:
-            raise self._error(f"sync the directory {self.target.parent}", e) from e
-        try:
-            os.fsync(fd)
-        except OSError as e:
-            # some file systems cannot sync a directory; the rename is done all the same
-            if e.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
-                raise self._error(f"sync the directory {self.target.parent}", e) from e
-        finally:
-            os.close(fd)
-
-    def abort(self) -> None:
-        """Closes and removes the temporary file (idempotent; no-op after commit)."""
-        if self.state in ("committed", "aborted"):
-            return
-        self.state = "aborted"
-        if self.file is not None:
-            try:
-                self.file.close()
-            except (OSError, ValueError):  # a failed flush: the file is discarded anyway
-                pass
-        if self.tmp is not None:
-            try:
-                self.tmp.unlink(missing_ok=True)
-            except OSError as e:
-                raise self._error(f"remove {self.tmp}", e) from e
-
-
-def _sweep_dead_temps(target: Path) -> None:
-    """Removes the temporary files a killed run left beside ``target`` (their names carry
-    the writing process's pid, :meth:`_FileTxn.begin`) whose process is gone: nothing will
-    ever commit them. A live process's, or this one's, are left alone."""
-    from ..runtime.tempdirs import pid_alive
-
-    prefix = f".{_cut(target.name)}.stretchflow-"
-    for tmp in target.parent.glob(f"{glob.escape(prefix)}*.tmp"):
-        pid = tmp.name[len(prefix):].split("-", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
-            tmp.unlink(missing_ok=True)
-
-
-def _cut(name: str, limit: int = 180) -> str:
-    """``name`` cut to ``limit`` bytes: the temporary file's name adds ~40 to the target's and
-    must still fit NAME_MAX (255 bytes on common file systems)."""
-    while len(os.fsencode(name)) > limit:
-        name = name[:-1]
-    return name
-
-
-_umask_lock = threading.Lock()
-
-
-def _umask() -> int:
-    """The process's umask. Linux shows it in /proc; elsewhere os.umask reads it only by
-    setting it, so it is set to the common 022 (not 0) for that instant, under a lock."""
-    try:
-        with open("/proc/self/status", "rb") as f:
-            for line in f:
-                if line.startswith(b"Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    with _umask_lock:
-        mask = os.umask(0o022)
-        os.umask(mask)
-    return mask
 
 
 class ObjectSink(Sink):

@@ -4,6 +4,11 @@ A Map or Filter may also carry a columnar form, ``batch_fn`` (issue #16): a func
 whole batch's payloads as a pyarrow Table (:class:`~stretchflow.batch.Batch`). Executors that
 run batches call it; every other executor calls ``fn``, the same function on a one-row table,
 so every engine runs every flow. :func:`map_batches` and :func:`arrow_filter` build them.
+
+Column expressions (issue #31, :mod:`stretchflow.expr`) make both forms from one declaration:
+:func:`expr_filter` (``stream.filter(sf.col("price") > 10)``) and :func:`project`
+(``select``/``with_columns``). Their expressions stay readable on the operator — ``Filter.expr``,
+``Map.exprs``, ``Map.keep_input`` — for a compiler that has its own columns (Spark's).
 """
 
 from __future__ import annotations
@@ -12,8 +17,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import OperatorError, StretchflowError
+from ..errors import FlowDefinitionError, OperatorError, StretchflowError
 from ..eventtime import WATERMARK
+from ..expr import Expr, MissingColumn, arrow_scalar, col
 
 
 @dataclass(frozen=True)
@@ -24,6 +30,14 @@ class Map:
     name: str = "map"
     #: columnar form: ``Table -> Table`` of as many rows, row r from input row r (optional)
     batch_fn: Callable[[Any], Any] | None = None
+    #: a map declared by column expressions (``select``/``with_columns``): ``(output name,
+    #: expression)`` pairs in output order, ``fn`` and ``batch_fn`` computing exactly them;
+    #: None for a map given as a function
+    exprs: tuple[tuple[str, Expr], ...] | None = None
+    #: with ``exprs``: True for ``with_columns`` (the input payload's fields in their order,
+    #: each of ``exprs`` replacing the field of its name or appended after them, all computed
+    #: from the input payload), False for ``select`` (exactly ``exprs``' fields, in order)
+    keep_input: bool = False
 
 
 @dataclass(frozen=True)
@@ -42,6 +56,9 @@ class Filter:
     name: str = "filter"
     #: columnar form: ``Table -> (kept rows' indices, Table of them)`` (optional)
     batch_fn: Callable[[Any], Any] | None = None
+    #: a filter declared by a column expression: a tuple is kept where it is True (False
+    #: and None drop it); ``fn`` and ``batch_fn`` compute exactly that. None otherwise
+    expr: Expr | None = None
 
 
 def apply_batch(op: Map | FlatMap | Filter, batch: list[tuple[int, Any]],
@@ -186,3 +203,169 @@ def arrow_filter(expr: Any, name: str = "filter") -> Filter:
     """A Filter given as an Arrow expression (e.g. ``pc.field("lang") == "en"``): a row is
     kept where it evaluates true (null or false: dropped), as ``Table.filter`` does."""
     return Filter(_ExprRow(expr), name, _ExprBatch(expr))
+
+
+# -- column expressions (issue #31) -------------------------------------------------------------
+class _Compiled:
+    """An expression's row form compiled on first use: :meth:`Expr.row_fn` makes closures,
+    which do not pickle (an SN process channel pickles its operators); this pickles as its
+    expressions and compiles again where it lands."""
+
+    def __init__(self, exprs: tuple[tuple[str, Expr], ...]):
+        self.exprs = exprs
+        self._fns: list[tuple[str, Callable[[Any], Any]]] | None = None
+
+    def fns(self) -> list[tuple[str, Callable[[Any], Any]]]:
+        if self._fns is None:
+            self._fns = [(name, e.row_fn()) for name, e in self.exprs]
+        return self._fns
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"exprs": self.exprs, "_fns": None}
+
+
+def _payload(what: str, p: Any) -> Any:
+    if type(p) is not dict:
+        raise TypeError(f"{what} needs dict payloads, got {type(p).__name__}")
+    return p
+
+
+class _ExprFilterRow(_Compiled):
+    """A column-expression filter on one payload: True keeps it, False or None drops it."""
+
+    def __call__(self, payload: Any) -> bool:
+        keep = self.fns()[0][1](_payload("a column-expression filter", payload))
+        if keep is True:
+            return True
+        if keep is False or keep is None:
+            return False
+        raise TypeError(f"the filter expression {self.exprs[0][1]!r} gave "
+                        f"{type(keep).__name__} {keep!r}, not a bool")
+
+
+class _ExprFilterBatch:
+    """A column-expression filter on a table: the kept rows' indices and the kept rows."""
+
+    __slots__ = ("expr",)
+
+    def __init__(self, expr: Expr):
+        self.expr = expr
+
+    def __call__(self, table: Any) -> tuple[Any, Any]:
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from ..batch import int_numpy
+
+        mask = self.expr.arrow(table)
+        if pa.types.is_null(mask.type):  # None everywhere: nothing kept
+            return np.zeros(0, np.int64), table.slice(0, 0)
+        if not pa.types.is_boolean(mask.type):
+            raise TypeError(f"the filter expression gives {mask.type}, not booleans")
+        if mask.null_count == 0 and mask.false_count == 0:
+            return np.arange(table.num_rows), table  # all kept: no copy
+        return int_numpy(pc.indices_nonzero(mask.fill_null(arrow_scalar(False)))), \
+            table.filter(mask, null_selection_behavior="drop")
+
+
+class _ProjectRow(_Compiled):
+    """``select``/``with_columns`` on one payload: every expression computed from the input
+    payload; ``keep_input`` keeps its fields (a computed one replaces its field in place)."""
+
+    def __init__(self, exprs: tuple[tuple[str, Expr], ...], keep_input: bool):
+        super().__init__(exprs)
+        self.keep_input = keep_input
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**super().__getstate__(), "keep_input": self.keep_input}
+
+    def __call__(self, payload: Any) -> dict:
+        p = _payload("select and with_columns", payload)
+        fns = self.fns()
+        if not self.keep_input:
+            return {name: f(p) for name, f in fns}
+        values = [(name, f(p)) for name, f in fns]  # all from the input, then assigned
+        out = dict(p)
+        out.update(values)
+        return out
+
+
+class _ProjectBatch:
+    """``select``/``with_columns`` on a table: each output column an expression's Arrow
+    array (a bare column passed through as it is), no Python step per row."""
+
+    __slots__ = ("exprs", "keep_input")
+
+    def __init__(self, exprs: tuple[tuple[str, Expr], ...], keep_input: bool):
+        self.exprs, self.keep_input = exprs, keep_input
+
+    def __call__(self, table: Any) -> Any:
+        import pyarrow as pa
+
+        computed = []
+        for name, e in self.exprs:
+            inner = e.args[0] if e.op == "alias" else e
+            if inner.op == "col":  # passed through in its own type, no kernel, no copy
+                if inner.args[0] not in table.column_names:
+                    raise MissingColumn(inner.args[0], table.column_names)
+                computed.append((name, table.column(inner.args[0])))
+            else:
+                computed.append((name, e.arrow(table)))
+        if self.keep_input:
+            names, cols = list(table.column_names), list(table.columns)
+            where = {n: i for i, n in enumerate(names)}
+            for name, c in computed:
+                if name in where:
+                    cols[where[name]] = c
+                else:
+                    names.append(name)
+                    cols.append(c)
+        else:
+            names, cols = [n for n, _ in computed], [c for _, c in computed]
+        return pa.Table.from_arrays(cols, names=names)
+
+
+def expr_filter(expr: Expr, name: str = "filter") -> Filter:
+    """A Filter given as a column expression (``sf.col("price") > 10``): a tuple is kept where
+    the expression is True; None (a null in the comparison) or False drops it."""
+    return Filter(_ExprFilterRow((("", expr),)), name, _ExprFilterBatch(expr), expr)
+
+
+def project(columns: tuple[Any, ...], named: dict[str, Any], name: str,
+            keep_input: bool) -> Map:
+    """The Map of ``select(*columns, **named)`` (``keep_input`` False) or
+    ``with_columns(*columns, **named)`` (True): ``columns`` are column names or expressions
+    that name their output (an alias, or a bare column); ``named`` maps output names to
+    expressions or column names. Raises :class:`FlowDefinitionError` for an expression
+    without a name, a value that is no expression, or a name given twice."""
+    what = "with_columns" if keep_input else "select"
+    pairs: list[tuple[str, Expr]] = []
+    for c in columns:
+        e = col(c) if isinstance(c, str) else c
+        if not isinstance(e, Expr):
+            raise FlowDefinitionError(
+                f"{what} {name!r}: takes column names and column expressions, got "
+                f"{type(c).__name__} {c!r}")
+        if e.output_name is None:
+            raise FlowDefinitionError(
+                f"{what} {name!r}: the expression {e!r} has no name; give it one with "
+                f".alias('name') or as name=expression")
+        pairs.append((e.output_name, e))
+    for out, v in named.items():
+        e = col(v) if isinstance(v, str) else v
+        if not isinstance(e, Expr):
+            raise FlowDefinitionError(
+                f"{what} {name!r}: {out}= takes a column expression or a column name, got "
+                f"{type(v).__name__} {v!r}")
+        pairs.append((out, e))
+    if not pairs and not keep_input:
+        raise FlowDefinitionError(f"select {name!r}: names no column")
+    seen: set[str] = set()
+    for out, _ in pairs:
+        if out in seen:
+            raise FlowDefinitionError(f"{what} {name!r}: the column {out!r} is given twice")
+        seen.add(out)
+    exprs = tuple(pairs)
+    return Map(_ProjectRow(exprs, keep_input), name, _ProjectBatch(exprs, keep_input),
+               exprs, keep_input)

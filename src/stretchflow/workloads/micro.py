@@ -5,8 +5,9 @@ per-tuple cost, tuple size, state size and selectivity, with keys drawn from N(0
 range-partitioned (100 buckets for the hybrid queue) to induce skew. Here:
 
 * the heavy part of every operator is ``reps`` numpy products of ``size`` x ``size`` matrices.
-  numpy's BLAS releases the GIL for the product, so two workers really overlap; pin BLAS to one
-  thread (:func:`single_threaded_blas`) or its own threads hide the executor's scaling;
+  numpy's BLAS releases the GIL for the product, so two workers really overlap; a measurement
+  pins BLAS to one thread (the ordered benchmarks do, with threadpoolctl) or BLAS's own threads
+  hide the executor's scaling;
 * :func:`calibrate` finds the matrix size and repetitions giving a wanted cost on this machine;
 * selectivity s: an input yields ``floor(s)`` outputs plus one more for a deterministic
   fraction ``s - floor(s)`` of the inputs (chosen by the tuple id, so every run -- sequential
@@ -23,7 +24,6 @@ import math
 import time
 import zlib
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
 from typing import Any
 
 import numpy as np
@@ -33,13 +33,6 @@ from ..io.sources import IterableSource
 from ..operators.stateful import PartitionedStateful, Stateful
 from ..operators.stateless import FlatMap
 from ..pipeline import Pipeline
-
-
-def single_threaded_blas() -> AbstractContextManager[Any]:
-    """A context in which numpy's BLAS uses one thread (threadpoolctl, a scikit-learn dep)."""
-    from threadpoolctl import threadpool_limits
-
-    return threadpool_limits(1)
 
 
 class Work:
@@ -69,21 +62,21 @@ def calibrate(cost_s: float, sizes: tuple[int, ...] = (64, 128, 192, 256, 320),
               probe_s: float = 0.15) -> tuple[int, int, float]:
     """``(size, reps, measured seconds per tuple)`` reaching at least ``cost_s`` per tuple.
 
-    Takes the largest size whose single product stays below ``cost_s`` and repeats it; the
-    measurement runs with single-threaded BLAS, as the benchmarks do.
+    Takes the largest size whose single product stays below ``cost_s`` and repeats it. It
+    measures under the caller's BLAS threading: call it with BLAS set as for the run it
+    calibrates (the benchmarks pin one thread around both).
     """
     best = (sizes[0], 1e-9)
-    with single_threaded_blas():
-        for n in sizes:
-            w = Work(n)
+    for n in sizes:
+        w = Work(n)
+        w()
+        t0, k = time.perf_counter(), 0
+        while time.perf_counter() - t0 < probe_s / len(sizes):
             w()
-            t0, k = time.perf_counter(), 0
-            while time.perf_counter() - t0 < probe_s / len(sizes):
-                w()
-                k += 1
-            per = (time.perf_counter() - t0) / k
-            if per <= cost_s or n == sizes[0]:
-                best = (n, per)
+            k += 1
+        per = (time.perf_counter() - t0) / k
+        if per <= cost_s or n == sizes[0]:
+            best = (n, per)
     n, per = best
     reps = max(1, math.ceil(cost_s / per))
     return n, reps, per * reps

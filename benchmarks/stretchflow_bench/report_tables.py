@@ -1,10 +1,10 @@
-"""The renderers of docs/RESULTS.md's report blocks (:mod:`stretchflow.bench.report`) for the
+"""The renderers of docs/RESULTS.md's report blocks (:mod:`stretchflow_bench.report`) for the
 machine, the reference and the VSN results, and the formatting they share with
-:mod:`stretchflow.bench.report_more` (SN, ordered, slack, Spark, speed). Each renderer turns
+:mod:`stretchflow_bench.report_more` (SN, ordered, slack, Spark, speed). Each renderer turns
 one or more result JSONs into Markdown, with numbers formatted from the JSON only.
 
 Every block opens with its sources: the file, when it was measured, the commit and whether the
-machine was quiet (a measured property, :func:`stretchflow.bench.common.quiet`; "not measured"
+machine was quiet (a measured property, :func:`stretchflow_bench.common.quiet`; "not measured"
 for results that predate the probes). A ratio computed here from two medians says "ratio of
 medians"; a ratio the benchmark summarized per repeat says "median of per-round ratios".
 """

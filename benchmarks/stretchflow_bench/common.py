@@ -18,8 +18,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from ..runtime import procfs
+from stretchflow.runtime import procfs
 
+#: the repository's top level: this package lives in ``benchmarks/stretchflow_bench/`` of a
+#: clone (it is a dev-only package, installed editable from there), never inside stretchflow
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS_DIR = Path("benchmarks/results")
 
 
@@ -69,13 +72,12 @@ def git_commit() -> tuple[str | None, bool | None]:
     """The commit HEAD of the checkout the package runs from and whether its work tree has
     changes (``None, None`` outside a git checkout or without git). Results files do not
     count: a benchmark writes them (its plot, before its JSON) while it runs."""
-    root = Path(__file__).resolve().parents[3]
     try:
-        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"],
+        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"],
                               capture_output=True, text=True, timeout=10)
         if head.returncode != 0:
             return None, None
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain",
                                 "--untracked-files=no", "--", ".",
                                 ":(exclude)benchmarks/results"],
                                capture_output=True, text=True, timeout=10)

@@ -24,7 +24,7 @@ of one channel at the chosen cost (:func:`_capacity`: steady per-interval throug
 process channel at full speed, after start-up, median of 3 runs), and phases last 8 periods —
 the controller's behaviour is a function of periods, not of seconds. Every run is repeated
 (``repeats``, variants alternating) and reported as min/median/max, each repeat probed
-(:func:`~stretchflow.bench.common.repeat_probe`).
+(:func:`~stretchflow_bench.common.repeat_probe`).
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any
 
 import stretchflow as sf
+from stretchflow.elastic.controller import Controller, Decision, Metrics
 
-from ..elastic.controller import Controller, Decision, Metrics
 from .common import repeat_probe, summarize, write_result
 from .plots import _pyplot, save_figure
 from .timeline import changes, downsample, from_rows, per_period
@@ -136,8 +136,8 @@ def _timed(seconds: float, keys: int = KEYS) -> Callable[[], Iterator[dict[str, 
 def q1(rows: int = 8_000, parallelisms: tuple[int, ...] = (1, 2, 4),
        distances: tuple[int | None, ...] = (3, 10, None), repeats: int = 3,
        seed: int = 1) -> dict[str, Any]:
-    from ..io.generators import tweets  # heavy (pyarrow); channel processes skip it
-    from ..queries import build_query
+    from stretchflow.io.generators import tweets  # heavy (pyarrow); channel processes skip it
+    from stretchflow.queries import build_query
 
     recs = tweets(rows, seed=seed, rate=1000).to_pylist()
     cases: list[tuple[str, dict[str, Any]]] = [("wordcount", {})]
@@ -603,7 +603,7 @@ PLOTS: dict[str, Callable[[dict[str, Any], Path, bool], None]] = {
     "sn-migration": lambda m, p, q: _plot_migration(p, m, q),
 }
 
-#: merged by the lead into ``stretchflow.bench.BENCHMARKS``
+#: merged by the lead into ``stretchflow_bench.BENCHMARKS``
 BENCHMARKS: dict[str, tuple[str, str, Callable[[bool, str | None], Path]]] = {
     "sn-q1": ("throughput of wordcount and paircount (d = 3, 10, unbounded), VSN vs SN at "
               "P = 1, 2, 4, with SN's duplication factor", "STRETCH journal Q1 (§8.2)", run_q1),

@@ -16,7 +16,7 @@ query's fields, :func:`stretchflow.io.sinks.to_record` + ``orjson``); rows of on
 come in another order (the determinism contract compares per-timestamp multisets).
 
 ``python PATH/onethread.py QUERY INPUT OUTPUT [NAME=VALUE ...]`` (or ``python -m
-stretchflow.bench.onethread ...``) runs one loop and prints ``{"elapsed_s", "tuples_in",
+stretchflow_bench.onethread ...``) runs one loop and prints ``{"elapsed_s", "tuples_in",
 "rows_out"}`` as JSON, the elapsed time from opening the input to closing the output (what
 ``bench speed`` compares with the CLI summary's time). The module imports only the standard
 library and orjson, so that run as a script (as ``bench speed`` runs it) it pays for nothing
@@ -200,7 +200,7 @@ def paircount_panes(path: str | os.PathLike, out_path: str | os.PathLike,
 
 
 #: what "1T" is in every benchmark's JSON
-BASELINE = ("pane loop (stretchflow.bench.onethread): panes of gcd(WS, WA), one C-level "
+BASELINE = ("pane loop (stretchflow_bench.onethread): panes of gcd(WS, WA), one C-level "
             "Counter per pane, windows summed from their panes")
 
 #: query name -> (the 1T loop, its parameter names)

@@ -76,7 +76,7 @@ PEERS: dict[str, Peer] = {
                      note="batch DataFrame window() + groupBy().count(), local[2]"),
 }
 
-#: stretchflow's own variants (bench/speed.py's names); the reference is the expected output
+#: stretchflow's own variants (speed.py's names); the reference is the expected output
 OWN_QUICK = ("reference", "1T")
 OWN_FULL = ("reference", "1T", "vsn2")
 
@@ -315,7 +315,7 @@ def run(quick: bool = False, out_dir: str | os.PathLike | None = None, seed: int
         workloads: dict[str, int] | None = None, timeout: float = 1800.0) -> Path:
     """Installs (or reuses) the peers' venvs, measures both queries, writes ``peers.json`` and
     ``peers.png``; returns the JSON's path."""
-    from ..io.generators import tweets, write_table
+    from stretchflow.io.generators import tweets, write_table
 
     t_start = time.perf_counter()
     sizes = workloads or ({"wordcount": 5_000, "paircount": 1_000} if quick
@@ -363,7 +363,7 @@ def run(quick: bool = False, out_dir: str | os.PathLike | None = None, seed: int
                                                     else {})} for q, n in sizes.items()},
         "stretchflow_variants": own,
         "peers": {n: {"venv": PEERS[n].venv, "requirements": list(PEERS[n].requirements),
-                      "program": f"stretchflow/bench/peer_programs/{PEERS[n].program}",
+                      "program": f"stretchflow_bench/peer_programs/{PEERS[n].program}",
                       "args": list(PEERS[n].args), "note": PEERS[n].note} for n in names},
         "cache": str(cache),
         "expected": "the reference engine's output, per-timestamp multisets (every round)",

@@ -47,7 +47,8 @@ from typing import Any
 
 import orjson
 
-from ..runtime import procfs
+from stretchflow.runtime import procfs
+
 from .common import git_commit, repeat_probe, results_dir, summarize, write_result
 
 NAME = "kills"
@@ -77,8 +78,8 @@ def write_inputs(tmp: Path, rows: int, seed: int, files: int) -> tuple[Path, Pat
     files plus the end-of-input marker, mtimes increasing (Spark's file source reads in mtime
     order). Tweets at 10/s: the input spans rows/10 s of event time, so the 60 s windows
     sliding by 20 s close throughout the run and most micro-batches have output."""
-    from ..io.generators import tweets
-    from ..spark.streaming import end_marker
+    from stretchflow.io.generators import tweets
+    from stretchflow.spark.streaming import end_marker
 
     recs = tweets(rows, seed=seed, rate=10, vocabulary=200).to_pylist()
     one = tmp / "tweets.jsonl"
@@ -203,7 +204,7 @@ def records(path: Path) -> list[tuple[int, bytes]]:
     """The output as (ts, record) pairs in output order, each record canonical JSON (sorted
     keys): a part directory through the parts reader, a file line by line. Raises ValueError
     naming the output and record when one has no integer ts."""
-    from ..io.parts import read_parts
+    from stretchflow.io.parts import read_parts
 
     if path.is_dir():
         it: Any = read_parts(path)
@@ -226,7 +227,7 @@ def same_output(got: list[tuple[int, bytes]], want: list[tuple[int, bytes]]) -> 
 def leftover_files(engine: str, out: Path, ck: Path, tmpdir: Path) -> list[str]:
     """Temporary files beside ``out``, in its part directory and in the checkpoint directory;
     a local engine's checkpoint not cleared; ``stretchflow-*`` directories in the TMPDIR."""
-    from ..io.parts import is_temp
+    from stretchflow.io.parts import is_temp
 
     left = [f"temp file beside the output: {f.name}" for f in out.parent.iterdir()
             if f.name.startswith(".")]
@@ -443,9 +444,9 @@ def plot(metrics: dict[str, Any], path: Path, quick: bool) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m stretchflow.bench.kills [--engine E]... [--cycles N] [--rows N] [--quick]``:
+    """``python -m stretchflow_bench.kills [--engine E]... [--cycles N] [--rows N] [--quick]``:
     the bench with the engines and cycles chosen, progress on stderr."""
-    ap = argparse.ArgumentParser(prog="python -m stretchflow.bench.kills")
+    ap = argparse.ArgumentParser(prog="python -m stretchflow_bench.kills")
     ap.add_argument("--engine", action="append", choices=ENGINES)
     ap.add_argument("--cycles", type=int, default=None, help="cycles per engine")
     ap.add_argument("--rows", type=int, default=None)

@@ -1,5 +1,5 @@
 """The renderer of docs/RESULTS.md's block for the DEBS'19 performance-model validation
-(``stretchflow-model``, :mod:`stretchflow.bench.model`): the model's measured inputs, its
+(``stretchflow-model``, :mod:`stretchflow_bench.model`): the model's measured inputs, its
 predictions beside the measurements at Π = 1, 2, the relative errors, the predictions beyond
 Π = 2 (labelled as predictions only) and the paper's own statement of its accuracy."""
 

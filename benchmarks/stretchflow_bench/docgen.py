@@ -1,8 +1,8 @@
 """The engine-option tables of docs/cli.md and docs/api.md, generated from the engine specs.
 
 Each document holds the generated text between ``<!-- options:begin -->`` and
-``<!-- options:end -->``; ``python -m stretchflow.docgen`` rewrites both blocks from
-:data:`stretchflow.engines.ENGINES` and ``python -m stretchflow.docgen --check`` exits 1 when
+``<!-- options:end -->``; ``python -m stretchflow_bench.docgen`` rewrites both blocks from
+:data:`stretchflow.engines.ENGINES` and ``python -m stretchflow_bench.docgen --check`` exits 1 when
 a document differs (``tests/test_engines.py`` fails then too), so the docs cannot drift from
 the options the engines accept.
 """
@@ -10,12 +10,13 @@ the options the engines accept.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-from .engines import ENGINES, Option, options_by_name
+from stretchflow.engines import ENGINES, Option, options_by_name
+
+from .common import ROOT
 
 BEGIN, END = "<!-- options:begin -->", "<!-- options:end -->"
-DOCS = Path(__file__).resolve().parents[2] / "docs"
+DOCS = ROOT / "docs"
 DOCUMENTS = ("cli.md", "api.md")
 
 
@@ -82,7 +83,7 @@ def engines_table() -> str:
 def block() -> str:
     """The generated text both documents hold between the markers."""
     return (f"{BEGIN}\n<!-- generated from src/stretchflow/engines.py by "
-            f"`python -m stretchflow.docgen`; do not edit by hand -->\n\n"
+            f"`python -m stretchflow_bench.docgen`; do not edit by hand -->\n\n"
             f"{engines_table()}\n{options_table()}{END}")
 
 

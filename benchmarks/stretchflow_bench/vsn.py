@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import stretchflow as sf
+from stretchflow.io.generators import bandjoin, tweets
+from stretchflow.queries import build_query
 
-from ..io.generators import bandjoin, tweets
-from ..queries import build_query
 from .common import repeat_probe, summarize
 from .timeline import from_result
 
@@ -148,9 +148,9 @@ def reconfiguration(cycles: int = 4, interval: float = 0.1, seed: int = 1,
     load average as each phase starts and ends (``loadavg_at_phases``), and each run's
     ``timeline`` (instances at each change, latency p50/p99 per 0.25 s: the figure's
     over-time panels); ``phases_ms`` splits the durations (Reconfiguration.phases_ms)."""
-    from ..executors import vsn as vsn_executor
-    from ..executors.vsn import MAX_SPREAD
-    from ..runtime.switch_hold import SWITCH_HOLD
+    from stretchflow.executors import vsn as vsn_executor
+    from stretchflow.executors.vsn import MAX_SPREAD
+    from stretchflow.runtime.switch_hold import SWITCH_HOLD
 
     table = tweets(calib_rows, seed=seed)
     cal = calibrate(table, calib_rows, calib_repeats)
@@ -282,7 +282,7 @@ def _median_by_p99(lats: list[dict[str, Any]]) -> dict[str, Any]:
 
 def wordcount_vs_reference(rows: int = 100_000, repeats: int = 3,
                            seed: int = 1) -> dict[str, Any]:
-    from ..io.generators import write_table
+    from stretchflow.io.generators import write_table
 
     path = Path("benchmarks/results/.wordcount-input.jsonl")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -309,7 +309,7 @@ def scalejoin_1t(left: list[dict], right: list[dict], window: int, band: int) ->
     """A hand-written single-thread band join (1T): merge the inputs by ts; for each tuple,
     purge the opposite window and compare against all of it in one numpy call; store the
     tuple. No engine, no keys. Returns the number of matches."""
-    from ..queries.scalejoin import Columns
+    from stretchflow.queries.scalejoin import Columns
 
     wl, wr = Columns(), Columns()
     i = j = matches = 0
@@ -338,7 +338,7 @@ def scalejoin_1t_runs(left: list[dict], right: list[dict], window: int, band: in
 
     import numpy as np
 
-    from ..queries.scalejoin import Columns, join_run, run_columns
+    from stretchflow.queries.scalejoin import Columns, join_run, run_columns
 
     merged = heapq.merge(((t["ts"], 0, t) for t in left), ((t["ts"], 1, t) for t in right),
                          key=lambda e: (e[0], e[1]))
@@ -374,7 +374,7 @@ def kernel_threads(seconds: float = 1.0) -> dict[str, float]:
 
     import numpy as np
 
-    from ..queries.band_kernel import band_pairs
+    from stretchflow.queries.band_kernel import band_pairs
 
     rng = np.random.default_rng(1)
     u, v = rng.uniform(1, 10_000, 20_000), rng.uniform(1, 10_000, 20_000)

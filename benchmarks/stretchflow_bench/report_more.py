@@ -1,6 +1,6 @@
 """The renderers of docs/RESULTS.md's report blocks for the SN, ordered, slack, Spark and
 speed results (the others and the shared formatting are in
-:mod:`stretchflow.bench.report_tables`)."""
+:mod:`stretchflow_bench.report_tables`)."""
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ from .spark_hosts import run as run_hosts_loss
 
 
 def _session(master: str = "local[2]") -> tuple[Any, float]:
-    from ..spark.session import get_session
+    from stretchflow.spark.session import get_session
 
     t0 = time.perf_counter()
     spark = get_session(master)  # state partitions: the session default, one per core
@@ -37,8 +37,7 @@ def _session(master: str = "local[2]") -> tuple[Any, float]:
 
 def _wordcount_flow(src: Any) -> Any:
     import stretchflow as sf
-
-    from ..queries import build_query
+    from stretchflow.queries import build_query
 
     flow = sf.Flow("wordcount")
     build_query("wordcount", [flow.source(src)]).sink(sf.io.Collector())
@@ -46,7 +45,7 @@ def _wordcount_flow(src: Any) -> Any:
 
 
 def _stream_dir(recs: list[dict], d: Path, files: int) -> None:
-    from ..spark.streaming import end_marker
+    from stretchflow.spark.streaming import end_marker
 
     d.mkdir(parents=True)
     base = time.time() - 100_000
@@ -67,8 +66,7 @@ def _stream_dir(recs: list[dict], d: Path, files: int) -> None:
 def _stream(spark: Any, recs: list[dict], work: Path, files: int,
             key_groups: int) -> dict[str, Any]:
     import stretchflow as sf
-
-    from ..spark.streaming import run_stream
+    from stretchflow.spark.streaming import run_stream
 
     d = work / f"stream-{key_groups}"
     _stream_dir(recs, d, files)
@@ -92,8 +90,7 @@ def _stream(spark: Any, recs: list[dict], work: Path, files: int,
 def wordcount(rows: int = 200_000, raw_rows: int = 5_000, files: int = 10,
               seed: int = 1) -> dict[str, Any]:
     import stretchflow as sf
-
-    from ..io.generators import tweets, write_table
+    from stretchflow.io.generators import tweets, write_table
 
     spark, start_s = _session()
     work = Path(tempfile.mkdtemp(prefix="sf-bench-spark-"))
@@ -159,9 +156,8 @@ def scalejoin(rows: int = 4_000, window: int = 60_000, band: int = 10, keys: int
               seed: int = 1) -> dict[str, Any]:
     """STRETCH Q3 on Spark beside the local executors, on the same band-join input."""
     import stretchflow as sf
-
-    from ..io.generators import bandjoin
-    from ..queries import build_query
+    from stretchflow.io.generators import bandjoin
+    from stretchflow.queries import build_query
 
     _, start_s = _session()
     left, right = (t.to_pylist() for t in bandjoin(rows, seed=seed, rate=100.0))
@@ -181,9 +177,8 @@ def paircount(rows: int = 30_000, distance: int = 3, seed: int = 1) -> dict[str,
     """STRETCH Q1's paircount (pairs of words at most ``distance`` apart, B = 3 by default)
     on Spark beside the local executors, on the same generated tweets."""
     import stretchflow as sf
-
-    from ..io.generators import tweets
-    from ..queries import build_query
+    from stretchflow.io.generators import tweets
+    from stretchflow.queries import build_query
 
     _, start_s = _session()
     recs = tweets(rows, seed=seed).to_pylist()
@@ -207,9 +202,8 @@ def rate_load(rates: tuple[int, ...] = (5_000, 10_000, 20_000, 40_000), seconds:
     outputs' correctness on this path is what tests/test_spark.py checks (a bounded rate
     source against the reference)."""
     import stretchflow as sf
-
-    from ..queries import build_query
-    from ..spark.streaming import StreamRun
+    from stretchflow.queries import build_query
+    from stretchflow.spark.streaming import StreamRun
 
     spark, start_s = _session()
     out: dict[str, Any] = {"session_start_s": start_s, "seconds": seconds, "trigger": "1 second"}

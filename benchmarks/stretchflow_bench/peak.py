@@ -8,8 +8,8 @@ benchmark process would report every child at 180 MB at least; ``VmHWM`` (what
 :func:`peak_rss_mb` reads) is reset by exec.
 
 **The wrapper must cost every variant nothing.** It is started by path (:func:`command`), not
-as ``-m stretchflow.bench.peak``, and imports only the standard library: run as a module of
-the package it imported ``stretchflow`` and ``stretchflow.bench`` first — about 80 ms here, which
+as ``-m stretchflow_bench.peak``, and imports only the standard library: run as a module of
+the package it imported ``stretchflow`` and ``stretchflow_bench`` first — about 80 ms here, which
 an engine's run needs anyway (most of it) but a hand-written baseline does not, so every
 whole-process ratio against the baseline came out in the engine's favour. ``sys.path[0]`` is
 what the plain command would have set (the working directory for ``-m``, the script's folder

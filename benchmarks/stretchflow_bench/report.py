@@ -2,7 +2,7 @@
 
 RESULTS.md keeps its prose; every table or number block in it sits between
 ``<!-- report:NAME -->`` and ``<!-- /report:NAME -->`` and is the output of the renderer
-``NAME`` (:data:`stretchflow.bench.report_tables.RENDERERS`, filled by ``report_tables``
+``NAME`` (:data:`stretchflow_bench.report_tables.RENDERERS`, filled by ``report_tables``
 and ``report_more``) over ``benchmarks/results/*.json``.
 :func:`update` rewrites the blocks; :func:`check` lists the blocks that differ from what it
 would write, so a test fails when RESULTS.md is out of date with the JSON.
@@ -18,11 +18,11 @@ from typing import Any
 
 # imported for their renderers (the SN, ordered, slack and Spark blocks, the papers' blocks)
 from . import report_hosts, report_model, report_more, report_papers  # noqa: F401
+from .common import ROOT
 from .report_tables import RENDERERS, ReportError
 
 __all__ = ["DOC", "RESULTS", "ReportError", "Results", "check", "render_blocks", "update"]
 
-ROOT = Path(__file__).resolve().parents[3]
 RESULTS = ROOT / "benchmarks" / "results"
 DOC = ROOT / "docs" / "RESULTS.md"
 

@@ -15,7 +15,7 @@ machine running CPython.
 
 Every run pins numpy's BLAS to one thread (threadpoolctl): BLAS threads would otherwise use the
 second core themselves. The variants alternate within each repeat (so they see the same
-machine load) and every run keeps its probe (``probes``, bench.common.repeat_probe: load
+machine load) and every run keeps its probe (``probes``, common.repeat_probe: load
 average before and after, other processes' CPU time), from which the JSON's ``quiet`` is
 measured. Results: JSON + PNG under ``benchmarks/results/``.
 """
@@ -26,6 +26,7 @@ import statistics
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,14 @@ from .common import repeat_probe, summarize, write_result
 from .plots import _pyplot, save_figure
 
 HEURISTICS = ("qst", "lp", "et", "ct")
+
+
+def single_threaded_blas() -> AbstractContextManager[Any]:
+    """A context in which numpy's BLAS uses one thread (threadpoolctl): the calibration and the
+    runs of the micro-operators (:mod:`stretchflow.workloads.micro`) measure under it."""
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(1)
 
 
 def _latency(lat: list[float]) -> dict[str, float]:
@@ -85,8 +94,8 @@ def heuristics(rows: int, repeats: int, workers: int = 2, markers: int = 50,
     """Per query and heuristic: throughput (input tuples/s), marker latency and each run's
     probe (:func:`~.common.repeat_probe`). The heuristics alternate within a repeat, so each
     sees the same machine load."""
-    from ..executors import ordered
-    from ..workloads import tpcxbb
+    from stretchflow.executors import ordered
+    from stretchflow.workloads import tpcxbb
 
     out: dict[str, Any] = {}
     for q in tpcxbb.NAMES:
@@ -133,8 +142,8 @@ def _run_heuristics(quick: bool, out_dir: str | None) -> Path:
 
 def _sleep_ps(cost_s: float, buckets: int) -> Any:
     """A PS operator whose GIL-free part is ``time.sleep(cost_s)`` (needs no CPU)."""
-    from ..buffers.hybrid_queue import RangePartitioner
-    from ..operators.stateful import PartitionedStateful
+    from stretchflow.buffers.hybrid_queue import RangePartitioner
+    from stretchflow.operators.stateful import PartitionedStateful
 
     def fn(state: list, t: dict) -> list[dict]:
         time.sleep(cost_s)
@@ -154,13 +163,14 @@ def queues(n: int, sigmas: tuple[float, ...], cost_s: float, repeats: int = 1
     4 workers (structural: needs no CPU, so the queues' scheduling freedom shows even on a
     loaded 2-core machine). The partitioned queue gives bucket b to worker b mod n (Fig. 6).
     """
-    from ..pipeline import Pipeline
-    from ..workloads import micro
+    from stretchflow.pipeline import Pipeline
+    from stretchflow.workloads import micro
 
-    size, reps, per = micro.calibrate(cost_s)
+    with single_threaded_blas():
+        size, reps, per = micro.calibrate(cost_s)
     out: dict[str, Any] = {"calibration": {"size": size, "reps": reps, "cost_ms": per * 1e3}}
     setups = {"numpy_2_workers": 2, "sleep_4_workers": 4}
-    with micro.single_threaded_blas():
+    with single_threaded_blas():
         for sigma in sigmas:
             data = micro.keyed_tuples(n, sigma=sigma, seed=3)
             row: dict[str, Any] = {}
@@ -213,14 +223,15 @@ def _run_queues(quick: bool, out_dir: str | None) -> Path:
 
 
 def reorder(n_cheap: int, n_heavy: int, workers: int = 2, repeats: int = 1) -> dict[str, Any]:
-    from ..pipeline import Pipeline
-    from ..workloads import micro
+    from stretchflow.pipeline import Pipeline
+    from stretchflow.workloads import micro
 
-    size, reps, per = micro.calibrate(0.0005)
+    with single_threaded_blas():
+        size, reps, per = micro.calibrate(0.0005)
     out: dict[str, Any] = {"calibration": {"size": size, "reps": reps, "cost_ms": per * 1e3}}
     cases = {"cheap": (micro.keyed_tuples(n_cheap, seed=4), 0, 1),
              "numpy_0.5ms": (micro.keyed_tuples(n_heavy, seed=4), size, reps)}
-    with micro.single_threaded_blas():
+    with single_threaded_blas():
         for case, (data, sz, rp) in cases.items():
             buffers = ("lock", "nonblocking")
             tput: dict[str, list[float]] = {rb: [] for rb in buffers}
@@ -281,13 +292,14 @@ def _bare_threads(work: Callable[[], float], n: int, threads: int) -> float:
 
 
 def scaling(n: int, cost_s: float, repeats: int) -> dict[str, Any]:
-    from ..workloads import micro
+    from stretchflow.workloads import micro
 
-    size, reps, per = micro.calibrate(cost_s)
+    with single_threaded_blas():
+        size, reps, per = micro.calibrate(cost_s)
     out: dict[str, Any] = {"calibration": {"size": size, "reps": reps, "cost_ms": per * 1e3}}
     data = micro.keyed_tuples(n, seed=5)
     pipelines = {"L": "L", "L-P": "LP", "P": "P"}
-    with micro.single_threaded_blas():
+    with single_threaded_blas():
         w = micro.Work(size, reps)
         bare = {k: [] for k in (1, 2)}  # type: dict[int, list[float]]
         bare_probes: dict[str, list[dict[str, Any]]] = {"threads_1": [], "threads_2": []}
@@ -319,7 +331,7 @@ def scaling(n: int, cost_s: float, repeats: int) -> dict[str, Any]:
         # control: the same pipelines with time.sleep(cost) as the GIL-free part. Sleeping
         # needs no CPU, so this shows whether the executor overlaps GIL-free work even when
         # a loaded machine gives the process less than two cores
-        from ..pipeline import Pipeline
+        from stretchflow.pipeline import Pipeline
 
         def nap(t: dict) -> dict:
             time.sleep(cost_s)

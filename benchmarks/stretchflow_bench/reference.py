@@ -30,7 +30,8 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from ..errors import StretchflowError
+from stretchflow.errors import StretchflowError
+
 from .common import repeat_probe, summarize, write_result
 from .peak import peak_rss_mb
 
@@ -142,7 +143,7 @@ def _measure(variant: str, query: str, data: Path, out: Path) -> tuple[dict[str,
     and after, and the probe of what else ran meanwhile (:func:`.common.repeat_probe`)."""
     with repeat_probe() as probe:
         proc = subprocess.run(
-            [sys.executable, "-m", "stretchflow.bench.reference", variant, query, str(data),
+            [sys.executable, "-m", "stretchflow_bench.reference", variant, query, str(data),
              str(out)],
             check=True, capture_output=True, text=True,
         )
@@ -161,7 +162,7 @@ def run(query: str = "wordcount", rows: int = 200_000, seed: int = 1, repeats: i
     if repeats < 1 or rows < 1:
         raise ValueError(f"bench reference: rows and repeats must be >= 1, got rows={rows}, "
                          f"repeats={repeats}")
-    from ..io.generators import tweets, write_table
+    from stretchflow.io.generators import tweets, write_table
 
     runs: dict[str, list[dict[str, Any]]] = {"reference": [], "1T": []}
     rounds: list[dict[str, Any]] = []

@@ -30,11 +30,11 @@ from typing import Any
 import numpy as np
 
 import stretchflow as sf
+from stretchflow.elastic.threshold import ThresholdController
+from stretchflow.io.generators import trades
+from stretchflow.io.sinks import Sink
+from stretchflow.queries import build_query
 
-from ..elastic.threshold import ThresholdController
-from ..io.generators import trades
-from ..io.sinks import Sink
-from ..queries import build_query
 from .common import repeat_probe
 from .timeline import downsample
 

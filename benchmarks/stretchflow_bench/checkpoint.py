@@ -85,10 +85,10 @@ PARAMS = {"size": 120_000, "slide": 60_000}
 
 # -- the child: the CLI, with its RunResult recorded ------------------------------------------
 def _child_main(argv: list[str]) -> int:
-    """``python -m stretchflow.bench.checkpoint RESULT.json run QUERY ...``: runs the
+    """``python -m stretchflow_bench.checkpoint RESULT.json run QUERY ...``: runs the
     ``stretchflow`` command unchanged and writes what its run returned to ``RESULT.json``."""
     out, *cli = argv
-    from ..flow import Flow
+    from stretchflow.flow import Flow
 
     real = Flow.run
     got: dict[str, Any] = {}
@@ -129,7 +129,7 @@ def _run_once(cmd: list[str], tmp: Path) -> dict[str, Any]:
     what its run returned (own time, tuples, checkpoints)."""
     res = tmp / "child.json"
     res.unlink(missing_ok=True)
-    full = [sys.executable, "-m", "stretchflow.bench.checkpoint", str(res), *cmd]
+    full = [sys.executable, "-m", "stretchflow_bench.checkpoint", str(res), *cmd]
     t0 = time.perf_counter()
     proc = subprocess.run(full, capture_output=True, text=True)
     wall = time.perf_counter() - t0
@@ -216,7 +216,7 @@ def _every(setting: str | None, rows: int) -> str | None:
 def vsn_accepts_checkpoint(tmp: Path) -> tuple[bool, str]:
     """Whether ``stretchflow run --engine vsn`` takes ``--checkpoint`` here (it was being added
     while this bench was written), tried on 200 tweets; the reason when it does not."""
-    from ..io.generators import tweets, write_table
+    from stretchflow.io.generators import tweets, write_table
 
     data = tmp / "probe.jsonl"
     write_table(tweets(200, seed=1), data)
@@ -392,7 +392,7 @@ def run(quick: bool = False, out_dir: str | os.PathLike | None = None, seed: int
         progress: Callable[[str], None] | None = None) -> Path:
     """Measures and writes ``checkpoint.json`` and ``checkpoint.png``; returns the JSON's path.
     Raises RuntimeError (after writing the JSON) when an output differs."""
-    from ..io.generators import tweets, write_table
+    from stretchflow.io.generators import tweets, write_table
 
     rows = rows if rows is not None else (20_000 if quick else 1_250_000)
     rounds = rounds if rounds is not None else (2 if quick else 5)

@@ -1,5 +1,5 @@
 """The renderer of docs/RESULTS.md's ``spark-hosts-loss`` block (issue #21): what a lost
-worker costs a batch job on a cluster of separate hosts (:mod:`stretchflow.bench.spark_hosts`).
+worker costs a batch job on a cluster of separate hosts (:mod:`stretchflow_bench.spark_hosts`).
 """
 
 from __future__ import annotations

@@ -109,8 +109,8 @@ class KSlack:
 
 
 def _overhead_one(kind: str, n_readers: int, per_writer: int) -> dict[str, float]:
-    from ..buffers.esg import END, ElasticScaleGate
-    from ..buffers.ssg import SlackScaleGate
+    from stretchflow.buffers.esg import END, ElasticScaleGate
+    from stretchflow.buffers.ssg import SlackScaleGate
 
     writers = ["w0", "w1"]
     readers = [f"r{i}" for i in range(n_readers)]
@@ -209,7 +209,7 @@ def _overhead_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def scenario_data(sc: dict[str, Any], seed: int = 0) -> tuple[list, list]:
-    from ..io.traffic import bus_reports, scats_reports
+    from stretchflow.io.traffic import bus_reports, scats_reports
 
     ev = int(sc["duration_s"] * SPEEDUP * 1000)
     return bus_reports(ev, seed=seed), scats_reports(ev, seed=seed)
@@ -219,10 +219,9 @@ def run_scenario(sc: dict[str, Any], data: tuple[list, list], controller: Any, s
                  seed: int = 0, interval: float = INTERVAL) -> Any:
     """One run of the congestion join with a delayed bus source under ``controller``."""
     import stretchflow as sf
-
-    from ..executors.slack import run
-    from ..io.traffic import ConstantDelay, DelayedReplay, ZipfDelay
-    from ..queries.traffic import congestion
+    from stretchflow.executors.slack import run
+    from stretchflow.io.traffic import ConstantDelay, DelayedReplay, ZipfDelay
+    from stretchflow.queries.traffic import congestion
 
     delay: Any = (ZipfDelay(sc["phases"], seed=seed) if sc["delay"] == "zipf"
                   else ConstantDelay(sc["delay_ms"]))
@@ -278,7 +277,7 @@ def nrmse_table(samples: Any, seed: int = 0) -> dict[str, Any]:
     50/50 split of the samples, and the time to fit both models."""
     import numpy as np
 
-    from ..elastic.sltuner import ESTIMATORS, make_estimator, nrmse
+    from stretchflow.elastic.sltuner import ESTIMATORS, make_estimator, nrmse
 
     X, lat, slr = samples.arrays()
     idx = np.random.default_rng(seed).permutation(len(X))
@@ -295,7 +294,7 @@ def nrmse_table(samples: Any, seed: int = 0) -> dict[str, Any]:
 
 
 def estimators(quick: bool = False) -> dict[str, Any]:
-    from ..elastic.sltuner import samples_from_series
+    from stretchflow.elastic.sltuner import samples_from_series
 
     table: dict[str, Any] = {}
     probes: dict[str, list[dict[str, Any]]] = {}
@@ -312,7 +311,7 @@ def estimators(quick: bool = False) -> dict[str, Any]:
 
 
 def _policies(sc: dict[str, Any], model: Any) -> dict[str, tuple[Any, float]]:
-    from ..elastic.sltuner import MaxTimestamp, SLTuner, StaticSLT, TCPLike
+    from stretchflow.elastic.sltuner import MaxTimestamp, SLTuner, StaticSLT, TCPLike
 
     return {
         "sltuner": (SLTuner(model, sc["deadline_ms"], alpha=ALPHA, step=sc["step"],
@@ -325,7 +324,7 @@ def _policies(sc: dict[str, Any], model: Any) -> dict[str, tuple[Any, float]]:
 
 
 def tuning(name: str, quick: bool = False, out_dir: str | None = None) -> dict[str, Any]:
-    from ..elastic.sltuner import train
+    from stretchflow.elastic.sltuner import train
 
     sc = (QUICK if quick else SCENARIOS)[name]
     data = scenario_data(sc)

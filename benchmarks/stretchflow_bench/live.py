@@ -29,7 +29,7 @@ redis-server the bench starts (:mod:`stretchflow.io.redis_server`). Reported per
 delays' min / median / p99 / max over all windows of all repeats,
 the first window's delay per repeat, and whether <= 1 s was met (every repeat's first window,
 and the p99 of all windows). Each repeat records the 1-minute load average
-(:func:`~stretchflow.bench.common.repeat_probe`).
+(:func:`~stretchflow_bench.common.repeat_probe`).
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ with open(log, "w") as f:
 
 def _records(rows: int, rate: int, seed: int) -> list[dict[str, Any]]:
     """Generated tweets, re-timed at ``rate`` per second of event time from 0."""
-    from ..io.generators import tweets
+    from stretchflow.io.generators import tweets
 
     recs = tweets(rows, seed=seed).to_pylist()
     for i, r in enumerate(recs):
@@ -142,8 +142,7 @@ def passed_times(ts: list[int], marks: list[tuple[int, float]], size: int, slide
 def _engine_run(engine: str, source: Any, size: int, slide: int) -> dict[int, float]:
     """The wall-clock time the first output of each window end reached the sink."""
     import stretchflow as sf
-
-    from ..queries import QUERIES
+    from stretchflow.queries import QUERIES
 
     reached: dict[int, float] = {}
 
@@ -198,8 +197,8 @@ def _handwritten(path: Path, size: int, slide: int, poll: float) -> dict[int, fl
 
 def _one(variant: str, recs_path: Path, ts: list[int], tmp: Path, rate: int, size: int,
          slide: int, poll: float, redis_url: str | None) -> dict[str, Any]:
-    from ..io.follow import follow
-    from ..io.redis_streams import RedisStream
+    from stretchflow.io.follow import follow
+    from stretchflow.io.redis_streams import RedisStream
 
     live = tmp / f"live-{variant}.jsonl"
     live.write_bytes(b"")
@@ -256,7 +255,7 @@ def run(quick: bool = False, out_dir: str | os.PathLike | None = None, seed: int
         raise ValueError(f"bench live: needs rate*seconds >= 10, repeats >= 1 and size >= "
                          f"slide >= 1, got {rows} rows, {repeats} repeats, size {size}, "
                          f"slide {slide}")
-    from ..io.redis_server import redis_server
+    from stretchflow.io.redis_server import redis_server
 
     per: dict[str, list[dict[str, Any]]] = {v: [] for v in VARIANTS}
     with tempfile.TemporaryDirectory(prefix="sf-bench-live-") as tmp_s, \
@@ -299,5 +298,5 @@ def run(quick: bool = False, out_dir: str | os.PathLike | None = None, seed: int
     return write_result(NAME, params, metrics, out_dir)
 
 
-if __name__ == "__main__":  # a quick look: python -m stretchflow.bench.live [OUT_DIR]
+if __name__ == "__main__":  # a quick look: python -m stretchflow_bench.live [OUT_DIR]
     print(run(quick=True, out_dir=sys.argv[1] if len(sys.argv) > 1 else None))

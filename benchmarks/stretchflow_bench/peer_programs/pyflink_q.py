@@ -1,5 +1,5 @@
 """PyFlink programs for the STRETCH journal's Q2 and Q3 shapes (§8.2, §8.3), run by
-``stretchflow bench stretchflow-vs-flink`` (bench/flink.py) in the PyFlink venv.
+``stretchflow bench stretchflow-vs-flink`` (stretchflow_bench/flink.py) in the PyFlink venv.
 
 ``python pyflink_q.py SHAPE LEFT RIGHT OUTPUT [parallelism=N] [window=MS] [band=N]
 [watermark_ms=MS] [api=datastream|sql] [keys=N]``

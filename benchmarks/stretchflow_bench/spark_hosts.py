@@ -9,7 +9,7 @@ undisturbed median so far; after each loss the worker is started again and the b
 until the application has an executor on it once more (outside the timed region). Every run's
 output is compared with the reference executor's (line multisets). The driver times each job
 around ``cli.main`` (the session already running); each repeat is wrapped in
-:func:`~stretchflow.bench.common.repeat_probe` (1-minute load, other processes' CPU).
+:func:`~stretchflow_bench.common.repeat_probe` (1-minute load, other processes' CPU).
 
 Where network namespaces cannot be made (not root, no iproute2), the result says so
 (``metrics.unavailable``) instead of numbers.
@@ -27,7 +27,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from ..runtime import procfs
+from stretchflow.runtime import procfs
+
 from .common import repeat_probe, summarize, write_result
 
 #: the driver: runs each JSON argv read from stdin with ``cli.main`` in this one process and
@@ -106,11 +107,10 @@ def worker_loss(rows: int = 20_000, repeats: int = 3, kill_fraction: float = 0.5
                 seed: int = 1) -> dict[str, Any]:
     """Undisturbed and worker-loss runs of a batch wordcount, alternating; see the module."""
     import stretchflow as sf
-
-    from ..errors import EngineUnavailableError
-    from ..io.generators import tweets, write_table
-    from ..queries import build_query
-    from ..spark.hosts import (
+    from stretchflow.errors import EngineUnavailableError
+    from stretchflow.io.generators import tweets, write_table
+    from stretchflow.queries import build_query
+    from stretchflow.spark.hosts import (
         failed_tasks,
         netns_cluster,
         read_events,

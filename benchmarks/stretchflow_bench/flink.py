@@ -19,9 +19,9 @@ Shapes (each with its own generated input, the same for every variant):
 Variants: ``vsn1``, ``vsn2`` (``stretchflow run --engine vsn --parallelism Π``) and
 ``flink1``, ``flink2`` (the PyFlink program at parallelism 1, 2), every one a whole process.
 Rounds alternate the variants (each round starts one later); each run is wrapped in
-:func:`~stretchflow.bench.common.repeat_probe` (1-minute load before and after, other
+:func:`~stretchflow_bench.common.repeat_probe` (1-minute load before and after, other
 processes' CPU). Every output of every round is compared with the reference engine's as
-per-timestamp multisets (bench/peers.py ``compare``). Throughput is input tuples / time, for
+per-timestamp multisets (peers.py ``compare``). Throughput is input tuples / time, for
 two times: ``wall_s`` (the whole process, interpreter and JVM start-up included) and
 ``own_s`` (stretchflow: its run summary's time; PyFlink: ``span_s`` for Q2 and the DataStream
 Q3, first tuple in to last tuple out, else the program's own elapsed time, mini-cluster start
@@ -118,7 +118,7 @@ def _shapes(quick: bool) -> dict[str, dict[str, Any]]:
 
 
 def _write_inputs(kind: str, rows: int, rate: float, tmp: Path, seed: int) -> list[Path]:
-    from ..io.generators import bandjoin, tweets, write_table
+    from stretchflow.io.generators import bandjoin, tweets, write_table
 
     if kind == "tweets":
         p = tmp / f"tweets-{rows}.jsonl"

@@ -6,7 +6,7 @@ process, so start-up, reading JSON Lines and writing the output are all counted.
 runs under :mod:`.peak`, which records its own peak RSS and imports only the standard library;
 the loop, run as a script, imports nothing of stretchflow. (Until 2026-11-26 both ran as
 modules of the package, so the loop paid for importing ``stretchflow`` and
-``stretchflow.bench``, about 80 ms here, and every ratio against it flattered the engines.)
+``stretchflow_bench``, about 80 ms here, and every ratio against it flattered the engines.)
 Two times are kept per run: the parent's wall clock around the whole process, and the run's
 own time that the child reports (the CLI summary's elapsed, from first read to last write;
 the loop's own timer). Beside the wall time, the CPU time (user + system) of the child and of
@@ -107,7 +107,7 @@ def _orphans_counted() -> Iterator[None]:
     without this a run's CPU time left out the channels (about half of sn's, issue #16)."""
     import ctypes
 
-    from ..runtime import procfs
+    from stretchflow.runtime import procfs
 
     try:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -260,7 +260,7 @@ def _commit() -> str | None:
 def run(quick: bool = False, out_dir: str | os.PathLike | None = None, seed: int = 1,
         progress: Any = None) -> Path:
     """Measures both queries and writes ``speed.json`` and ``speed.png``; returns the JSON."""
-    from ..io.generators import tweets, write_table
+    from stretchflow.io.generators import tweets, write_table
 
     workloads = {  # query -> (tweets, parameters of both the CLI and the loop)
         "wordcount": (5_000 if quick else 200_000, {"size": 120_000, "slide": 60_000}),
@@ -319,7 +319,7 @@ MEMORY_TWEETS = 1_000_000
 def _memory(tmp: Path, seed: int, progress: Any, rounds: int = 3) -> dict[str, Any]:
     """Peak RSS and time of wordcount on :data:`MEMORY_TWEETS` tweets, the reference engine's
     columnar path against its tuple path (``--columnar off``), alternating; outputs compared."""
-    from ..io.generators import tweets, write_table
+    from stretchflow.io.generators import tweets, write_table
 
     data = tmp / f"tweets-{MEMORY_TWEETS}.jsonl"
     write_table(tweets(MEMORY_TWEETS, seed=seed), data)
@@ -347,7 +347,7 @@ def _memory(tmp: Path, seed: int, progress: Any, rounds: int = 3) -> dict[str, A
 
 def plot(metrics: dict[str, Any], path: Path, quick: bool) -> Path:
     """Per query, bars of the median whole-process time of each variant with min–max whiskers,
-    the run's own time beside it (``bench/plots.py``'s conventions)."""
+    the run's own time beside it (``stretchflow_bench/plots.py``'s conventions)."""
     from .plots import _pyplot, save_figure
 
     plt = _pyplot()

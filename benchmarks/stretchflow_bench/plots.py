@@ -7,13 +7,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..extras import require
 from .timeline import changes, from_rows
 from .timeline import draw as draw_timeline
 
 
 def _pyplot() -> Any:
-    matplotlib = require("matplotlib", "plots", "the benchmark plots")
+    import matplotlib  # a dependency of stretchflow-bench; loaded only when a figure is drawn
+
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
 

@@ -1,8 +1,16 @@
 """Benchmarks: each writes JSON (machine, versions, parameters, min/median/max metrics) and a
-PNG plot to ``benchmarks/results/``. ``BENCHMARKS`` is what ``stretchflow bench list`` shows."""
+PNG plot to ``benchmarks/results/``. ``BENCHMARKS`` is what ``stretchflow bench list`` shows.
+
+A dev-only package (``benchmarks/`` of a clone: ``pip install -e benchmarks``), not part of the
+installed stretchflow; ``stretchflow bench`` imports it when it is there. A benchmark registers
+by an entry ``name -> (what it measures, the paper's experiment, run(quick, out_dir) -> JSON
+path)``: in :data:`BENCHMARKS` below, or in a module's own ``BENCHMARKS`` with the module named
+in :data:`SUITES`; a name that is not ``<engine>-*`` is also listed in :data:`CROSS_ENGINE` for
+``stretchflow bench NAME`` to run it."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -129,11 +137,15 @@ BENCHMARKS: dict[str, tuple[str, str, Callable[[bool, str | None], Path]]] = {
 }
 
 
-def _register_suites() -> None:
-    """The experiments of the other executors, each defined next to its code."""
-    from . import ordered, slack, sn, spark
+#: modules of this package that define their own ``BENCHMARKS`` (same entries as above) next to
+#: their code; a new benchmark module adds its name here and its entries are registered
+SUITES: tuple[str, ...] = ("sn", "ordered", "slack", "spark")
 
-    for suite in (sn, ordered, slack, spark):
+
+def _register_suites() -> None:
+    """The experiments of :data:`SUITES`, each defined next to its code."""
+    for module in SUITES:
+        suite = importlib.import_module(f".{module}", __name__)
         for name, entry in suite.BENCHMARKS.items():
             if name in BENCHMARKS:
                 raise RuntimeError(f"benchmark {name!r} is defined twice")
