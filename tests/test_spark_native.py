@@ -81,8 +81,25 @@ BOOL_LEAF = st.one_of(
     st.one_of(NUMERIC, ANY_LEAF).map(lambda e: e.is_not_null()),
 )
 BOOLEAN = st.recursive(BOOL_LEAF, _bool, max_leaves=4)
+STR_LEAF = st.one_of(st.sampled_from(["s", "t"]).map(sf.col),
+                    st.sampled_from(["", "a", "é"]).map(sf.lit))
+STRING = st.one_of(STR_LEAF, st.tuples(STR_LEAF, STR_LEAF).map(lambda t: t[0] + t[1]))
+_PATTERNS = st.sampled_from(["", "a", "b", "é", "ab"])
+ANY = st.one_of(NUMERIC, BOOLEAN, STRING, ANY_LEAF)
+MISC = st.one_of(
+    st.tuples(ANY, ANY).map(lambda t: t[0].fill_null(t[1])),
+    st.tuples(ANY, st.sampled_from(["int64", "float64", "string", "bool"]))
+    .map(lambda t: t[0].cast(t[1])),
+    st.tuples(st.one_of(STRING, ANY_LEAF), _PATTERNS).map(lambda t: t[0].str.starts_with(t[1])),
+    st.tuples(st.one_of(STRING, ANY_LEAF), _PATTERNS).map(lambda t: t[0].str.ends_with(t[1])),
+    st.tuples(st.one_of(STRING, ANY_LEAF), _PATTERNS).map(lambda t: t[0].str.contains(t[1])),
+    st.one_of(STRING, ANY_LEAF).map(lambda e: e.str.len()),
+    st.tuples(BOOLEAN, ANY, BOOLEAN, ANY, ANY).map(
+        lambda t: sf.when(t[0]).then(t[1]).when(t[2]).then(t[3]).otherwise(t[4])),
+    st.tuples(BOOLEAN, ANY).map(lambda t: sf.when(t[0]).then(t[1])),
+)
 #: typed trees (mostly native) and untyped ones (mostly refused: checks the refusals)
-EXPRS = st.one_of(NUMERIC, BOOLEAN, st.recursive(ANY_LEAF, lambda c: st.one_of(
+EXPRS = st.one_of(NUMERIC, BOOLEAN, MISC, st.recursive(ANY_LEAF, lambda c: st.one_of(
     _num(c), _bool(c), st.tuples(st.sampled_from(COMPARE), c, c).map(lambda t: t[0](t[1], t[2]))),
     max_leaves=3))
 ROWS = st.lists(st.fixed_dictionaries({n: v for n, (_, _, v) in COLUMNS.items()}),
@@ -193,14 +210,22 @@ def test_expression_cases(spark):
              c("y").is_in([math.nan]), c("p").is_in([1]), c("s").is_in(["é", 1, None]),
              c("p") + c("a"), -c("p"), (c("a") > 0) & c("p"), ~c("q"), c("p") | c("q"),
              -c("x"), abs(c("b")), c("b") / c("b") + c("x") / c("b"), c("t") < c("s"),
-             c("a").is_null(), lit(None) + c("a"), c("a") / lit(None)]
+             c("a").is_null(), lit(None) + c("a"), c("a") / lit(None),
+             c("s") + c("t"), c("t").str.len(), c("t").str.starts_with("é"),
+             c("s").str.contains(""), c("a").fill_null(c("b") // 0),
+             c("x").cast("int64"), c("a").cast("float64"), c("p").cast(str), c("b").cast(str),
+             c("t").cast(bool), c("y").cast(bool),
+             sf.when(c("b") > 0).then(c("a") // c("b")).when(c("p")).then(lit(1))
+             .otherwise(c("b") % 0)]
     assert check_expressions(spark, exprs, rows) == len(exprs)
 
 
 @pytest.mark.parametrize("expr", [
-    sf.col("x") // 2, sf.col("x") % sf.col("a"), sf.col("s") + sf.col("t"),
+    sf.col("x") // 2, sf.col("x") % sf.col("a"), sf.col("s") * sf.col("a"),
     sf.col("s") < sf.col("a"), sf.col("a") & sf.col("p"), ~sf.col("a"), -sf.col("s"),
-    sf.col("nope"), sf.lit(2**64) + sf.col("a")])
+    sf.col("nope"), sf.lit(2**64) + sf.col("a"), sf.col("s").cast(int),
+    sf.col("x").cast(str), sf.col("a").str.len(), sf.col("a").fill_null(sf.col("x")),
+    sf.when(sf.col("a")).then(1), sf.when(sf.col("p")).then(1).otherwise("one")])
 def test_refused_forms(expr):
     """Forms whose Spark meaning differs from Python's and have no rewrite are refused while
     planning (the flow runs on the Python path), with a reason."""

@@ -35,7 +35,9 @@ with numbers as 0 and 1 (Python's ``bool`` is an ``int``).
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 from typing import Any
 
 from ..expr import Expr
@@ -53,6 +55,7 @@ _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 _EXACT = 1 << 53
 
 _COMPARE = {"eq", "ne", "lt", "le", "gt", "ge"}
+_STR_OPS = {"str_starts", "str_ends", "str_contains", "str_len"}
 #: ``a OP b`` is ``b FLIP[OP] a``
 _FLIP = {"eq": "eq", "ne": "ne", "lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}
 
@@ -152,12 +155,76 @@ class Translator:
         if op in ("is_null", "not_null"):
             x, _ = self.column(a[0])
             return (x.isNull() if op == "is_null" else x.isNotNull()), BOOL
+        if op == "fill_null":
+            x, kx = self.column(a[0])
+            with self._only_where(x.isNull()):  # Python evaluates the value only there
+                y, ky = self.column(a[1])
+            kind = _one_kind(self.where, "fill_null", [kx, ky])
+            return F.coalesce(_typed(x, kx, kind), _typed(y, ky, kind)), kind
+        if op == "cast":
+            return _cast(*self.column(a[0]), a[1], self.where)
+        if op in _STR_OPS:
+            x, k = self.column(a[0])
+            out_kind = INT if op == "str_len" else BOOL
+            if k == NULL:
+                return null_of(out_kind), out_kind
+            if k != STR:
+                raise NotNative(f"{self.where}: string operation on {k} values (a TypeError "
+                                f"in Python)")
+            if op == "str_len":
+                return F.length(x).cast("long"), INT  # characters: code points, as len()
+            fn = {"str_starts": F.startswith, "str_ends": F.endswith,
+                  "str_contains": F.contains}[op]
+            return fn(x, F.lit(a[1])), BOOL
+        if op == "case":
+            return self._case(a)
         raise NotNative(f"{self.where}: expression operation {op!r} has no native form")
+
+    @contextlib.contextmanager
+    def _only_where(self, condition: Any) -> Iterator[None]:
+        """Within: what is translated is evaluated by Python only on rows where
+        ``condition`` is True (a when arm, a fill_null value), so its guards hold only there."""
+        start = len(self.guards)
+        yield
+        cond = F_coalesce_false(condition)
+        self.guards[start:] = [cond & g for g in self.guards[start:]]
+
+    def _case(self, a: tuple[Any, ...]) -> tuple[Any, str]:
+        """``when(c1).then(v1)...otherwise(d)``: Python tries the conditions in order and
+        evaluates only the chosen value; Spark's CASE WHEN the same. A condition must be a
+        boolean (else Python raises), the values of one kind (else the column would mix)."""
+        from pyspark.sql import functions as F
+
+        reached = F.lit(True)  # no earlier condition was True
+        conds, vals, kinds = [], [], []
+        for c, v in zip(a[:-1:2], a[1:-1:2], strict=True):
+            with self._only_where(reached):
+                cx, ck = self.column(c)
+            if ck not in (BOOL, NULL):
+                raise NotNative(f"{self.where}: a when() condition of {ck} values (a "
+                                f"TypeError in Python)")
+            cx = _typed(cx, ck, BOOL)
+            with self._only_where(reached & F_coalesce_false(cx)):
+                vx, vk = self.column(v)
+            conds.append(cx)
+            vals.append(vx)
+            kinds.append(vk)
+            reached = reached & ~F_coalesce_false(cx)
+        with self._only_where(reached):
+            dx, dk = self.column(a[-1])
+        kind = _one_kind(self.where, "when()", kinds + [dk])
+        out = None
+        for cx, vx, vk in zip(conds, vals, kinds, strict=True):
+            v = _typed(vx, vk, kind)
+            out = F.when(cx, v) if out is None else out.when(cx, v)
+        return out.otherwise(_typed(dx, dk, kind)), kind
 
     def _arith(self, op: str, ea: Expr, eb: Expr) -> tuple[Any, str]:
         from pyspark.sql import functions as F
 
         (x, kx), (y, ky) = self.column(ea), self.column(eb)
+        if op == "add" and STR in (kx, ky) and {kx, ky} <= {STR, NULL}:  # str + str
+            return (null_of(STR) if NULL in (kx, ky) else F.concat(x, y)), STR
         for k in (kx, ky):
             if k not in _NUMBERS and k != NULL:
                 sym = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//",
@@ -193,6 +260,51 @@ class Translator:
         if op == "floordiv":
             return F.when(off, q - 1).otherwise(q), INT
         return F.when(off, r + y).otherwise(r), INT
+
+
+def F_coalesce_false(c: Any) -> Any:  # noqa: N802 - reads as the Spark function it wraps
+    """True where ``c`` is True (None counts as not True, as for a when() condition)."""
+    from pyspark.sql import functions as F
+
+    return F.coalesce(c, F.lit(False))
+
+
+def _one_kind(where: str, what: str, kinds: list[str]) -> str:
+    """The one kind the values of ``kinds`` share (None fits any); a mix of kinds (an int
+    here, a float there) has no column type that keeps each value's own."""
+    found = {k for k in kinds if k != NULL}
+    if len(found) > 1:
+        raise NotNative(f"{where}: {what} of {' and '.join(sorted(found))} values (one "
+                        f"column cannot keep each value's type)")
+    return found.pop() if found else NULL
+
+
+def _cast(x: Any, kind: str, to: str, where: str) -> tuple[Any, str]:
+    """Python's ``int()``, ``float()``, ``str()``, ``bool()`` of a value of ``kind``."""
+    from pyspark.sql import functions as F
+
+    want = {"int64": INT, "float64": FLOAT, "string": STR, "bool": BOOL}[to]
+    if kind == NULL:
+        return null_of(want), want
+    if kind == want:
+        return x, want
+    if kind == STR and want in (INT, FLOAT):
+        raise NotNative(f"{where}: {to} of strings (Python's int()/float() read text Spark's "
+                        f"cast does not)")
+    if kind == FLOAT and want == STR:
+        raise NotNative(f"{where}: str() of floats (Python's repr differs from Spark's)")
+    if want == STR:  # of an int (decimal digits in both) or a bool (True/False)
+        if kind == BOOL:
+            return F.when(x, F.lit("True")).when(~x, F.lit("False")), STR  # None: None
+        return x.cast("string"), STR
+    if want == BOOL:
+        if kind == STR:
+            return F.length(x) > 0, BOOL
+        return x != F.lit(0).cast(spark_type(kind)), BOOL  # NaN is True in both
+    # int of a float truncates toward zero in both (NaN, inf and beyond the longs are ANSI
+    # errors: Python raises or makes a big int, the Python path decides); float of an int
+    # rounds to nearest in both; of a bool 0 and 1
+    return x.cast(spark_type(want)), want
 
 
 def _nonzero_constant(e: Expr) -> bool:
