@@ -96,12 +96,17 @@ def null_of(kind: str) -> Any:
 
 
 class Translator:
-    """Translates expressions over one DataFrame whose columns have the kinds ``kinds``
-    (``{name: kind}``); ``where`` names the operator in reasons. Collects :attr:`guards`."""
+    """Translates expressions over one DataFrame whose fields have the kinds ``kinds``
+    (``{name: kind}``, None for a type expressions do not take); ``where`` names the operator
+    in reasons; ``names`` maps a field to its Spark column's name where they differ (the
+    native plan's columns are ``c0``, ``c1``...: no quoting, no case folding). Collects
+    :attr:`guards`."""
 
-    def __init__(self, kinds: dict[str, str | None], where: str):
+    def __init__(self, kinds: dict[str, str | None], where: str,
+                 names: dict[str, str] | None = None):
         self.kinds = kinds
         self.where = where
+        self.names = names
         #: boolean columns, true on a row where Python raises ZeroDivisionError
         self.guards: list[Any] = []
 
@@ -118,7 +123,7 @@ class Translator:
             if kind is None:
                 raise NotNative(f"{self.where}: column {name!r} is not a number, string or "
                                 f"boolean")
-            return F.col(quote(name)), kind
+            return F.col(self.names[name] if self.names else quote(name)), kind
         if op == "lit":
             return _literal(a[0], self.where)
         if op == "alias":
@@ -157,7 +162,7 @@ class Translator:
             return (x.isNull() if op == "is_null" else x.isNotNull()), BOOL
         if op == "fill_null":
             x, kx = self.column(a[0])
-            with self._only_where(x.isNull()):  # Python evaluates the value only there
+            with self.only_where(x.isNull()):  # Python evaluates the value only there
                 y, ky = self.column(a[1])
             kind = _one_kind(self.where, "fill_null", [kx, ky])
             return F.coalesce(_typed(x, kx, kind), _typed(y, ky, kind)), kind
@@ -181,7 +186,7 @@ class Translator:
         raise NotNative(f"{self.where}: expression operation {op!r} has no native form")
 
     @contextlib.contextmanager
-    def _only_where(self, condition: Any) -> Iterator[None]:
+    def only_where(self, condition: Any) -> Iterator[None]:
         """Within: what is translated is evaluated by Python only on rows where
         ``condition`` is True (a when arm, a fill_null value), so its guards hold only there."""
         start = len(self.guards)
@@ -198,19 +203,19 @@ class Translator:
         reached = F.lit(True)  # no earlier condition was True
         conds, vals, kinds = [], [], []
         for c, v in zip(a[:-1:2], a[1:-1:2], strict=True):
-            with self._only_where(reached):
+            with self.only_where(reached):
                 cx, ck = self.column(c)
             if ck not in (BOOL, NULL):
                 raise NotNative(f"{self.where}: a when() condition of {ck} values (a "
                                 f"TypeError in Python)")
             cx = _typed(cx, ck, BOOL)
-            with self._only_where(reached & F_coalesce_false(cx)):
+            with self.only_where(reached & F_coalesce_false(cx)):
                 vx, vk = self.column(v)
             conds.append(cx)
             vals.append(vx)
             kinds.append(vk)
             reached = reached & ~F_coalesce_false(cx)
-        with self._only_where(reached):
+        with self.only_where(reached):
             dx, dk = self.column(a[-1])
         kind = _one_kind(self.where, "when()", kinds + [dk])
         out = None
