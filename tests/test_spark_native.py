@@ -339,6 +339,8 @@ def every_kind(source, made):
             "top3": b.aggregate(size=7000, slide=3000, keys="category", name="t3",
                                 **top_k("price", 3)).collect(),
             "low": b.aggregate(size=5000, keys=None, **arg_min("bidder"), name="lo").collect(),
+            "nulls": b.select("auction", z=sf.lit(None), c=sf.col("category").fill_null(-1),
+                              p=sf.col("price").is_null()).collect(),
             "chain": (b.filter((sf.col("price") > 20_000) & sf.col("category").is_in([10, 12]))
                       .with_columns(eur=sf.col("price") * 0.9, auction=sf.col("auction") + 1)
                       .select("auction", "eur", cat=sf.col("category").cast(str))

@@ -194,6 +194,9 @@ class NativeRun:
     def __init__(self, flow: Flow, spark: Any, n_partitions: int):
         self.flow, self.spark, self.P = flow, spark, n_partitions
         self._n = 0
+        #: whether the sources' arrival order must be kept (a sum or mean may be of floats)
+        self.need_order = any(
+            n.kind == "oplus" and n.spec.column_agg.kind in ("sum", "mean") for n in flow.nodes)
         #: (an operator's input DataFrame, its guards, its name): Python raises where one holds
         self.guards: list[tuple[Any, list[Any], str]] = []
 
@@ -251,6 +254,7 @@ class NativeRun:
         """The source read on the driver, as a Stream (see the module doc)."""
         import numpy as np
         import pyarrow as pa
+        from pyspark.sql import functions as F
 
         src = node.spec
         where = f"source {src.name!r}"
@@ -275,15 +279,24 @@ class NativeRun:
         fields, kinds, tables = _unify(where, tables)
         cols = {f: self.fresh() for f in fields}
         ts = np.concatenate(stamps) if stamps else np.zeros(0, np.int64)
-        data = [arrow_ints(ts), arrow_ints(np.arange(n, dtype=np.int64))]
-        data += [pa.chunked_array([c for t in tables for c in t.column(f).chunks],
-                                  type=_arrow_type(kinds[f])) for f in fields]
-        table = pa.Table.from_arrays(data, names=[TS, SEQ] + [cols[f] for f in fields])
-        schema = ", ".join([f"{TS} long", f"{SEQ} long"] + [
-            f"{cols[f]} {spark_type(kinds[f]) if kinds[f] != NULL else 'string'}"
-            for f in fields])
+        data = {cols[f]: pa.chunked_array([c for t in tables for c in t.column(f).chunks],
+                                          type=_arrow_type(kinds[f])) for f in fields}
+        # the tuple's timestamp is most often the payload's own ts field: no second copy
+        same = next((f for f in fields if f == src.ts_field and kinds[f] == INT
+                     and data[cols[f]].null_count == 0
+                     and np.array_equal(data[cols[f]].to_numpy(), ts)), None)
+        if same is None:
+            data[TS] = arrow_ints(ts)
+        if self.need_order:  # the arrival order, for float sums
+            data[SEQ] = arrow_ints(np.arange(n, dtype=np.int64))
+        table = pa.Table.from_pydict(data)
+        types = {cols[f]: spark_type(kinds[f]) if kinds[f] != NULL else "string"
+                 for f in fields}
+        schema = ", ".join(f"{c} {types.get(c, 'long')}" for c in table.column_names)
         df = self._load(table, schema, tmp / f"{self.fresh()}.parquet")
-        return Stream(df, tuple(fields), cols, kinds, True), n
+        if same is not None:
+            df = df.withColumn(TS, F.col(cols[same]))
+        return Stream(df, tuple(fields), cols, kinds, self.need_order), n
 
     def _load(self, table: Any, schema: str, path: Any) -> Any:
         """``table`` as a DataFrame: through a Parquet file Spark reads (local masters), else
@@ -294,7 +307,10 @@ class NativeRun:
             return self.spark.createDataFrame(table, schema)
         # row groups: Spark splits a file at them, so the first stage has a task per core
         per = max(4096, -(-table.num_rows // (2 * self.spark.sparkContext.defaultParallelism)))
-        pq.write_table(table, str(path), row_group_size=per, compression="none")
+        # plain encoding, uncompressed: a file read once, locally (dictionaries cost 4x the
+        # write time of 1 M bids)
+        pq.write_table(table, str(path), row_group_size=per, compression="none",
+                       use_dictionary=False)
         return self.spark.read.schema(schema).parquet(str(path))  # no job to read the schema
 
     # -- stateless -------------------------------------------------------------------------------
@@ -363,12 +379,12 @@ class NativeRun:
             raise NotNative(f"{where}: a tuple falls in {n_windows} windows (size/slide)")
         tr = Translator(s.kinds, where, s.cols)
         keys = [tr.column(e) for e in op.key_exprs]
-        present = F.lit(True)
+        keyed = F.lit(True)
         for k, _ in keys:
-            present = present & k.isNotNull()
+            keyed = keyed & k.isNotNull()
         value = None
         if agg.kind != "count":
-            with tr.only_where(present):  # f_MK reads the value once the keys are there
+            with tr.only_where(keyed):  # f_MK reads the value once the keys are there
                 value = tr.column(agg.of)
         self._guard(s.df, tr.guards, where)
         kcols = [self.fresh() for _ in keys]
@@ -377,6 +393,9 @@ class NativeRun:
         select += [_checked_key(c, kind, where).alias(name)
                    for (c, kind), name in zip(keys, kcols, strict=True)]
         empty = NULL in kinds
+        present = F.lit(True)  # a row counts: its keys (and value) are not None
+        for name in kcols:
+            present = present & F.col(name).isNotNull()
         vkind = None
         if value is not None:
             v, vkind = value
