@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 import spark_fixtures
 import stretchflow as sf
 from conformance.contract import assert_same_as_reference, multiset
-from stretchflow.errors import OperatorError
+from stretchflow.errors import OperatorError, SourceError
 from stretchflow.operators.aggregate import (
     arg_max,
     arg_min,
@@ -509,3 +509,26 @@ def test_native_off(spark):
     res = assert_same_as_reference(iterable_flow(recs, count()), "spark", native="off")
     assert res.extra["spark_native"] == {"agg": "python: with the rest of the flow (native "
                                                 "plans are off)"}
+
+
+def test_bad_input_is_the_local_engines_error(spark, tmp_path):
+    """A malformed record, or an expression naming a column no record has: the same one error
+    as on the reference (the driver reads the file; a missing column is not native, and the
+    Python path names the tuple), nothing written."""
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b'{"ts": 1, "k": 1}\n{"ts": 2, "k":\n')
+    good = tmp_path / "good.jsonl"
+    good.write_bytes(b'{"ts": 1, "k": 1}\n{"ts": 2, "k": 2}\n')
+    for path, expr, error in ((bad, sf.col("k") > 0, SourceError),
+                              (good, sf.col("kk") > 0, OperatorError)):
+        said = []
+        for engine in ("reference", "spark"):
+            out = tmp_path / f"{engine}.jsonl"
+            flow = sf.Flow("bad")
+            flow.source(sf.io.jsonl(path)).filter(expr).aggregate(
+                size=10, keys="k", **count()).sink(str(out))
+            with pytest.raises(error) as e:
+                flow.run(engine)
+            said.append(str(e.value))
+            assert not out.exists()
+        assert said[0] == said[1]
