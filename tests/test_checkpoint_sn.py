@@ -27,15 +27,12 @@ from stretchflow.executors import sn
 from stretchflow.executors.sn_checkpoint import split_restore
 from stretchflow.io.generators import generate
 from stretchflow.runtime.checkpoint import MANIFEST
-from test_checkpoint_reference import assert_no_leftovers, kill_until_done
+from test_checkpoint_reference import Crash, _crashing, assert_no_leftovers, kill_until_done
+from threadutil import within
 
 CLI = [sys.executable, "-m", "stretchflow.cli"]
 WC = {"size": "60000", "slide": "20000"}
 PROC = {"channels": "processes"}
-
-
-class Crash(Exception):
-    pass
 
 
 @pytest.fixture(scope="module")
@@ -48,18 +45,6 @@ def tweets(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def bands(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     return generate("bandjoin", 1_500, 3, tmp_path_factory.mktemp("bj") / "bj.jsonl")
-
-
-def _crashing(items, after: int, ck: Path):
-    for n, item in enumerate(items()):
-        if n == after:
-            # the regions run behind the source: wait (at most 20 s) for a checkpoint, so
-            # the resume starts from one (asserted by the caller)
-            t = time.monotonic() + 20
-            while not (ck / MANIFEST).is_file() and time.monotonic() < t:
-                time.sleep(0.01)
-            raise Crash(f"after {after}")
-        yield item
 
 
 def _per_ts(*paths: Path) -> Counter:
@@ -234,14 +219,13 @@ def _recording_popen(pgids: list[int]) -> type:
 
 
 def _group_gone(pgid: int, bound: float = 15.0) -> bool:
-    end = time.monotonic() + bound
-    while time.monotonic() < end:
+    def gone() -> bool:
         try:
             os.killpg(pgid, 0)
         except ProcessLookupError:
             return True
-        time.sleep(0.05)
-    return False
+        return False
+    return within(gone, bound, poll=0.05)
 
 
 #: the kill tests' run: wordcount on sn with process channels, P=2 with migrations, so kills
@@ -313,15 +297,16 @@ def _cycles(tweets: Path, tmp_path: Path, out: Path, ck: Path, tmp: Path, cycles
     return stats
 
 
+@pytest.mark.slow  # 6 CLI runs with channel processes SIGKILLed and resumed: 20 s loaded
 def test_sigkill_and_resume(tweets: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                             uninterrupted: Counter) -> None:
     stats = _kill_cycles(tweets, tmp_path, 6, 11, monkeypatch, uninterrupted)
     assert stats["kills"] >= 1
 
 
-#: the slow test's cycles: 8 in make test (with test_sigkill_and_resume's 6, 14 cycles of
-#: sn), KILL_CYCLES when set (KILL_CYCLES=100 for the issue's 100; `stretchflow bench kills`
-#: records 100 per engine in kills.json)
+#: the many-cycle test's cycles: 8 in make test-slow (with test_sigkill_and_resume's 6, 14
+#: cycles of sn), KILL_CYCLES when set (KILL_CYCLES=100 for the issue's 100; `stretchflow
+#: bench kills` records 100 per engine in kills.json)
 SN_KILL_CYCLES = int(os.environ.get("KILL_CYCLES", "8"))
 
 

@@ -23,14 +23,17 @@ from stretchflow.errors import FlowDefinitionError
 from stretchflow.executors import vsn
 from stretchflow.io.generators import generate
 from stretchflow.runtime.checkpoint import MANIFEST
-from test_checkpoint_reference import KILL_CYCLES, assert_no_leftovers, kill_until_done
+from test_checkpoint_reference import (
+    KILL_CYCLES,
+    Crash,
+    _crash,
+    _crashing,
+    assert_no_leftovers,
+    kill_until_done,
+)
 
 CLI = [sys.executable, "-m", "stretchflow.cli"]
 WC = {"size": "60000", "slide": "20000"}
-
-
-class Crash(Exception):
-    pass
 
 
 @pytest.fixture(scope="module")
@@ -43,22 +46,6 @@ def tweets(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def bands(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     return generate("bandjoin", 1_500, 3, tmp_path_factory.mktemp("bj") / "bj.jsonl")
-
-
-def _crash(after: int, ck: Path) -> Crash:
-    # the threads downstream run behind the source: the failure waits (at most 20 s) for a
-    # checkpoint to be written, so the resume starts from one (asserted by the caller)
-    t = time.monotonic() + 20
-    while not (ck / MANIFEST).is_file() and time.monotonic() < t:
-        time.sleep(0.01)
-    return Crash(f"after {after}")
-
-
-def _crashing(items, after: int, ck: Path):
-    for n, item in enumerate(items()):
-        if n == after:
-            raise _crash(after, ck)
-        yield item
 
 
 def _crashing_batches(batches, after: int, ck: Path, size: int):
@@ -119,7 +106,9 @@ def test_spec_and_signature() -> None:
 
 @pytest.mark.parametrize(("query", "columnar", "p"), [
     ("wordcount", "off", 1), ("wordcount", "off", 2), ("wordcount", "off", 3),
-    ("paircount", "off", 2), ("wordcount", "on", 1), ("wordcount", "on", 3)])
+    # three paircount runs of about 3 s each (the others: a second in all)
+    pytest.param("paircount", "off", 2, marks=pytest.mark.slow),
+    ("wordcount", "on", 1), ("wordcount", "on", 3)])
 def test_resume_equals_uninterrupted(query: str, columnar: str, p: int, tweets: Path,
                                      tmp_path: Path) -> None:
     # (paircount's windows are smaller: its pairs grow with the square of a window's words)
@@ -219,6 +208,7 @@ def _kill_cycles(tweets: Path, tmp_path: Path, cycles: int, seed: int) -> dict:
     return stats
 
 
+@pytest.mark.slow  # 6 CLI runs SIGKILLed and resumed: 28 s on a loaded 2-core machine
 def test_sigkill_and_resume(tweets: Path, tmp_path: Path) -> None:
     stats = _kill_cycles(tweets, tmp_path, 6, seed=11)
     assert stats["kills"] >= 1

@@ -19,6 +19,7 @@ from hypothesis.stateful import (
 
 from stretchflow.buffers import esg as esg_module
 from stretchflow.buffers.esg import END, ElasticScaleGate
+from threadutil import wait_blocked
 
 JOIN_S = 10.0
 
@@ -158,16 +159,17 @@ def test_timeout_returns_none():
 def test_blocked_get_wakes_on_add_and_on_close():
     esg = ElasticScaleGate(["a"], ["r"])
     th, box = run_thread(esg.get, "r")
-    time.sleep(0.05)
-    assert th.is_alive()
+    wait_blocked(th)
     esg.add((3, "x"), "a")
     th.join(JOIN_S)
     assert box == {"result": (3, "x")}
+    assert esg.stats()["reader_waits"] == 1  # it did wait: the add woke it
     th, box = run_thread(esg.get_batch, "r", 10)
-    time.sleep(0.05)
+    wait_blocked(th)
     esg.close_source("a")
     th.join(JOIN_S)
     assert box["result"] is END
+    assert esg.stats()["reader_waits"] == 2
 
 
 # ---------------------------------------------------------------- errors
@@ -279,11 +281,11 @@ def test_add_next_before_anything_is_ready_and_after_the_end():
 def test_add_next_wakes_a_blocked_reader():
     esg = ElasticScaleGate(["a"], ["r"])
     t, res = run_thread(esg.get, "r")
-    time.sleep(0.05)
-    assert t.is_alive()
+    wait_blocked(t)
     esg.add_next("c")
     t.join(5)
     assert res["result"] == (-math.inf, "c")
+    assert esg.stats()["reader_waits"] == 1
 
 
 # ---------------------------------------------------------------- membership
@@ -325,7 +327,7 @@ def test_remove_readers():
     # A removed reader blocked in get returns END.
     assert esg.get("r3") == (1, "x")
     th, box = run_thread(esg.get, "r3")
-    time.sleep(0.05)
+    wait_blocked(th)
     assert esg.remove_readers(["r3"])
     th.join(JOIN_S)
     assert box["result"] is END
@@ -489,8 +491,8 @@ def test_full_buffer_blocks_the_source_ahead_not_the_lagging_one():
     esg = ElasticScaleGate(["fast", "slow"], ["r"], capacity=4)
     esg.add_batch([(100 + i, "f") for i in range(4)], "fast")  # pending: slow added nothing
     th, box = run_thread(esg.add, (200, "f"), "fast")
-    time.sleep(0.05)
-    assert th.is_alive()  # fast waits for room
+    wait_blocked(th)  # fast waits for room
+    assert esg.stats()["source_waits"] == 1
     esg.add((0, "s0"), "slow")  # over capacity, but slow holds the frontier
     assert esg.get("r", timeout=0) == (0, "s0")
     esg.add((150, "s150"), "slow")  # the backlog is empty again: admitted
@@ -506,8 +508,8 @@ def test_lagging_source_waits_while_ready_tuples_await_a_reader():
     esg = ElasticScaleGate(["a"], ["r"], capacity=3)
     esg.add_batch([(1, 1), (2, 2), (3, 3)], "a")
     th, box = run_thread(esg.add, (4, 4), "a")
-    time.sleep(0.05)
-    assert th.is_alive()  # the backlog is the reader's to drain: memory stays bounded
+    wait_blocked(th)  # the backlog is the reader's to drain: memory stays bounded
+    assert esg.stats()["source_waits"] == 1
     assert esg.get("r") == (1, 1)
     th.join(JOIN_S)
     assert not th.is_alive() and esg.stats()["buffered"] == 3
@@ -517,7 +519,7 @@ def test_removed_source_blocked_in_add_gets_an_error():
     esg = ElasticScaleGate(["a", "b"], ["r"], capacity=2)
     esg.add_batch([(5, 5), (6, 6)], "a")
     th, box = run_thread(esg.add, (7, 7), "a")
-    time.sleep(0.05)
+    wait_blocked(th)
     assert esg.remove_sources(["a"])
     th.join(JOIN_S)
     assert isinstance(box.get("error"), ValueError)
@@ -762,17 +764,16 @@ def test_held_back_reader_wakes_when_the_slowest_reads_or_leaves():
     esg.get_batch("fast", 2)
     esg.get_batch("slow", 1)
     th, box = run_thread(lambda: esg.get_batch("fast", 5))
-    time.sleep(0.05)
-    assert th.is_alive(), "2 ahead of 'slower': must wait"
+    wait_blocked(th)  # 2 ahead of 'slower': must wait
     assert esg.remove_readers(["slower"])  # now 'slow' (1) is the slowest: 1 more for 'fast'
     th.join(JOIN_S)
     assert box["result"] == [(2, 2)]
     th, box = run_thread(lambda: esg.get_batch("fast", 5))
-    time.sleep(0.05)
-    assert th.is_alive()
+    wait_blocked(th)
     esg.get_batch("slow", 2)
     th.join(JOIN_S)
     assert box["result"] == [(3, 3), (4, 4)]
+    assert esg.stats()["spread_waits"] == 2  # both waits were the spread bound's
 
 
 def test_held_back_reader_is_woken_by_abort_removal_and_a_looser_bound():
@@ -782,19 +783,19 @@ def test_held_back_reader_is_woken_by_abort_removal_and_a_looser_bound():
     esg.add_batch([(i, i) for i in range(5)], "a")
     esg.get("fast")
     th, box = run_thread(lambda: esg.get("fast"))
-    time.sleep(0.05)
+    wait_blocked(th)
     esg.set_max_spread(None)  # unbounded: the waiting reader goes on
     th.join(JOIN_S)
     assert box["result"] == (1, 1)
     esg.set_max_spread(1)
     th, box = run_thread(lambda: esg.get("fast"))
-    time.sleep(0.05)
+    wait_blocked(th)
     assert esg.remove_readers(["fast"])  # a removed reader gets END, not a hang
     th.join(JOIN_S)
     assert box["result"] is END
     assert esg.add_readers(["f2"], "slow") and esg.get("slow") == (0, 0)
     th, box = run_thread(lambda: esg.get_batch("slow", 3))  # 1 ahead of f2: waits
-    time.sleep(0.05)
+    wait_blocked(th)
     esg.abort(ValueError("stop"))
     th.join(JOIN_S)
     assert isinstance(box.get("error"), Aborted)

@@ -13,6 +13,7 @@ from collections import Counter
 import pytest
 
 from stretchflow.buffers.esg import END, ElasticScaleGate
+from threadutil import wait_until
 
 JOIN_S = 60.0
 
@@ -191,7 +192,7 @@ def test_add_next_from_many_threads_under_load():
             ctrl = (k, i)
             if esg.add_next(ctrl) is not None:
                 sent.append(ctrl)
-            time.sleep(rng.random() / 1000)
+            time.sleep(rng.random() / 1000)  # requests spread over the run
 
     for i, s in enumerate(srcs):
         crew.start(produce, esg, s, 0, n, i, added)
@@ -257,7 +258,7 @@ def test_memory_bounded_with_a_slow_reader():
 
     def slow_hook(count):
         if count % 200 == 0:
-            time.sleep(0.002)
+            time.sleep(0.002)  # a slow reader, so the quick one runs ahead
 
     def monitor():
         while not stop.wait(0.001):
@@ -294,7 +295,8 @@ def test_lagging_source_is_never_blocked_by_a_source_running_ahead():
         esg.close_source("ahead")
 
     def behind():
-        time.sleep(0.05)  # let "ahead" fill the buffer first
+        # "ahead" has filled the buffer first and waits for room
+        wait_until(lambda: esg.stats()["source_waits"] >= 1, JOIN_S, "'ahead' waits for room")
         for k in range(0, 3000, 3):
             esg.add((k, "b"), "behind")
         esg.close_source("behind")
@@ -407,12 +409,12 @@ def test_spread_bound_under_load_with_control_tuples_and_churn(spread):
     def controller():
         for i in range(30):
             esg.add_next(("ctrl", i))
-            time.sleep(0.002)
+            time.sleep(0.002)  # control tuples spread over the run
 
     def monitor():
         while not done.is_set():
             spreads.append(esg.stats()["spread"])
-            time.sleep(0.0005)
+            time.sleep(0.0005)  # the sampling period
 
     mon = threading.Thread(target=monitor, daemon=True)
     mon.start()

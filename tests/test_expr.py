@@ -294,3 +294,23 @@ def test_repr_reads_as_the_expression():
     assert repr(col("s").str.starts_with("x")) == "col('s').str.starts_with('x')"
     assert repr(col("a").cast("int64")) == "col('a').cast('int64')"
     assert math.isnan(lit(float("nan")).row_fn()({}))
+
+
+def test_true_division_of_strings_refuses_as_python_does():
+    # a cast to float64 would parse "1.5": Python raises, so the Arrow form must refuse
+    import pyarrow as pa
+
+    t = pa.table({"s": ["1.5", "2"]})
+    e = col("s") / col("s")
+    with pytest.raises(TypeError):
+        e.row_fn()({"s": "1.5"})
+    with pytest.raises(TypeError):
+        e.arrow(t)
+
+
+def test_floor_division_reads_a_sliced_column_at_its_offset():
+    import pyarrow as pa
+
+    t = pa.table({"a": pa.array([10, 20, 30, 40], pa.int64())}).slice(2)
+    assert (col("a") // 10).arrow(t).to_pylist() == [3, 4]
+    assert (col("a") % 7).arrow(t).to_pylist() == [30 % 7, 40 % 7]

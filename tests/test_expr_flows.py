@@ -302,10 +302,6 @@ def test_a_filter_expression_that_is_not_boolean_is_an_error_naming_the_tuple():
         flow.run()
 
 
-@pytest.mark.xfail(strict=True, reason="batch layer: Arrow's JSON reader fills a field "
-                   "missing from a line with null and reads a field holding ints on some "
-                   "lines and floats on others as floats; a columnar operator's output then "
-                   "shows them, where the tuple path keeps the line's own payload")
 @pytest.mark.parametrize("lines", [['{"ts":1,"x":1}', '{"ts":2}'],
                                    ['{"ts":1,"x":1}', '{"ts":2,"x":2.5}']])
 def test_known_gap_json_fields_missing_or_mixing_ints_and_floats(lines, tmp_path):

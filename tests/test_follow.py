@@ -22,6 +22,7 @@ from stretchflow.eventtime import WATERMARK
 from stretchflow.io.follow import follow, parse_until
 from stretchflow.queries import QUERIES
 from stretchflow.spark.streaming import end_marker
+from threadutil import wait_until, within
 
 #: the bound of every wait in this file (a hang fails the test, never stalls it)
 BOUND_S = 60.0
@@ -151,15 +152,16 @@ def test_partial_line_waits_for_its_newline(tmp_path: Path) -> None:
 
     t = _in_thread(read)
     assert seen_first.wait(BOUND_S)
-    # the half line is not read (nor an error) while it waits; the writer then completes it
-    time.sleep(0.2)
+    # the half line is not read (nor an error) while it waits: the source has read to the end
+    # of the file and gone quiet (its watermark at ts 0, before the completed line); the
+    # writer then completes it
+    wait_until(lambda: (0, WATERMARK) in got, BOUND_S, "the source goes quiet")
     assert [ts for ts, v in got if v is not WATERMARK] == [0]
     with open(p, "ab") as f:
         f.write(b'xt": "b"}\n' + end_marker(100).encode())
     _join(t)
     assert [(ts, v["text"]) for ts, v in got if v is not WATERMARK][-1] == (100, "b")
-    # quiet after ts 0: one watermark there, before the completed line
-    assert (0, WATERMARK) in got
+    assert got.count((0, WATERMARK)) == 1  # one per quiet spell
 
 
 def test_shrinking_file_is_an_error(tmp_path: Path) -> None:
@@ -180,7 +182,7 @@ def _append_slowly(p: Path, chunks: list[bytes], pause: float = 0.01) -> Callabl
             for c in chunks:
                 f.write(c)
                 f.flush()
-                time.sleep(pause)
+                time.sleep(pause)  # paced: the file grows while the source follows it
     return write
 
 
@@ -270,7 +272,7 @@ def test_directory_picks_up_new_files_and_refuses_late_names(tmp_path: Path) -> 
     lines = _lines(40)
     (d / "p-01.jsonl").write_bytes(b"".join(lines[:10]))
 
-    def writer() -> None:
+    def writer() -> None:  # the pauses: the files come while the source follows
         time.sleep(0.05)
         # the newest file without its last newline: finished once p-03 exists
         (d / "p-02.jsonl").write_bytes(b"".join(lines[10:20]).rstrip(b"\n"))
@@ -326,13 +328,11 @@ def test_kill_and_resume_followed_file(tmp_path: Path) -> None:
     cmd = [sys.executable, "-c", CHILD, str(grow), str(out), str(ck)]
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + BOUND_S
         manifest = ck / "_checkpoint.json"
         # a checkpoint past the middle of what is there: the run is waiting for more
-        while time.monotonic() < deadline and p.poll() is None:
-            if manifest.exists() and json.loads(manifest.read_bytes())["cut"] >= 50_000:
-                break
-            time.sleep(0.02)
+        within(lambda: p.poll() is not None or (
+            manifest.exists() and json.loads(manifest.read_bytes())["cut"] >= 50_000),
+            BOUND_S, poll=0.02)
         assert p.poll() is None, p.stderr.read().decode() if p.stderr else ""
         assert manifest.exists(), "no checkpoint within the bound"
         p.send_signal(signal.SIGKILL)
@@ -389,9 +389,7 @@ def test_until_never_stops_on_sigterm(tmp_path: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-c", NEVER_CHILD, str(p), str(flag)],
                             stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + BOUND_S
-        while not flag.exists() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.02)
+        within(lambda: flag.exists() or proc.poll() is not None, BOUND_S, poll=0.02)
         assert flag.exists(), "no output while following"  # live: before any end
         assert proc.poll() is None  # and still following: until=None never ends
         proc.send_signal(signal.SIGTERM)

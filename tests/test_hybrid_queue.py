@@ -143,7 +143,7 @@ def run_hybrid(
         try:
             while (lease := q.take(timeout=JOIN)) is not None:
                 while lease is not None:
-                    if rng.random() < 0.3:
+                    if rng.random() < 0.3:  # random delays: other interleavings
                         time.sleep(rng.random() * max_delay)
                     mon.process(wid, lease, lambda it: it[0], lambda it: it[1])
                     lease = q.release(lease)

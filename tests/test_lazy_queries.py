@@ -14,6 +14,7 @@ import time
 import pytest
 
 from stretchflow.executors.reference_overlap import WriteBehind, read_ahead
+from threadutil import blocked, wait_blocked, wait_until, within
 
 QUERY_MODULES = ("stretchflow.queries.", "stretchflow.workloads.")
 
@@ -96,11 +97,8 @@ def _named(prefix: str) -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith(prefix)]
 
 
-def _gone(prefix: str, within: float = 5.0) -> bool:
-    end = time.monotonic() + within
-    while _named(prefix) and time.monotonic() < end:
-        time.sleep(0.01)
-    return not _named(prefix)
+def _gone(prefix: str, bound: float = 5.0) -> bool:
+    return within(lambda: not _named(prefix), bound)
 
 
 def test_read_ahead_keeps_order_and_raises_after_the_items_before():
@@ -130,11 +128,12 @@ def test_read_ahead_reads_at_most_depth_ahead_and_stops_when_closed():
 
     it = read_ahead(items(), "t-ra-2", depth=1)
     assert next(it) == 0
-    time.sleep(0.3)
+    [reader] = _named("t-ra-2")  # started by the first next()
     # the caller holds 0, the thread has read 1 and waits for the caller to take it
+    wait_until(lambda: read == [0, 1] and blocked(reader), 5, "the thread waits after 1")
     assert read == [0, 1]
     assert next(it) == 1
-    time.sleep(0.3)
+    wait_until(lambda: read == [0, 1, 2] and blocked(reader), 5, "the thread waits after 2")
     assert read == [0, 1, 2]
     it.close()
     assert _gone("t-ra-2")
@@ -146,7 +145,7 @@ def test_write_behind_calls_in_order_and_waits_at_the_end():
 
     def slow(kind):
         def call(x):
-            time.sleep(0.01)
+            time.sleep(0.01)  # a slow write: the calls queue up behind it
             calls.append((kind, x))
         return call
 
@@ -172,7 +171,7 @@ def test_write_behind_hands_over_the_next_call_when_the_last_is_done():
         handed = threading.Event()
         t = threading.Thread(target=lambda: (w.write(1), handed.set()))
         t.start()
-        time.sleep(0.3)
+        wait_blocked(t)
         assert not handed.is_set()  # depth 1: write(0) under way, so write(1) waits
         release.set()
         assert handed.wait(5)
@@ -190,7 +189,7 @@ def test_write_behind_raises_a_write_error_on_the_run_thread():
         with WriteBehind(write, write, "t-wb-2") as w:
             for i in range(50):
                 w.write(i)
-                time.sleep(0.005)
+                time.sleep(0.005)  # paced: the error usually comes at a later call
     assert _gone("t-wb-2")
 
 

@@ -26,7 +26,7 @@ def slow_flow(n: int = N, sleep: float = 0.0004, out: Path | None = None) -> sf.
     flow = sf.Flow("slow")
 
     def update(s: int, t: dict) -> int:
-        time.sleep(sleep)
+        time.sleep(sleep)  # the slow operator under test
         return s + 1
 
     agg = flow.source(sf.io.iterable([{"ts": i, "k": i % 7} for i in range(n)])).aggregate(

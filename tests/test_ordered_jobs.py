@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import _thread
 import threading
-import time
 import traceback
 from collections import Counter
 from functools import partial
@@ -19,7 +18,7 @@ from stretchflow.executors.reference_overlap import WriteBehind
 from stretchflow.runtime.checkpoint_drain import Committer
 from stretchflow.runtime.ordered_jobs import JobsTimeout, OrderedJobs
 from test_lazy_queries import _gone, _named  # threading.enumerate(): threads named so
-from threadutil import join_all, start
+from threadutil import join_all, start, wait_blocked, wait_until
 
 
 class Ledger:
@@ -162,10 +161,8 @@ def test_a_bounded_submit_blocks_until_a_job_ends():
 
     t = start(produce)
     assert first.wait(5)
-    end = time.monotonic() + 5
-    while not handed and time.monotonic() < end:
-        time.sleep(0.01)
-    time.sleep(0.3)
+    wait_until(lambda: handed, 5, "the second job is handed over")
+    wait_blocked(t)
     assert handed == [1]  # the slow job and one more in flight: the third waits
     gate.set()
     join_all([t])

@@ -103,7 +103,7 @@ def test_outputs_flow_before_the_input_ends(server: str) -> None:
     def writer() -> None:
         for i in range(600):
             r.xadd("live", {"data": json.dumps({"ts": i * 100, "text": f"a b{i % 7}"})})
-            time.sleep(0.002)
+            time.sleep(0.002)  # paced: the stream is live while the run reads it
         wrote_end.append(time.monotonic())
         r.xadd("live", {"data": b'{"__end__": true}'})
         done.set()

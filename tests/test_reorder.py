@@ -102,7 +102,7 @@ def run_pipeline(
                 if not serials:
                     return
                 for s in serials:  # increasing order: the flow-control rule
-                    r = rng.random()
+                    r = rng.random()  # random delays and yields: other interleavings
                     if r < 0.3:
                         time.sleep(rng.random() * max_delay)
                     elif r < 0.6:
@@ -470,7 +470,7 @@ def test_try_send_many_under_threads(kind: type[ReorderBuffer]) -> None:
             while pending:  # retry what did not fit (the executor stashes and retries)
                 pending = buf.try_send_many(pending)
                 if pending:
-                    time.sleep(0)
+                    time.sleep(0)  # a yield before the retry, not a wait
 
     ts = [threading.Thread(target=worker) for _ in range(6)]
     for t in ts:

@@ -9,7 +9,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ import pytest
 from stretchflow.cli import main
 from stretchflow_bench import common, report
 from stretchflow_bench.report_tables import RENDERERS
+from threadutil import within
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -158,9 +158,7 @@ def test_a_busy_process_outside_our_tree_shows_as_other_cpu():
         out = subprocess.run([sys.executable, "-c", starter], capture_output=True, text=True,
                              check=True)
         pid = int(out.stdout)
-        deadline = time.monotonic() + 30
-        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        within(lambda: not Path(f"/proc/{pid}").exists(), 30, poll=0.05)
     assert not Path(f"/proc/{pid}").exists()
     assert probe["other_cpu_s"] >= 0.6, probe
 

@@ -112,12 +112,32 @@ def test_every_special_character_in_one_batch(tmp_path, monkeypatch):
     assert "\u2028".encode() in got  # written raw, as orjson does
 
 
-def test_float_column_falls_back_to_orjson(tmp_path):
+# doubles orjson writes in each of its forms: integral (1.0, 1e+16), shortest round-trip,
+# subnormal, the extremes, negative zero, and NaN and the infinities (written null)
+FLOAT_EDGES = [0.0, -0.0, 1.0, -1.0, 7.0, 0.1, 1 / 3, 2.5e-308, 5e-324, -5e-324,
+               2.2250738585072014e-308, 1.7976931348623157e308, -1.7976931348623157e308,
+               1e16, 1e15, 9007199254740993.0, 123456789012345680.0, 1e-7, 2.5e-5, 1e22, 1e21,
+               float("nan"), float("inf"), float("-inf"), None]
+
+
+def test_float_columns_are_vectorized_and_byte_identical(tmp_path, monkeypatch):
     rng = random.Random(99)
     table, ts = random_table(rng, 50, floats=True), _ts(rng, 50)
-    assert jsonl_bytes(ts, table) is None
-    got = _jsonl_file(tmp_path / "b.jsonl", Batch(ts, table=table), as_batch=True)
+    got = _jsonl_file(tmp_path / "b.jsonl", Batch(ts, table=table), as_batch=True,
+                      forbid_orjson=True, monkeypatch=monkeypatch)
     assert got == _tuple_lines(ts, table)
+    # every width, each chunk with nulls, NaN and a non-zero offset
+    edges = pa.array(FLOAT_EDGES, pa.float64())
+    cols = {"d": edges, "f": edges.cast(pa.float32()), "h": pa.array(
+        [0.1, 65504.0, 6e-8, -0.0, 1.0, None] * 4 + [2.0], pa.float16())}
+    n = len(FLOAT_EDGES)
+    table = pa.concat_tables([pa.table(cols), pa.table(cols)]).slice(3, 2 * n - 5)
+    ts = np.arange(2 * n - 5, dtype=np.int64)
+    got = _jsonl_file(tmp_path / "e.jsonl", Batch(ts, table=table), as_batch=True,
+                      forbid_orjson=True, monkeypatch=monkeypatch)
+    assert got == _tuple_lines(ts, table)
+    assert b'"d":1.0,' in got and b'"d":-0.0,' in got and b'"d":null,' in got
+    assert b'"d":5e-324,' in got and b'"d":1e+16,' in got
 
 
 @pytest.mark.parametrize("col", [
@@ -203,6 +223,21 @@ if given is not None:
                           pa.array([r[1] for r in rows], pa.int64()),
                           pa.array([r[2] for r in rows], pa.bool_())], names=names)
         ts = np.arange(len(rows), dtype=np.int64) * 3
+        assert bytes(jsonl_bytes(ts, table)) == _tuple_lines(ts, table)
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.lists(st.one_of(st.none(), st.floats(), st.floats(width=32),
+                              st.floats(min_value=-1e-300, max_value=1e-300),
+                              st.integers(-2**60, 2**60).map(float)), min_size=1, max_size=40),
+           st.sampled_from([pa.float64(), pa.float32(), pa.float16()]))
+    def test_jsonl_float_property(values, typ):
+        # any double (subnormals, huge, tiny, integral, -0.0, NaN, infinities) written as
+        # orjson writes the float to_pylist gives, per value
+        arr = pa.array(values, pa.float64())
+        if typ != pa.float64():
+            arr = arr.cast(typ, safe=False)
+        table = pa.table({"v": arr, "w": pa.array(values, pa.float64())})
+        ts = np.arange(len(values), dtype=np.int64)
         assert bytes(jsonl_bytes(ts, table)) == _tuple_lines(ts, table)
 
 

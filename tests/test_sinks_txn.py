@@ -10,7 +10,6 @@ import signal
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pyarrow.csv as pcsv
@@ -22,6 +21,7 @@ from stretchflow.cli import main
 from stretchflow.errors import OperatorError, StretchflowError
 from stretchflow.io.sinks import Collector, JsonLinesSink, Sink, open_sink
 from stretchflow.runtime import sink_session
+from threadutil import wait_until
 
 PREVIOUS = b'{"previous":"output","kept":true}\n'
 N = 1000
@@ -162,15 +162,15 @@ def _kill_midway(tmp_path: Path, sig: int) -> tuple[subprocess.Popen, Path, Path
         [sys.executable, "-m", "stretchflow.cli", "run", "wordcount", "--input", str(inp),
          "--output", str(target), "--columnar", "off", "-q"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    def written() -> list[Path]:
+        tmp = [p for p in tmp_path.iterdir() if p.name.startswith(".out.jsonl.")]
+        return tmp if tmp and tmp[0].stat().st_size > 0 else []
+
     try:
-        deadline = time.monotonic() + 120
-        tmp: list[Path] = []
-        while not (tmp and tmp[0].stat().st_size > 0):
-            assert child.poll() is None, f"the run ended before it could be killed: " \
-                                         f"{child.stderr.read().decode()}"
-            assert time.monotonic() < deadline
-            time.sleep(0.005)
-            tmp = [p for p in tmp_path.iterdir() if p.name.startswith(".out.jsonl.")]
+        tmp = wait_until(lambda: written() or child.poll() is not None, 120,
+                         "output reaches the temporary file", poll=0.005)
+        assert child.poll() is None, f"the run ended before it could be killed: " \
+                                     f"{child.stderr.read().decode()}"
         child.send_signal(sig)
         child.wait(60)
     finally:

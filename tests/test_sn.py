@@ -25,6 +25,7 @@ from stretchflow.executors.reference import run as run_reference
 from stretchflow.io.generators import bandjoin, tweets
 from stretchflow.queries import build_query
 from stretchflow.queries.wordcount import tokens_of
+from threadutil import within
 
 STORES = ["memory", "sqlite"]
 
@@ -188,6 +189,11 @@ def _sn_threads():
     return [t for t in threading.enumerate() if t.name.startswith("sn-")]
 
 
+def _no_sn_threads(seconds: float = 5) -> None:
+    """No sn thread survives a failed run: each ends within ``seconds``."""
+    assert within(lambda: not _sn_threads(), seconds), f"left running: {_sn_threads()}"
+
+
 def _run_bounded(fn, seconds=20):
     """Runs ``fn`` in a thread; fails the test instead of hanging it."""
     return bounded(fn, seconds, "the sn executor")
@@ -222,10 +228,7 @@ def test_user_function_error_stops_everything(where):
                                       capacity=20, batch=10))
     assert isinstance(box.get("error"), OperatorError), box
     assert "boom" in str(box["error"]) or "division" in str(box["error"])
-    deadline = time.monotonic() + 5
-    while _sn_threads() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _sn_threads()
+    _no_sn_threads()
 
 
 def test_bad_options_are_rejected():
@@ -346,7 +349,7 @@ def test_reconfigure_before_the_first_tuple_races_the_merger(monkeypatch):
     merger = sn_region.Region._merger
 
     def late_merger(self):
-        time.sleep(0.05)
+        time.sleep(0.05)  # the late start is the race under test
         return merger(self)
 
     monkeypatch.setattr(sn_region.Region, "_merger", late_merger)
@@ -366,7 +369,4 @@ def test_unpicklable_state_fails_the_migration_without_hanging(store):
     box = _run_bounded(lambda: sn.run(flow, parallelism=2, reconfigure=[(1000, 5)],
                                       store=store))
     assert isinstance(box.get("error"), TypeError), box  # cannot pickle '_thread.lock'
-    deadline = time.monotonic() + 5
-    while _sn_threads() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _sn_threads()
+    _no_sn_threads()

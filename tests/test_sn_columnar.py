@@ -361,7 +361,7 @@ def _lagging(lag_channel):
         if mp.current_process().name == f"sn-channel-{lag_channel}":
             if any("die" in t.split() for t in payloads.column("text").to_pylist()):
                 os._exit(4)
-            time.sleep(0.01)
+            time.sleep(0.01)  # the lagging channel
         return _columns(payloads)
 
     op.columns = columns

@@ -4,8 +4,6 @@ keys of any hashable type, on thread and process channels, with migrations; ever
 the reference executor's per-timestamp output multiset, timestamp-sorted."""
 
 import random
-import threading
-import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -18,6 +16,7 @@ from stretchflow.errors import FlowDefinitionError, OperatorError
 from stretchflow.executors import sn
 from stretchflow.executors.reference import run as run_reference
 from stretchflow.operators.oplus import OPlus
+from test_sn import _no_sn_threads
 
 PROC = {"channels": "processes"}
 
@@ -197,11 +196,7 @@ def test_a_user_error_in_a_second_region_names_it(channels):
     with pytest.raises(OperatorError) as e:
         sn.run(flow, parallelism=2, batch=8, **channels)
     assert e.value.operator == "second" and "too many" in str(e.value)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(
-            t.name.startswith("sn-") for t in threading.enumerate()):
-        time.sleep(0.05)
-    assert not [t for t in threading.enumerate() if t.name.startswith("sn-")]
+    _no_sn_threads(10)
 
 
 # -- keys of any hashable type ---------------------------------------------------------------

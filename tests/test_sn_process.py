@@ -4,7 +4,6 @@ executor, migrations through the SQLite store, and failures across the process b
 import multiprocessing as mp
 import os
 import threading
-import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -21,21 +20,18 @@ from stretchflow.io.generators import bandjoin
 from stretchflow.operators.oplus import SharedState
 from stretchflow.queries import build_query
 from stretchflow.queries.wordcount import tokens_of
-from test_sn import _failing_flow, _run_bounded, same_as_reference, tweet_records
+from test_sn import _failing_flow, _run_bounded, _sn_threads, same_as_reference, tweet_records
+from threadutil import within
 
 PROC = {"channels": "processes"}
 
 
 def _no_leftovers(seconds=10):
     """No sn thread and no channel process survives a run."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        threads = [t for t in threading.enumerate() if t.name.startswith("sn-")]
-        procs = [p for p in mp.active_children() if p.name.startswith("sn-")]
-        if not threads and not procs:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"left running: {threads} {procs}")
+    def left() -> list:
+        return _sn_threads() + [p for p in mp.active_children() if p.name.startswith("sn-")]
+
+    assert within(lambda: not left(), seconds, poll=0.05), f"left running: {left()}"
 
 
 # -- same output as the reference, with random migrations ----------------------------------

@@ -67,7 +67,16 @@ def _same(src, rows, **attrs):
         assert b.ts.dtype == np.int64 and (np.diff(b.ts) >= 0).all()
         if b.has_table:
             assert b.table.num_rows == len(b)
+        _faithful(b)
     return batches
+
+
+def _faithful(b):
+    """A batch's table, the reader's or one built from its payloads, says what its payloads
+    say: same keys in the same order, ints as ints (what a columnar operator writes comes
+    from the table)."""
+    if b.table is not None:
+        assert repr(b.table.to_pylist()) == repr(list(b.payloads))
 
 
 # -- random JSON Lines -------------------------------------------------------------------------
@@ -178,6 +187,93 @@ def test_clean_jsonl_is_columnar_and_payloads_are_the_tuple_paths(tmp_path):
         assert b.table.schema.field("day").type == pa.string()  # not a date Arrow made up
         assert b.table.schema.field("o").type.field("d").type == pa.string()
         assert b.table.column("user").to_pylist() == [p["user"] for p in b.payloads]
+
+
+# -- Arrow's table says what each line says (issue #31) ------------------------------------
+# chunks where Arrow's one schema per chunk would misstate a line: each must not become a
+# table batch holding the misstatement (it is read line by line instead)
+_MISSTATED = {
+    "missing key": [b'{"ts":1,"x":1}', b'{"ts":2}'],
+    "missing key, spaced": [b'{"ts": 1, "x": "a"}', b'{"ts": 2}'],
+    "missing nested key": [b'{"ts":1,"o":{"a":1,"b":2}}', b'{"ts":2,"o":{"a":3}}'],
+    "key order": [b'{"ts":1,"a":1,"b":2}', b'{"ts":2,"b":3,"a":4}'],
+    # a '":' that ends no key, where a string opens with ':' (a value, or the name ":s"),
+    # standing where a missing key's end would be and holding the byte that tells that
+    # key's name apart (":" before the value's quote, "1" before the name's): only the byte
+    # before its quote (' ', ','; either may precede an opening quote) shows it is no key's
+    # end, so that the lines are short of keys
+    "keys missing, strings opening with ':'": [b'{"ts":0,"2s":0,"1s": ":"}',
+                                                b'{"ts":1,"2s":1,":s":5}'],
+    # names alike in their last bytes: told apart only by their whole text
+    "key order, alike names": [b'{"ts":1,"x_id":1,"y_id":2}', b'{"ts":2,"y_id":3,"x_id":4}'],
+    "nested key order": [b'{"ts":1,"o":{"a":1,"b":2}}', b'{"ts":2,"o":{"b":3,"a":4}}'],
+    "int among floats": [b'{"ts":1,"x":1}', b'{"ts":2,"x":2.5}'],
+    "int among floats, nested": [b'{"ts":1,"o":{"x":2.5}}', b'{"ts":2,"o":{"x":-3}}'],
+    "int among floats, in a list": [b'{"ts":1,"l":[1,2.5]}'],
+    "int beyond the doubles' precision": [b'{"ts":1,"x":9007199254740993}',
+                                          b'{"ts":2,"x":0.5}'],
+    "leading null in a list": [b'{"ts":1,"l":[null,10]}', b'{"ts":2,"l":[3]}'],
+    "leading null in a nested list": [b'{"ts":1,"o":{"l":[[null,"x"]]}}'],
+    "float literal beyond the doubles": [b'{"ts":1,"x":0.5}',
+                                         b'{"ts":2,"x":1.7976931348623159e308}'],
+}
+
+
+@pytest.mark.parametrize("name", list(_MISSTATED))
+def test_chunks_arrow_would_misstate_are_not_table_batches(tmp_path, name):
+    path = tmp_path / "m.jsonl"
+    path.write_bytes(b"\n".join(_MISSTATED[name]) + b"\n")
+    for rows in (1, 2, 64):
+        _same(JsonLines(path), rows)  # _faithful: no batch's table misstates its payloads
+
+
+# chunks Arrow reads faithfully stay table batches: floats written as floats (integral ones
+# too), other spacing, nested objects, ints beside floats in other fields, keys with
+# characters of every kind the proof allows
+_FAITHFUL = {
+    "integral floats": [b'{"ts":1,"x":1.0,"y":-0.0}', b'{"ts":2,"x":1e3,"y":2.5E-1}',
+                        b'{"ts":3,"x":7.0,"y":3}'.replace(b"3}", b"3.5}")],
+    "spaced, as json.dumps writes": [b'{"ts": 1, "a": 2, "b": "x"}',
+                                     b'{"ts": 2, "a": 3, "b": "y"}'],
+    "nested floats": [b'{"ts":1,"o":{"x":2.0,"l":[0.5]},"n":1}',
+                      b'{"ts":2,"o":{"x":4.0,"l":[]},"n":2}'],
+    "odd keys": [b'{"ts":1,"k\xc3\xa9 y":1,"a-b.c":2,"_":null,"\xe6\x97\xa5\xe6\x9c\xac":0}',
+                 b'{"ts":2,"k\xc3\xa9 y":3,"a-b.c":4,"_":5,"\xe6\x97\xa5\xe6\x9c\xac":1}'],
+    "strings holding '\":'": [b'{"ts":1,"s":":)","t":"say \\"x\\": y"}',
+                              b'{"ts":2,"s":"\\":","t":"[\\":"}'],
+    "alike names": [b'{"ts":1,"x_id":1,"y_id":2}', b'{"ts":2,"x_id":3,"y_id":4}'],
+    "strings with backslashes": [b'{"ts":1,"s":"a\\\\"}', b'{"ts":2,"s":"\\\\\\"q:"}'],
+}
+
+
+@pytest.mark.parametrize("name", list(_FAITHFUL))
+def test_chunks_arrow_reads_faithfully_stay_table_batches(tmp_path, name):
+    path = tmp_path / "f.jsonl"
+    path.write_bytes(b"\n".join(_FAITHFUL[name]) + b"\n")
+    _same(JsonLines(path), 64)
+    # read afresh: _same asks each batch for a table, which builds one from the payloads
+    assert [b.has_table for b in JsonLines(path).batches(64)] == [True]
+
+
+def test_a_key_inside_a_string_value_is_not_taken_for_a_key(tmp_path):
+    # the text '"x":' inside a value (escaped) and a string starting with ':' next to a
+    # line missing "x": never a table batch saying x is null
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(b'{"ts":1,"x":1,"s":"a"}\n{"ts":2,"s":"\\"x\\":"}\n'
+                     b'{"ts":3,"s":":x","x":2}\n{"ts":4,"x":3,"s":"\\"x\\":1"}\n')
+    _same(JsonLines(path), 64)
+
+
+def test_tables_built_from_payloads_state_them_exactly():
+    from stretchflow.batch import Batch
+
+    for payloads in ([{"x": 1}, {"y": 2}], [{"x": 1}, {"x": 2.5}], [{"x": 1}, {}],
+                     [{"a": 1, "b": 2}, {"b": 3, "a": 4}], [{"o": {"a": 1}}, {"o": {"b": 1}}],
+                     [{"l": [1, 2.5]}]):
+        assert Batch([1] * len(payloads), payloads=payloads).table is None, payloads
+    for payloads in ([{"x": 1.0}, {"x": None}], [{"a": 1, "s": "t"}, {"a": None, "s": "u"}]):
+        b = Batch([1] * len(payloads), payloads=payloads)
+        assert repr(b.table.to_pylist()) == repr(payloads)
 
 
 def test_jsonl_batches_respect_the_byte_bound(tmp_path):
@@ -371,3 +467,31 @@ if given is not None:
         path = tmp_path / "h.jsonl"
         path.write_bytes(b"\n".join(lines) + (b"\n" if final_newline else b""))
         _same(JsonLines(path), rows)
+
+    _scalar = st.one_of(st.integers(-2**53, 2**53), st.floats(allow_nan=False,
+                        allow_infinity=False), st.integers(-99, 99).map(float), st.none(),
+                        st.text(alphabet='ab":\\ {}', max_size=4))
+    # names of every kind: the proof's plain ones, and ones it must decline (a quote, a
+    # backslash, a colon or space at the end, a control character, non-ASCII)
+    _key = st.one_of(st.sampled_from(["a", "b", "c"]),
+                     st.text(alphabet='a:", \\{\x01日', min_size=0, max_size=3))
+    _record = st.lists(st.tuples(_key,
+                                 st.one_of(_scalar, st.dictionaries(st.sampled_from("xy"),
+                                                                    _scalar, max_size=2),
+                                           st.lists(_scalar, max_size=3))),
+                       max_size=3, unique_by=lambda kv: kv[0])
+
+    @settings(max_examples=200, deadline=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(records=st.lists(st.tuples(_record, st.booleans()), min_size=1, max_size=8))
+    def test_hypothesis_tables_state_the_lines(tmp_path, records):
+        # keys missing, reordered, ints beside floats (integral ones too), nested objects and
+        # lists, written compact (orjson) or spaced (json.dumps): a batch's table, where there
+        # is one, says what each line says
+        lines = []
+        for i, (kvs, spaced) in enumerate(records):
+            rec = {"ts": i, **dict(kvs)}
+            lines.append(json.dumps(rec).encode() if spaced else orjson.dumps(rec))
+        path = tmp_path / "t.jsonl"
+        path.write_bytes(b"\n".join(lines) + b"\n")
+        _same(JsonLines(path), 64)

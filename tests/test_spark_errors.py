@@ -73,7 +73,7 @@ def test_jobs_cancelled_by_a_dying_jvm_wait_for_its_exit(fake_jvm):
     proc = errors._proc
 
     def exits() -> None:
-        time.sleep(0.3)
+        time.sleep(0.3)  # the JVM exits after its jobs were cancelled: the race under test
         proc.code = 52
 
     t = threading.Thread(target=exits)

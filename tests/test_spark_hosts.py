@@ -12,10 +12,11 @@ it ran at the default log level.
 
 A lost worker is SIGKILLed (its whole process tree) while a task of the flow runs on it: the
 driver's UI (``--spark-ui``) lists the executors' active tasks, and job 0 is the session's
-warm-up. The cluster tests are ``slow``; ``make test`` runs them. Their runs are made once, in
-three drivers (a session start is 20-40 s on two cores), by the ``scenario`` fixture, and each
-test checks its part of what it recorded. Where namespaces cannot be made they are skipped,
-with the reason :class:`HostsUnavailableError` gives.
+warm-up. The cluster tests are ``slow``: ``make test-slow`` runs them (and CI), ``make test``
+does not. Their runs are made once, in three drivers (a session start is 20-40 s on two
+cores), by the ``scenario`` fixture, and each test checks its part of what it recorded.
+Where namespaces cannot be made they are skipped, with the reason
+:class:`HostsUnavailableError` gives.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from stretchflow.spark.hosts import (
 )
 from stretchflow.spark.rescale import state_partitions
 from stretchflow.spark.streaming import end_marker
+from threadutil import wait_until
 
 #: runs each ``stretchflow`` argv of argv[1] (JSON) in one process, so one Spark session, and
 #: makes the file ``done-<i>`` in directory argv[2] after step i; a string in the list is a
@@ -61,7 +63,7 @@ DRIVE = textwrap.dedent("""
             while not os.path.exists(step):
                 if time.monotonic() > end:
                     sys.exit("timed out waiting for " + step)
-                time.sleep(0.2)
+                time.sleep(0.2)  # a bounded poll for the file
             continue
         rc = main(step)
         if rc:
@@ -194,11 +196,9 @@ def workers(c) -> set[str]:
 
 
 def wait_file(path: Path, proc: subprocess.Popen, timeout: float = 300) -> None:
-    end = time.monotonic() + timeout
-    while not path.exists():
-        assert proc.poll() is None, f"the driver exited ({proc.returncode}) before {path.name}"
-        assert time.monotonic() < end, f"no {path.name} within {timeout} s"
-        time.sleep(0.2)
+    wait_until(lambda: path.exists() or proc.poll() is not None, timeout,
+               f"{path.name} is written", poll=0.2)
+    assert path.exists(), f"the driver exited ({proc.returncode}) before {path.name}"
 
 
 def stream_files(d: Path, recs: list[str], files: int, start: int = 0,
@@ -303,11 +303,9 @@ def scenario(cluster, tmp_path_factory) -> dict:
     proc = drive(c, [*flow_steps, stream, str(go1), ["spark", "rescale", str(ckpt), "1"],
                      stream], d1 / "events", ui=True)
     try:
-        end = time.monotonic() + 300
-        while not (out.exists() and committed_parts(out)):
-            assert proc.poll() is None, f"driver 1 exited ({proc.returncode})"
-            assert time.monotonic() < end, "no part committed in 300 s"
-            time.sleep(0.2)
+        wait_until(lambda: (out.exists() and committed_parts(out)) or proc.poll() is not None,
+                   300, "a part is committed", poll=0.2)
+        assert proc.poll() is None, f"driver 1 exited ({proc.returncode})"
         wait_busy(c.driver_ui, c.hosts["worker2"], 300, alive=lambda: proc.poll() is None)
         c.kill_worker(2)  # and it stays down until driver 2
         wait_file(d1 / "done-4", proc)

@@ -116,7 +116,7 @@ def test_idle_stages_an_end_marker_at_the_latest_ts(tmp_path):
     live.poll()
     live.watch(None, {"isDataAvailable": True, "isTriggerActive": False})
     assert not live.idle_ended  # Spark still has data: not idle
-    time.sleep(0.06)
+    time.sleep(0.06)  # the idle time under test (idle:0.05) passes
     live.watch(None, {"isDataAvailable": False, "isTriggerActive": False})
     assert live.idle_ended and st.ended
     end = tmp_path / "stage" / staged_name(1, IDLE_END)

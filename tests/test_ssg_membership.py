@@ -18,7 +18,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from stretchflow.buffers.ssg import END, SlackScaleGate
 from test_ssg import drain
-from threadutil import join_all, start
+from threadutil import join_all, start, wait_blocked
 
 
 def test_new_reader_starts_where_j_is_with_its_late_queue():
@@ -53,7 +53,7 @@ def test_removed_reader_gets_end_also_when_blocked():
     ssg = SlackScaleGate(["a"], ["r", "s"])
     got = []
     t = start(lambda: got.append(ssg.get("r")))
-    time.sleep(0.05)
+    wait_blocked(t)
     assert ssg.remove_readers(["r"])
     join_all([t], 10)
     assert got == [END]
@@ -326,7 +326,7 @@ def membership_stress(seed: int, slts: list[float], capacity: int, per_writer: i
                     with lock:
                         inserted.update(run)
                 if r.random() < 0.01:
-                    time.sleep(0.001)
+                    time.sleep(0.001)  # a writer lagging now and then
             ssg.close_writer(w)
         except BaseException as e:  # pragma: no cover - reported below
             errors.append(e)
@@ -342,7 +342,7 @@ def membership_stress(seed: int, slts: list[float], capacity: int, per_writer: i
                 assert res, f"reader {name} timed out (deadlock?)"
                 out.extend(t for t, _ in res)
                 if rr.random() < 0.02:
-                    time.sleep(0.001)
+                    time.sleep(0.001)  # a slow reader now and then: writers must block
         except BaseException as e:  # pragma: no cover - reported below
             errors.append(e)
 

@@ -23,6 +23,7 @@ import pytest
 from stretchflow.io.generators import generate
 from stretchflow.runtime.signals import Interrupted, interrupt_on_signals
 from stretchflow.runtime.tempdirs import sweep_stale
+from threadutil import wait_until
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="finds a run's processes and files through /proc")
@@ -53,6 +54,10 @@ def _start(args: list[str], inp: Path | None = None, out: Path | None = None) ->
         cmd += ["--input", str(inp), "--output", str(out)]
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             start_new_session=True)
+
+
+#: seconds between two looks at /proc (a look at every process's stat costs milliseconds)
+PROC_POLL = 0.05
 
 
 def _input_pos(pid: int, path: Path) -> int:
@@ -87,16 +92,9 @@ def _session(sid: int) -> list[int]:
     return pids
 
 
-def _wait(cond, timeout: float, what: str) -> None:
-    end = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out after {timeout} s waiting until {what}")
-        time.sleep(0.05)
-
-
 def _stop(p: subprocess.Popen, sig: int, inp: Path) -> tuple[int, list[str]]:
-    _wait(lambda: _input_pos(p.pid, inp) > 0 or p.poll() is not None, 60, "the run reads")
+    wait_until(lambda: _input_pos(p.pid, inp) > 0 or p.poll() is not None, 60, "the run reads",
+               poll=PROC_POLL)
     assert p.poll() is None, p.communicate()[1].decode()
     p.send_signal(sig)
     try:
@@ -126,7 +124,7 @@ def test_sigterm_stops_the_run_and_keeps_the_previous_output(engine: str, tweets
     assert lines[0].endswith("tuples in: nothing committed, out.jsonl unchanged"), lines
     assert out.read_bytes() == PREVIOUS
     assert sorted(f.name for f in tmp_path.iterdir()) == ["out.jsonl"]  # no temporary file
-    _wait(lambda: not _session(p.pid), 10, "the run's processes are gone")
+    wait_until(lambda: not _session(p.pid), 10, "the run's processes are gone", poll=PROC_POLL)
     assert _leftovers(p.pid) == []
 
 
@@ -138,7 +136,7 @@ def test_sigint_is_130_and_says_no_output_was_written(tweets: Path, tmp_path: Pa
     assert len(lines) == 1 and lines[0].startswith("stopped by SIGINT after "), lines
     assert lines[0].endswith(": nothing committed, no out.jsonl written"), lines
     assert not out.exists()
-    _wait(lambda: not _session(p.pid), 10, "the run's processes are gone")
+    wait_until(lambda: not _session(p.pid), 10, "the run's processes are gone", poll=PROC_POLL)
     assert _leftovers(p.pid) == []
 
 
@@ -161,8 +159,8 @@ def test_sigkill_of_the_parent_leaves_no_process_semaphore_or_directory(
     p = _start(["paircount", "--engine", "sn", "--channels", "processes", "--parallelism", "2",
                 "--columnar", columnar], tweets, out)
     # parent, resource tracker, fork server and two channels; then the splitter reads
-    _wait(lambda: len(_session(p.pid)) >= 5 and _input_pos(p.pid, tweets) > 0, 60,
-          "the channels run")
+    wait_until(lambda: len(_session(p.pid)) >= 5 and _input_pos(p.pid, tweets) > 0, 60,
+               "the channels run", poll=PROC_POLL)
     sems = _semaphores(_session(p.pid))
     assert sems  # the channel queues' locks: what the resource tracker must unlink
     dirs = _leftovers(p.pid)
@@ -174,7 +172,8 @@ def test_sigkill_of_the_parent_leaves_no_process_semaphore_or_directory(
     p.wait()
     # channels see their parent's sentinel close, the fork server its last client go, and the
     # resource tracker, last, unlinks the semaphores
-    _wait(lambda: not _session(p.pid), 10, "every child process of the killed run is gone")
+    wait_until(lambda: not _session(p.pid), 10, "every child process of the killed run is gone",
+               poll=PROC_POLL)
     assert [s for s in sems if os.path.exists(s)] == []
     # what a SIGKILL leaves: the directories, until the next run sweeps them
     small = tmp_path / "small.jsonl"
@@ -210,7 +209,7 @@ def test_interrupt_on_signals_raises_in_the_main_thread_and_restores_handlers() 
     before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(Interrupted) as info, interrupt_on_signals() as watch:
         os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(5)  # the handler raises before this ends
+        time.sleep(5)  # the call the signal interrupts: the handler raises before it ends
     assert (info.value.exit_code, str(info.value), watch.received) == (
         143, "stopped by SIGTERM", signal.SIGTERM)
     assert signal.getsignal(signal.SIGTERM) is before
@@ -273,8 +272,8 @@ def test_sigterm_to_the_whole_process_group_stops_an_sn_process_run(tweets: Path
     out = tmp_path / "out.jsonl"
     p = _start(["paircount", "--engine", "sn", "--channels", "processes", "--parallelism", "2"],
                tweets, out)
-    _wait(lambda: len(_session(p.pid)) >= 5 and _input_pos(p.pid, tweets) > 0, 60,
-          "the channels run")
+    wait_until(lambda: len(_session(p.pid)) >= 5 and _input_pos(p.pid, tweets) > 0, 60,
+               "the channels run", poll=PROC_POLL)
     os.killpg(p.pid, signal.SIGTERM)
     try:
         _, err = p.communicate(timeout=30)
@@ -284,7 +283,7 @@ def test_sigterm_to_the_whole_process_group_stops_an_sn_process_run(tweets: Path
     lines = err.decode().splitlines()
     assert p.returncode == 143, lines
     assert len(lines) == 1 and lines[0].startswith("stopped by SIGTERM"), lines
-    _wait(lambda: not _session(p.pid), 10, "the run's processes are gone")
+    wait_until(lambda: not _session(p.pid), 10, "the run's processes are gone", poll=PROC_POLL)
     assert _leftovers(p.pid) == []
 
 
@@ -304,7 +303,7 @@ def test_a_second_signal_during_the_cleanup_exits_at_once() -> None:
         "import os, signal, time\n"
         "from stretchflow.runtime.signals import interrupt_on_signals\n"
         "with interrupt_on_signals():\n"
-        "    try:\n"
+        "    try:  # each sleep is the call a signal interrupts\n"
         "        os.kill(os.getpid(), signal.SIGTERM); time.sleep(5)\n"
         "    finally:  # a cleanup that takes long: the user signals again\n"
         "        os.kill(os.getpid(), signal.SIGINT); time.sleep(5)\n"
@@ -323,8 +322,9 @@ def test_a_signal_in_a_deferred_section_is_raised_when_the_section_ends() -> Non
     from stretchflow.runtime.signals import signals_deferred
 
     reached = False
-    with pytest.raises(Interrupted) as e, interrupt_on_signals(), signals_deferred():
+    with pytest.raises(Interrupted) as e, interrupt_on_signals() as watch, signals_deferred():
         os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(0.05)  # the handler has run by now: it must not have raised
+        # the handler has run (on the main thread, between two bytecodes): it must not raise
+        wait_until(lambda: watch.received == signal.SIGTERM, 10, "the handler runs")
         reached = True
     assert reached and e.value.signum == signal.SIGTERM

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 import threading
-import time
 import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
@@ -22,6 +21,7 @@ from stretchflow.errors import FlowDefinitionError, OperatorError
 from stretchflow.runtime.control import RunControl
 from stretchflow.runtime.metrics import MetricsLog, MetricsSampler, watching
 from stretchflow.web.report import render_report
+from threadutil import wait_until
 
 
 def paced_flow(n: int = 12_000, rate: float = 6_000, tmp: Path | None = None) -> sf.Flow:
@@ -62,14 +62,26 @@ def run_in_thread(flow: sf.Flow, **options) -> tuple[threading.Thread, dict]:
 
 
 def live_session(out: dict, timeout: float = 20.0) -> web.Session:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for s in web.active():
-            return s
+    def session() -> web.Session | None:
         if "error" in out:
             raise out["error"]
-        time.sleep(0.02)
-    raise AssertionError("no live session appeared")
+        return next(iter(web.active()), None)
+    return wait_until(session, timeout, "a live session appears")
+
+
+def scrape_when(session: web.Session, ready, timeout: float = 30.0) -> dict:
+    """The session's /metrics families once ``ready(families)`` holds (scraped every 0.1 s)."""
+    def scrape() -> dict | None:
+        fams = families(get(session.url + "metrics"))
+        return fams if ready(fams) else None
+    return wait_until(scrape, timeout, "the metrics show the run under way", poll=0.1)
+
+
+def total(fams: dict, name: str, operator: str) -> float:
+    """The ``_total`` sample of counter ``name`` for ``operator`` (0 while it has none)."""
+    fam = fams.get(name)
+    return next((s.value for s in fam.samples if s.name.endswith("_total")
+                 and s.labels["operator"] == operator), 0.0) if fam is not None else 0.0
 
 
 @pytest.fixture(autouse=True)
@@ -88,9 +100,11 @@ def test_metrics_during_a_paced_run_parse_with_names_and_labels(tmp_path):
     t, out = run_in_thread(flow, engine="vsn", parallelism=1, max_parallelism=2,
                            reconfigure="11000:2", metrics_interval=0.1, ui=0)
     session = live_session(out)
-    time.sleep(1.0)  # a few periods (6 000 tuples/s; the file source counts per 4 096 read)
+    # the source has counted what it read (the file source counts per 4 096 tuples: at 6 000
+    # tuples/s, after about 0.7 s) and the operator what it got
+    fams = scrape_when(session, lambda f: total(f, "stretchflow_tuples_out", source) > 0
+                       and total(f, "stretchflow_tuples_in", "aggregate") > 0)
     assert t.is_alive(), "the paced run should still be going"
-    fams = families(get(session.url + "metrics"))
     t.join(timeout=60)
     assert "error" not in out, out.get("error")
     par = fams["stretchflow_operator_parallelism"].samples
@@ -252,9 +266,11 @@ def test_metrics_with_backlog_and_checkpoint_durations(tmp_path):
     t, out = run_in_thread(flow, engine="vsn", parallelism=1, metrics_interval=0.1,
                            checkpoint=str(tmp_path / "ck"), checkpoint_every="150ms", ui=0)
     session = live_session(out)
-    time.sleep(0.6)
+    # the first sample is in (the backlog gauge has its operator)
+    fams = scrape_when(session, lambda f: "stretchflow_operator_backlog_tuples" in f
+                       and f["stretchflow_operator_backlog_tuples"].samples
+                       and "stretchflow_checkpoint_duration_seconds" in f)
     assert t.is_alive(), "the paced run should still be going"
-    fams = families(get(session.url + "metrics"))
     t.join(timeout=60)
     assert "error" not in out, out.get("error")
     backlog = fams["stretchflow_operator_backlog_tuples"]

@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 import stretchflow as sf
 from stretchflow import web
+from test_web import live_session
 
 CHROMIUM = "/usr/bin/chromium"
 
@@ -64,11 +64,7 @@ def test_live_view_updates_and_shows_the_reconfiguration(tmp_path):
             page = browser.new_page(viewport={"width": 1300, "height": 1000})
             run = threading.Thread(target=go, daemon=True)
             run.start()
-            deadline = time.monotonic() + 20
-            while not web.active() and "error" not in out and time.monotonic() < deadline:
-                time.sleep(0.02)
-            assert web.active(), out.get("error", "no live session appeared")
-            page.goto(web.active()[0].url)
+            page.goto(live_session(out).url)
             page.wait_for_function("Number(document.body.dataset.updates || 0) >= 1",
                                    timeout=10_000)
             assert page.text_content("#flow-name") == "live"

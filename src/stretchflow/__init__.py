@@ -20,7 +20,17 @@ from .errors import (
 from .eventtime import Watermark, parse_duration
 from .expr import Expr, col, lit, when
 from .flow import Flow, Stream
-from .operators.aggregate import Aggregate
+from .operators.aggregate import (
+    Aggregate,
+    arg_max,
+    arg_min,
+    count,
+    max_of,
+    mean_of,
+    min_of,
+    sum_of,
+    top_k,
+)
 from .operators.join import Join
 from .operators.oplus import OPlus, WindowSet
 
@@ -29,5 +39,6 @@ __version__ = "0.1.0"
 __all__ = [
     "Aggregate", "EngineUnavailableError", "Expr", "Flow", "FlowDefinitionError", "Join", "OPlus",
     "OperatorError", "SourceError", "Stream", "StretchflowError", "Watermark", "WindowSet",
-    "col", "io", "lit", "parse_duration", "when",
+    "arg_max", "arg_min", "col", "count", "io", "lit", "max_of", "mean_of", "min_of",
+    "parse_duration", "sum_of", "top_k", "when",
 ]

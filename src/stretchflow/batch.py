@@ -134,16 +134,34 @@ def _as_table(t: Any) -> Any:
 
 
 def _table_of(payloads: Sequence[Any]) -> Any:
-    """Dict payloads as a Table, or False when they are not dicts of one inferable schema."""
+    """Dict payloads as a Table, or False when they are not dicts of one schema that the
+    table states exactly (its ``to_pylist`` gives them back, ints as ints, keys in order):
+    every dict has the same keys in the same order (``from_pylist`` takes the first dict's
+    keys and drops any other, reads a missing key as null), a float column holds only floats
+    (an int among floats would come back 1.0), and no column nests objects or floats (whose
+    keys and ints this does not check)."""
     import pyarrow as pa
 
     if not payloads or any(type(p) is not dict for p in payloads):
         return False
+    keys = tuple(payloads[0])
+    if any(tuple(p) != keys for p in payloads):
+        return False
     try:
-        return pa.Table.from_pylist(list(payloads))
+        table = pa.Table.from_pylist(list(payloads))
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError,
             TypeError, ValueError):
         return False
+    for name, t in zip(table.column_names, table.schema.types, strict=True):
+        inner = t
+        while pa.types.is_list(inner) or pa.types.is_large_list(inner):
+            inner = inner.value_type
+        if pa.types.is_struct(inner) or (inner is not t and pa.types.is_floating(inner)):
+            return False
+        if pa.types.is_floating(t) and any(type(p[name]) is not float and p[name] is not None
+                                           for p in payloads):
+            return False
+    return table
 
 
 def prefer_system_allocator() -> None:
@@ -182,6 +200,26 @@ def int_numpy(arr: Any) -> Any:
     if not parts:
         return np.zeros(0, np.int64)
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def float_numpy(arr: Any) -> tuple[Any, Any]:
+    """A float Arrow array (any width, one chunk) as numpy float64 values read off its data
+    buffer (a narrower float widened first, exactly), and its validity as a bool array, None
+    without nulls (the values at null slots are undefined). Not ``to_numpy``: see
+    :func:`int_numpy`."""
+    import numpy as np
+    import pyarrow as pa
+
+    if arr.type != pa.float64():
+        arr = arr.cast(pa.float64())
+    n = len(arr)
+    if n == 0:
+        return np.zeros(0, np.float64), None
+    vals = np.frombuffer(arr.buffers()[1], np.float64, n, arr.offset * 8)
+    if not arr.null_count:
+        return vals, None
+    bits = np.unpackbits(np.frombuffer(arr.buffers()[0], np.uint8), bitorder="little")
+    return vals, bits[arr.offset: arr.offset + n].astype(bool)
 
 
 def arrow_ints(values: Any) -> Any:

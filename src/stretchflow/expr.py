@@ -492,7 +492,12 @@ def _arrow(e: Expr, table: Any) -> Any:
         if kernel is None:
             return _numpy_binary(op, x, y, table.num_rows)
         if op == "truediv":  # Python's / is a float whatever the operands
-            # a safe cast: an int beyond 2**53 is refused (Python divides ints exactly)
+            # numbers only: a cast would parse a string column ("1.5" / "2" is an error in
+            # Python); a safe cast refuses an int beyond 2**53 (Python divides ints exactly)
+            for v in (x, y):
+                if not (pa.types.is_integer(v.type) or pa.types.is_floating(v.type)
+                        or pa.types.is_null(v.type)):
+                    raise TypeError(f"/ needs numbers, got {v.type}")
             x, y = pc.cast(x, pa.float64()), pc.cast(y, pa.float64())
         return getattr(pc, kernel)(x, y)
     if op in _COMPARE:
@@ -790,7 +795,7 @@ def _numpy(x: Any, n: int) -> tuple[Any, Any]:
     if x.type != t:
         x = x.cast(t)
     # read off the buffers: to_numpy imports pandas (batch.int_numpy says why not)
-    vals = np.frombuffer(x.buffers()[1], dt, len(x), x.offset)
+    vals = np.frombuffer(x.buffers()[1], dt, len(x), x.offset * np.dtype(dt).itemsize)
     if not x.null_count:
         return vals, np.zeros(n, bool)
     bits = np.frombuffer(x.buffers()[0], np.uint8)

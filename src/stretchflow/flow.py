@@ -166,20 +166,31 @@ class Stream:
         return self.flow.oplus(op, self, *others)
 
     def aggregate(self, *, size: int | str, slide: int | str | None = None,
-                  keys: Callable[[Any], Any], init: Callable[[], Any],
+                  keys: Any, init: Callable[[], Any],
                   update: Callable[[Any, Any], Any],
                   output: Callable[[Hashable, Any], Any] | None = None,
                   window_type: str = "multi",
                   f_mu: Callable[[Hashable, int], int] | None = None,
                   name: str | None = None,
-                  combine: Callable[[Any, Any], Any] | None = None) -> Stream:
+                  combine: Callable[[Any, Any], Any] | None = None,
+                  column_agg: Any = None) -> Stream:
         """An A+ (O+ with one input): per key and window, ``acc = update(acc, t)`` from
         ``init()``; ``output(key, acc)`` when the window instance expires.
 
-        ``keys(t)`` returns one key — a str, bytes, number or tuple (``t["user"]`` groups by
-        user; ``(t["user"], t["page"])`` by the pair) — or several: a set, list or other
-        iterable (duplicates count once), or a dict mapping each key to the value ``update``
-        receives for it (a ``Counter`` counts occurrences); None or an empty set: no key.
+        Declaratively (issue #31): ``keys`` a column name (``"auction"``), a tuple of names
+        and named expressions (``("bidder", (sf.col("price") // 1000).alias("bucket"))``),
+        a named expression, or None (one group per window), with an accumulator of
+        :mod:`stretchflow.operators.aggregate` splatted in (``**count()``,
+        ``**sum_of("price")``, ``**mean_of(sf.col("price") * 0.9)``, ``**arg_max("n")``):
+        outputs are ``{key fields..., name: value}`` and the aggregate runs on Arrow batches
+        where the engine runs batches. Rows with a null key are in no window; rows with a
+        null value are skipped.
+
+        Or ``keys(t)``, a callable, returns one key — a str, bytes, number or tuple
+        (``t["user"]`` groups by user; ``(t["user"], t["page"])`` by the pair) — or several:
+        a set, list or other iterable (duplicates count once), or a dict mapping each key to
+        the value ``update`` receives for it (a ``Counter`` counts occurrences); None or an
+        empty set: no key.
         ``size``/``slide``: ms, a ``timedelta`` or a string (``"2min"``, ``"10 seconds"``,
         ``"1.5s"``). With ``combine``
         (associative, ``init()`` its identity, consistent with ``update``) a sliding window's
@@ -188,7 +199,8 @@ class Stream:
         (:class:`~stretchflow.operators.aggregate.Aggregate`)."""
         op = Aggregate(size=size, slide=slide, keys=keys, init=init, update=update,
                        output=output, window_type=window_type, f_mu=f_mu,
-                       name=self.flow._name(name, "aggregate"), combine=combine)
+                       name=self.flow._name(name, "aggregate"), combine=combine,
+                       column_agg=column_agg)
         return self.flow.oplus(op, self)
 
     def join(self, other: Stream, *, size: int | str, slide: int | str | None = None,

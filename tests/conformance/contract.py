@@ -110,14 +110,17 @@ def _collectors(cols: Any) -> dict[str, Collector]:
 
 
 def assert_same_as_reference(build_flow: BuildFlow, engine: str, *,
-                             check_counts: bool = False, **options: Any) -> RunResult:
-    """Runs a fresh ``build_flow()`` on the reference and another on ``engine`` with
+                             check_counts: bool = False,
+                             reference_options: Mapping[str, Any] | None = None,
+                             **options: Any) -> RunResult:
+    """Runs a fresh ``build_flow()`` on the reference (with ``reference_options``, e.g.
+    ``columnar="off"`` for its tuple-at-a-time execution) and another on ``engine`` with
     ``options``; asserts that every sink of the engine's run is timestamp-non-decreasing and
     holds the reference's per-timestamp multiset (and, with ``check_counts``, that the run
     counted the reference's tuples in per source and out per sink). Returns the engine's
     RunResult."""
     ref_flow, ref_cols = build_flow()
-    ref_result = ref_flow.run("reference")
+    ref_result = ref_flow.run("reference", **(reference_options or {}))
     flow, cols = build_flow()
     result = flow.run(engine, **options)
     if check_counts:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from hypothesis import strategies as st
@@ -39,6 +39,9 @@ class FlowCase:
     name: str
     inputs: st.SearchStrategy[Inputs]
     build: Callable[[Inputs], Built]
+    #: the reference run's options: expression flows are checked against the tuple-at-a-time
+    #: execution of the same flow (``columnar="off"``), not against the columnar one
+    reference_options: dict[str, Any] = field(default_factory=dict)
 
     def __repr__(self) -> str:
         return self.name
@@ -215,6 +218,82 @@ def _one_key_results(ins: Inputs) -> Built:
     return flow, [by_text.collect(), by_int.collect(), by_pair.collect(), joined.collect()]
 
 
+# -- declarative aggregates (issue #31): keys and accumulators by column -----------------------
+def _expression_aggregates(flow: sf.Flow, s: sf.Stream) -> list[sf.io.Collector]:
+    """Every accumulator and keys form of a declarative aggregate, and the hot-items chain
+    (counts per key, then per window the key(s) with the most: arg_max over the first O+'s
+    outputs, order-insensitive as the contract asks of O+ fed by another)."""
+    from stretchflow.operators.aggregate import (
+        arg_max,
+        arg_min,
+        count,
+        max_of,
+        mean_of,
+        min_of,
+        sum_of,
+        top_k,
+    )
+
+    counts = s.aggregate(size=10, slide=5, keys="k", **count(), name="x-count")
+    hot = counts.aggregate(size=5, keys=None, **arg_max("count"), name="x-hot")
+    outs = [counts, hot,
+            s.aggregate(size=8, keys=("k", (sf.col("v") % 3).alias("m")),
+                        **sum_of(sf.col("v") * 0.5), name="x-sum"),
+            s.aggregate(size=9, slide=3, keys="src", **mean_of("v"), name="x-mean"),
+            s.aggregate(size=6, slide=2, keys=(sf.col("k") > 2).alias("big"),
+                        **min_of("v"), name="x-min"),
+            s.aggregate(size=7, keys=None, **max_of(sf.col("v") - sf.col("k")), name="x-max"),
+            s.aggregate(size=10, slide=5, keys="k", **top_k("v", 2), name="x-top"),
+            s.aggregate(size=5, keys=None, **arg_min("v"), name="x-argmin")]
+    return [o.collect() for o in outs]
+
+
+def _expressions(ins: Inputs) -> Built:
+    flow = sf.Flow("expressions")
+    (s,) = _sources(flow, ins)
+    return flow, _expression_aggregates(flow, s)
+
+
+_FILES: list[Any] = []
+
+
+def _file_of(ins: Inputs) -> str:
+    """The records of the first input as a JSON Lines file (a directory removed at exit)."""
+    import atexit
+    import os
+    import tempfile
+
+    import orjson
+
+    if not _FILES:
+        _FILES.append(tempfile.TemporaryDirectory(prefix="stretchflow-conformance-"))
+        atexit.register(_FILES[0].cleanup)
+    fd, path = tempfile.mkstemp(suffix=".jsonl", dir=_FILES[0].name)
+    with os.fdopen(fd, "wb") as f:
+        f.write(b"".join(orjson.dumps(r) + b"\n" for r in ins[0]))
+    return path
+
+
+def _expressions_from_a_file(ins: Inputs) -> Built:
+    """The same, read from a JSON Lines file: Arrow batches, so the columnar path runs where
+    an engine takes batches (reference, vsn, ordered)."""
+    flow = sf.Flow("expressions-file")
+    s = flow.source(sf.io.jsonl(_file_of(ins), name="in0"))
+    return flow, _expression_aggregates(flow, s)
+
+
+def _expression_one_oplus(ins: Inputs) -> Built:
+    """One declarative O+ read from a file: the shape sn's process channels run columnar."""
+    from stretchflow.operators.aggregate import count
+
+    flow = sf.Flow("expression-one")
+    out = flow.source(sf.io.jsonl(_file_of(ins), name="in0")).aggregate(
+        size=6, slide=3, keys=("k", "src"), **count(), name="x-one")
+    return flow, [out.collect()]
+
+
+_OFF = {"columnar": "off"}
+
 FLOWS: list[FlowCase] = [
     *(_query_case(q) for q in QUERY_PARAMS),
     FlowCase("chain-two-oplus", _inputs(1), _chain),
@@ -226,6 +305,9 @@ FLOWS: list[FlowCase] = [
     FlowCase("self-join", _inputs(1), _self_join),
     FlowCase("hashable-keys", _inputs(1), _hashable_keys),
     FlowCase("one-key-results", _inputs(1), _one_key_results),
+    FlowCase("expression-aggregates", _inputs(1), _expressions, _OFF),
+    FlowCase("expression-aggregates-file", _inputs(1), _expressions_from_a_file, _OFF),
+    FlowCase("expression-one-oplus-file", _inputs(1), _expression_one_oplus, _OFF),
 ]
 
 

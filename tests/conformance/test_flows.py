@@ -24,7 +24,8 @@ def check_examples(variant: Variant, flows: list[FlowCase], examples: int, key: 
     def check(case_inputs: tuple[FlowCase, list], data: st.DataObject) -> None:
         case, inputs = case_inputs
         options = variant.draw_options(data, n_tuples(inputs))
-        assert_same_as_reference(lambda: case.build(inputs), variant.engine, **options)
+        assert_same_as_reference(lambda: case.build(inputs), variant.engine,
+                                 reference_options=case.reference_options, **options)
 
     # one example database entry per test id, not one for every call of this function
     check._hypothesis_internal_add_digest = key.encode()

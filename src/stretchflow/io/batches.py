@@ -9,9 +9,12 @@ builds a Python object per tuple. Payloads as Python objects are built only when
 Arrow is not the tuple path's parser: it accepts a few things orjson refuses (``NaN``, two
 objects on one line, invalid UTF-8, a BOM, nesting deeper than orjson's limit), skips blank
 lines, and refuses others the tuple path takes (mixed types, duplicate keys, ints beyond
-int64). So a chunk becomes a columnar batch only when cheap vectorized checks show both
-parsers agree and the timestamps are valid (an integer column, no nulls, non-decreasing within
-the chunk and after the previous one). Any other chunk runs through the tuple path's
+int64), and its one schema per chunk misstates lines (a key missing from a line reads null,
+keys come in the order of their first appearance, an int among floats reads 1.0). So a chunk
+becomes a columnar batch only when cheap vectorized checks show both parsers agree
+(:mod:`.json_layout`: every line holds the table's keys in its order, floats were written as
+floats) and the timestamps are valid (an integer column, no nulls, non-decreasing within the
+chunk and after the previous one). Any other chunk runs through the tuple path's
 per-record code (``JsonLines._lines`` / ``_Arrow._rows`` and the order check), which raises
 the very error ``items()`` raises at the same record, after yielding the records before it;
 if that code accepts the chunk (Arrow was just stricter) it becomes a payloads-only batch.
@@ -20,6 +23,7 @@ Hence ``[it for b in src.batches() for it in b.items()] == list(src.items())`` f
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 import os
@@ -31,6 +35,7 @@ import orjson
 
 from ..batch import Batch
 from ..errors import SourceError
+from .json_layout import lines_agree
 
 _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 _LBRACE = ord("{")
@@ -57,25 +62,37 @@ CHUNK_BYTES = 1 << 20
 def jsonl_batches(src: Any, rows: int, max_bytes: int) -> Iterator[Batch]:
     """The batches of a sorted :class:`~stretchflow.io.sources.JsonLines` source: chunks of
     at most ``rows`` lines and about ``min(max_bytes, CHUNK_BYTES)`` bytes, never the whole
-    file at once."""
+    file at once. A thread reads and parses the next chunk (pyarrow's parser releases the
+    GIL) while this one is checked and handed out: one chunk and its table ahead."""
+    from ..executors.reference_overlap import read_ahead
+
     loads = orjson.loads
     max_bytes = min(max_bytes, CHUNK_BYTES)
     prev: float = -math.inf
     first = 1  # line number of the chunk's first line
+    for chunk, ends, table in read_ahead(_parsed(src, rows, max_bytes), "stretchflow-parse"):
+        n = len(ends)
+        batch = None if table is None else _jsonl_batch(src, chunk, ends, table, prev, first,
+                                                        loads)
+        if batch is not None:
+            prev = int(batch.ts[-1])
+            yield batch
+        else:
+            # io.BytesIO splits exactly as iterating the file does (at b"\n", kept), so
+            # orjson's error positions and the quoted line are the tuple path's
+            raw = src._lines(io.BytesIO(chunk), first)
+            prev = yield from _exact(src, raw, prev)
+        first += n
+        src.read = first - 1
+
+
+def _parsed(src: Any, rows: int, max_bytes: int) -> Iterator[tuple[bytes, np.ndarray, Any]]:
+    """``(chunk, ends, table)`` for each chunk of the file, ``table`` Arrow's parse of it or
+    None when Arrow and the tuple path might disagree on it (the file is opened, and closed,
+    by the thread that runs this)."""
     with src._open() as f:
         for chunk, ends in _line_chunks(f, rows, max_bytes):
-            n = len(ends)
-            batch = _jsonl_fast(src, chunk, ends, prev, first, loads)
-            if batch is not None:
-                prev = int(batch.ts[-1])
-                yield batch
-            else:
-                # io.BytesIO splits exactly as iterating the file does (at b"\n", kept), so
-                # orjson's error positions and the quoted line are the tuple path's
-                raw = src._lines(io.BytesIO(chunk), first)
-                prev = yield from _exact(src, raw, prev)
-            first += n
-            src.read = first - 1
+            yield chunk, ends, _arrow_table(chunk, ends)
 
 
 #: the smallest read of the chunker (bytes): below this the syscalls and rescans cost more
@@ -144,10 +161,9 @@ def _line_chunks(f: Any, rows: int, max_bytes: int, min_read: int = _MIN_READ
         del buf, nl
 
 
-def _jsonl_fast(src: Any, chunk: bytes, ends: np.ndarray, prev: float, first: int,
-                loads: Any) -> Batch | None:
-    """The chunk as a columnar batch, or None when Arrow and the tuple path might disagree
-    on it or a timestamp check fails (then the caller takes the exact path)."""
+def _arrow_table(chunk: bytes, ends: np.ndarray) -> Any:
+    """Arrow's table of the chunk's lines, or None when a check made before or on the parse
+    shows that Arrow and the tuple path might disagree on them."""
     import pyarrow as pa
     import pyarrow.json as pj
 
@@ -175,13 +191,33 @@ def _jsonl_fast(src: Any, chunk: bytes, ends: np.ndarray, prev: float, first: in
         if has_float and (b"NaN" in chunk or b"Inf" in chunk):
             return None
         fixed = _no_temporal(table.schema)
+        try:
+            # pyarrow 26 builds an invalid list column (its offsets span more values than
+            # it holds) when a list's element type is inferred after a leading null, e.g.
+            # [null, 10]: read as [10, <garbage>]. Read again with the types it inferred
+            # given, which parses such lists right; the check then holds the new table.
+            table.validate()
+        except pa.ArrowInvalid:
+            fixed = fixed or table.schema
         if fixed is not None:  # Arrow made dates of strings; the payloads hold the strings
             table = pj.read_json(pa.BufferReader(chunk), read_options=_read_options(len(chunk)),
                                  parse_options=pj.ParseOptions(explicit_schema=fixed))
+            table.validate()
     except (pa.ArrowException, ValueError, OverflowError):
         return None
+    return table
+
+
+def _jsonl_batch(src: Any, chunk: bytes, ends: np.ndarray, table: Any, prev: float,
+                 first: int, loads: Any) -> Batch | None:
+    """The chunk as a columnar batch of Arrow's ``table`` of it, or None when the table
+    misstates a line or a timestamp check fails (then the caller takes the exact path)."""
+    n = len(ends)
     ts = _ts_column(table, src.ts_field, prev)
-    if ts is None:
+    # Arrow's table must say what each line says: the same keys in the same order, ints
+    # where the line has ints (json_layout: a missing key, another key order or an int among
+    # floats would reach a columnar operator's output as null / reordered / 1.0)
+    if ts is None or not lines_agree(chunk, np.frombuffer(chunk, np.uint8), ends, table):
         return None
 
     def payloads() -> list[Any]:
@@ -196,6 +232,7 @@ def _jsonl_fast(src: Any, chunk: bytes, ends: np.ndarray, prev: float, first: in
     return Batch(ts, table=table, make_payloads=payloads)
 
 
+@functools.lru_cache(maxsize=64)
 def _read_options(size: int) -> Any:
     """Blocks of at least 1 MiB (smaller ones cost more than they parallelize), about two
     per core so both threads of a 2-core box stay busy. A chunk of one block is parsed on the
@@ -209,6 +246,8 @@ def _read_options(size: int) -> Any:
     return pj.ReadOptions(use_threads=size > block, block_size=block)
 
 
+# the schema functions below are cached: most chunks of a file have its first chunk's schema
+@functools.lru_cache(maxsize=64)
 def _no_temporal(schema: Any) -> Any:
     """``schema`` with every date/time type made a string, or None when it has none."""
     import pyarrow as pa
@@ -229,6 +268,7 @@ def _no_temporal(schema: Any) -> Any:
     return None if fixed.equals(schema) else fixed
 
 
+@functools.lru_cache(maxsize=64)
 def _walk(schema: Any) -> tuple[bool, bool]:
     """Whether a type of ``schema`` nests deeper than :data:`_MAX_DEPTH`, and whether it
     holds a floating-point type (walked without recursion: a type may be a thousand levels

@@ -12,6 +12,11 @@ batch). :meth:`AggregateInstance.process_columns` / :meth:`AggregateInstance.pro
 then take many tuples per call: values are summed per (window, key) with Arrow and f_U runs
 once per (window, key) with the sum. The Spark engine uses it; any executor may.
 
+Declarative form (issue #31): ``keys`` a column name, a tuple of names and named expressions or
+None, and an accumulator given by column (``**count()``, ``**sum_of("price")``, ...:
+:mod:`.column_agg`). The aggregate then knows f_MK, f_U, combine and f_O exactly and has
+columnar forms without the user writing them (:mod:`.column_forms`).
+
 Sliced form (optional): an A+ with WT multi and sliding windows (WA < WS) whose accumulators
 combine (``combine(a, b)``, associative, ``init()`` its identity, consistent with ``update``)
 keeps per key one accumulator per *slice* of width gcd(WS, WA) instead of one per window
@@ -27,8 +32,22 @@ import operator
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
-from ..errors import RunTupleError
+from ..errors import FlowDefinitionError, RunTupleError
+from ..expr import Expr
 from .aggregate_instance import _MISSING, AggregateInstance
+from .column_agg import (
+    ColumnAgg,
+    DeclKeys,
+    KeysOnly,
+    _add_pairs,
+    _Either,
+    _MeanOutput,
+    _none,
+    _pair,
+    _row,
+    as_expr,
+    parse_keys,
+)
 from .keys import input_keys_fn, one_key_fn
 from .oplus import OPlus, OPlusInstance, SharedState, WindowSet
 from .slicing import SlicedAggregateInstance
@@ -43,7 +62,12 @@ class Aggregate(OPlus):
     one per window instance, the same outputs. :func:`count`, :func:`sum_of`, :func:`min_of`,
     :func:`max_of` and :func:`mean_of` give such ``init``/``update``/``combine``.
 
-    >>> from stretchflow.operators.aggregate import Aggregate
+    >>> from stretchflow.operators.aggregate import Aggregate, sum_of
+    >>> per_user = Aggregate(size=10, keys="user", **sum_of("n"))
+    >>> inst = per_user.instance()
+    >>> inst.process(1, {"user": "a", "n": 2}); inst.process(3, {"user": "a", "n": None})
+    >>> inst.finish(); inst.take()
+    [(10, {'user': 'a', 'sum': 2})]
     >>> count = Aggregate(size=10, slide=10, keys=lambda t: t.split(), init=lambda: 0,
     ...                   update=lambda acc, t: acc + 1,
     ...                   output=lambda k, acc: {"word": k, "count": acc})
@@ -58,7 +82,7 @@ class Aggregate(OPlus):
         *,
         size: int | str,
         slide: int | str | None = None,
-        keys: Callable[[Any], Any],
+        keys: Any,
         init: Callable[[], Any],
         update: Callable[[Any, Any], Any],
         output: Callable[[Hashable, Any], Any] | None = None,
@@ -68,7 +92,29 @@ class Aggregate(OPlus):
         columns: Callable[[Sequence[Any]], tuple[Any, Any, Any]] | None = None,
         combine: Callable[[Any, Any], Any] | None = None,
         output_columns: tuple[str, ...] | None = None,
+        column_agg: ColumnAgg | None = None,
     ):
+        spec = parse_keys(keys, name)
+        #: the key expressions (issue #31): None when ``keys`` is a callable, ``()`` for
+        #: keys=None (one group per window), else one Expr per key field
+        self.key_exprs: tuple[Expr, ...] | None = spec.exprs
+        #: the output field names of the keys (``()`` for a callable or keys=None)
+        self.key_names: tuple[str, ...] = spec.names
+        if column_agg is not None and (update is not column_agg.update or (
+                output is not None and output is not column_agg.output)):
+            column_agg = None  # the user's own f_U or f_O: opaque, tuple at a time
+        #: the declarative accumulator (:class:`~.column_agg.ColumnAgg`: ``kind``, ``of``,
+        #: ``name``, ``k``, ``largest``) when both f_U and f_O are the accumulator's own,
+        #: else None. With key expressions it gives the A+ its columnar forms.
+        self.column_agg = column_agg
+        if column_agg is not None:
+            keys, init = DeclKeys(spec, column_agg), column_agg.init()
+            update, combine = column_agg.x_update(), column_agg.combine()
+            output = column_agg.x_output(None if spec.exprs is None else spec.names)
+        elif spec.exprs is not None:
+            keys = KeysOnly(spec)
+        #: f_O returns a list of payloads (top_k: one output tuple per row kept)
+        self.many_outputs = column_agg is not None and column_agg.kind == "top_k"
         # f_MK, its result read by one_key: a str/number/tuple is one key (issue #18)
         self.user_keys = one_key_fn(keys)
         #: ``combine(a, b)``: the accumulator of the tuples of ``a`` followed by those of ``b``.
@@ -103,6 +149,13 @@ class Aggregate(OPlus):
             raise ValueError(f"{name}: output_columns needs two or more different field "
                              f"names, got {output_columns!r}")
         self.output_columns = tuple(output_columns) if output_columns is not None else None
+        if columns is None and self.column_agg is not None and spec.exprs is not None and \
+                self.column_agg.kind in ("count", "sum"):
+            from .column_forms import DeclColumns
+
+            # issue #16's columns protocol (SN's process channels take it): int64 values
+            # that f_U adds, for a declarative count or integer sum
+            self.columns = DeclColumns(self)
         self.user_init = init
         self.user_update = update
         self.user_output = output if output is not None else _pair
@@ -116,6 +169,30 @@ class Aggregate(OPlus):
             output=self._fold_output,
             name=name,
         )
+
+    def check_columns(self, available: Sequence[str]) -> list[str] | None:
+        """Before a run whose input schema is known (Parquet, a typed source): raises
+        FlowDefinitionError naming this operator, the column and ``available`` when a key or
+        value expression reads a column not in ``available``; returns the columns of this
+        aggregate's outputs (``[key names..., name]``; top_k: ``available``, its rows as they
+        are), or None where they are not known (a callable ``keys``, or the user's own f_O)."""
+        have = list(available)
+        need = []
+        for e in self.key_exprs or ():
+            need.extend(sorted(e.columns()))
+        agg = self.column_agg
+        if agg is not None and agg.of is not None:
+            need.extend(sorted(agg.of.columns()))
+        for c in need:
+            if c not in have:
+                raise FlowDefinitionError(
+                    f"aggregate {self.name!r}: no column {c!r} (columns: "
+                    f"{', '.join(have) or 'none'})")
+        if agg is None or self.key_exprs is None:
+            return None
+        if agg.kind == "top_k":
+            return have
+        return [*self.key_names, agg.name]
 
     @property
     def sliced(self) -> bool:
@@ -158,7 +235,9 @@ class Aggregate(OPlus):
         if part is not _MISSING:
             acc = part if acc is _MISSING else combine(acc, part)  # type: ignore[misc]
         res = self.user_output(ws.key, init() if acc is _MISSING else acc)
-        return [] if res is None else [res]
+        if res is None:
+            return []
+        return list(res) if self.many_outputs else [res]
 
     def output_table(self, key_columns: list[str], table: Any) -> Any:
         """f_O's columnar form (:attr:`output_columns`): a window's table of key column(s)
@@ -176,7 +255,8 @@ class Aggregate(OPlus):
     @property
     def columnar(self) -> bool:
         """Whether whole batches can run through Arrow kernels, windows coming out as tables
-        (:mod:`.columnar`): a columnar f_MK, f_O and ``combine``, WT multi."""
+        (:mod:`.columnar`): a declarative aggregate with key expressions, or a hand-written
+        columnar f_MK, f_O and ``combine``; WT multi (:func:`.column_forms.form_of`)."""
         from .columnar import applies
 
         return applies(self)
@@ -187,8 +267,9 @@ class Aggregate(OPlus):
         from .columnar import ColumnarSlicedInstance
 
         if not self.columnar:
-            raise ValueError(f"{self.name}: needs columns=, output_columns= and combine= "
-                             f"with WT multi to run on columns")
+            raise ValueError(f"{self.name}: needs key expressions and a declarative "
+                             f"accumulator, or columns=, output_columns= and combine=, with "
+                             f"WT multi to run on columns")
         return ColumnarSlicedInstance(self)
 
     def instance(self, sigma: SharedState | None = None, j: int = 0,
@@ -201,64 +282,88 @@ class Aggregate(OPlus):
         return AggregateInstance(self, sigma, j, assign)
 
 
-def _pair(key: Hashable, acc: Any) -> dict:
-    return {"key": key, "value": acc}
-
-
 
 
 # -- built-in accumulators ---------------------------------------------------------------------
 # Each returns the ``init``/``update``/``combine`` keyword arguments of :class:`Aggregate` (and
 # ``output`` for mean, whose accumulator needs a finishing step), so that
-# ``Aggregate(size=..., keys=..., **sum_of(lambda t: t["x"]), output=...)`` slices. ``of`` maps
-# what f_U receives (the tuple, or the value f_MK's dict gives the key) to the aggregated
-# number; by default it is that value itself.
+# ``Aggregate(size=..., keys=..., **sum_of("x"))`` slices. ``of`` is a column name or an
+# expression (``sf.col("price") * 0.9``): the aggregate is then declarative (the dict carries
+# ``column_agg``) and runs on Arrow batches where the engine runs batches; or a callable, as
+# before issue #31, mapping what f_U receives (the tuple, or the value f_MK's dict gives the
+# key) to the aggregated number (by default, of=None, that value itself).
 
-def count() -> dict[str, Any]:
-    """The number of tuples per (key, window)."""
-    return {"init": int, "update": _count_one, "combine": operator.add}
-
-
-def sum_of(of: Callable[[Any], Any] | None = None) -> dict[str, Any]:
-    """The sum of ``of(value)`` per (key, window). Exact for integers; for floats, slices add
-    up in a different order than a tuple-by-tuple fold (the same on every engine)."""
-    return {"init": int, "update": _Fold(operator.add, of), "combine": operator.add}
+def count(name: str = "count") -> dict[str, Any]:
+    """The number of tuples per (key, window), output as ``name``."""
+    return _declared(ColumnAgg("count", None, name), int, operator.add)
 
 
-def min_of(of: Callable[[Any], Any] | None = None) -> dict[str, Any]:
-    """The least ``of(value)`` per (key, window). The accumulator starts as None, the
-    identity of combine (a key is in a window only once a tuple updated it)."""
-    return {"init": _none, "update": _Fold(min, of), "combine": _Either(min)}
+def sum_of(of: Any = None, name: str = "sum") -> dict[str, Any]:
+    """The sum of the values per (key, window). Exact for integers (a sum beyond int64 runs
+    tuple at a time with Python's integers); floats add in the tuple path's order where the
+    engine can (docs/columnar.md)."""
+    if of is None or callable(of) and not isinstance(of, Expr):
+        return {"init": int, "update": _Fold(operator.add, of), "combine": operator.add}
+    return _declared(ColumnAgg("sum", as_expr(of, "sum_of"), name), int, operator.add)
 
 
-def max_of(of: Callable[[Any], Any] | None = None) -> dict[str, Any]:
-    """The greatest ``of(value)`` per (key, window); see :func:`min_of`."""
-    return {"init": _none, "update": _Fold(max, of), "combine": _Either(max)}
+def min_of(of: Any = None, name: str = "min") -> dict[str, Any]:
+    """The least value per (key, window). The accumulator starts as None, the identity of
+    combine (a key is in a window only once a tuple updated it)."""
+    if of is None or callable(of) and not isinstance(of, Expr):
+        return {"init": _none, "update": _Fold(min, of), "combine": _Either(min)}
+    return _declared(ColumnAgg("min", as_expr(of, "min_of"), name), _none, _Either(min))
 
 
-def mean_of(of: Callable[[Any], Any] | None = None,
-            output: Callable[[Hashable, Any], Any] | None = None) -> dict[str, Any]:
-    """The mean of ``of(value)`` per (key, window): a (sum, count) accumulator, which
-    combines by adding both, finished by ``output(key, sum / count)`` (default
-    ``{"key": key, "value": mean}``)."""
-    return {"init": _zero_pair, "update": _MeanUpdate(of), "combine": _add_pairs,
-            "output": _MeanOutput(output if output is not None else _pair)}
+def max_of(of: Any = None, name: str = "max") -> dict[str, Any]:
+    """The greatest value per (key, window); see :func:`min_of`."""
+    if of is None or callable(of) and not isinstance(of, Expr):
+        return {"init": _none, "update": _Fold(max, of), "combine": _Either(max)}
+    return _declared(ColumnAgg("max", as_expr(of, "max_of"), name), _none, _Either(max))
 
 
-def _count_one(acc: int, _: Any) -> int:
-    return acc + 1
+def mean_of(of: Any = None, output: Callable[[Hashable, Any], Any] | None = None,
+            name: str = "mean") -> dict[str, Any]:
+    """The mean of the values per (key, window): a (sum, count) accumulator, which combines
+    by adding both, finished by ``output(key, sum / count)`` (with a column or expression
+    ``of`` and no ``output``: ``{key fields..., name: mean}``; with a callable ``of`` and no
+    ``output``: ``{"key": key, "value": mean}``)."""
+    if of is None or callable(of) and not isinstance(of, Expr) or output is not None:
+        fn = of if of is None or callable(of) and not isinstance(of, Expr) \
+            else _row(as_expr(of, "mean_of"))
+        return {"init": _zero_pair, "update": _MeanUpdate(fn), "combine": _add_pairs,
+                "output": _MeanOutput(output if output is not None else _pair)}
+    agg = ColumnAgg("mean", as_expr(of, "mean_of"), name)
+    return {**_declared(agg, _zero_pair, _add_pairs), "output": agg.output}
 
 
-def _none() -> None:
-    return None
+def top_k(of: Any, k: int, name: str | None = None, largest: bool = True) -> dict[str, Any]:
+    """Per (key, window), the rows whose value ranks among the ``k`` largest (``largest=
+    False``: smallest), ties included (rank = 1 + the rows strictly better); each such row's
+    payload is one output tuple, as it is, at the window's end. ``of`` is a column name or
+    an expression; rows whose value is null are not candidates."""
+    agg = ColumnAgg("top_k", as_expr(of, "top_k"), name or "top_k", k, largest)
+    return _declared(agg, list, agg.combine())
+
+
+def arg_max(of: Any, name: str | None = None) -> dict[str, Any]:
+    """The row(s) with the greatest value per (key, window): :func:`top_k` with k = 1."""
+    return top_k(of, 1, name or "arg_max")
+
+
+def arg_min(of: Any, name: str | None = None) -> dict[str, Any]:
+    """The row(s) with the least value per (key, window): :func:`top_k` with k = 1,
+    smallest first."""
+    return top_k(of, 1, name or "arg_min", largest=False)
+
+
+def _declared(agg: ColumnAgg, init: Callable[[], Any],
+              combine: Callable[[Any, Any], Any]) -> dict[str, Any]:
+    return {"init": init, "update": agg.update, "combine": combine, "column_agg": agg}
 
 
 def _zero_pair() -> tuple[int, int]:
     return (0, 0)
-
-
-def _add_pairs(a: tuple[Any, int], b: tuple[Any, int]) -> tuple[Any, int]:
-    return (a[0] + b[0], a[1] + b[1])
 
 
 class _Fold:
@@ -275,18 +380,6 @@ class _Fold:
         return x if acc is None else self.fn(acc, x)
 
 
-class _Either:
-    """combine for min/max: None (no tuple) is the identity."""
-
-    __slots__ = ("fn",)
-
-    def __init__(self, fn: Callable[[Any, Any], Any]):
-        self.fn = fn
-
-    def __call__(self, a: Any, b: Any) -> Any:
-        return b if a is None else a if b is None else self.fn(a, b)
-
-
 class _MeanUpdate:
     __slots__ = ("of",)
 
@@ -295,13 +388,3 @@ class _MeanUpdate:
 
     def __call__(self, acc: tuple[Any, int], v: Any) -> tuple[Any, int]:
         return (acc[0] + (v if self.of is None else self.of(v)), acc[1] + 1)
-
-
-class _MeanOutput:
-    __slots__ = ("output",)
-
-    def __init__(self, output: Callable[[Hashable, Any], Any]):
-        self.output = output
-
-    def __call__(self, key: Hashable, acc: tuple[Any, int]) -> Any:
-        return self.output(key, acc[0] / acc[1])

@@ -49,14 +49,17 @@ class AggregateInstance(OPlusInstance):
 
     def _expire(self, wm: float) -> None:
         heap, groups, ws_ = self._lheap, self.groups, self.op.WS
-        output, out = self.op.user_output, self.out
+        output, out, many = self.op.user_output, self.out, self.op.many_outputs
         while heap and heap[0][0] + ws_ <= wm:
             l, g = heapq.heappop(heap)
             right = l + ws_
             for k, acc in groups[g].pop(l).items():  # forwardAndShift; WT multi: remove
                 res = output(k, acc)
                 if res is not None:
-                    out.append((right, res))
+                    if many:  # f_O gives several payloads (top_k's rows)
+                        out.extend((right, r) for r in res)
+                    else:
+                        out.append((right, res))
 
     def finish(self) -> None:
         self._expire(math.inf)

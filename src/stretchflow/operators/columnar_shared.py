@@ -1,4 +1,4 @@
-"""The columnar sliced A+ run by VSN instances that share σ (issue #16).
+"""The columnar sliced A+ run by VSN instances that share σ (issues #16, #31).
 
 :mod:`.columnar` runs an A+ with columnar forms (``Aggregate.columnar``) on one instance; here
 the ``m`` connected instances of a VSN operator (STRETCH §5) share its input, its output and
@@ -6,11 +6,12 @@ its state, and split the work:
 
 * **σ** is :class:`ColumnarShared`: per slice of width gcd(WS, WA) (general stream slicing,
   Scotty, EDBT 2019, §4), the *partials* of the batches whose tuples fell in it — an Arrow
-  table of (key columns, ``v``) summed per key, with each row's key group beside it. Nothing
+  table of (key columns, state ``v``) folded per key (:mod:`.column_forms`; a float sum's
+  rows as they are), with each row's key group beside it, kept in ESG order. Nothing
   in it belongs to an instance: f_μ only says which instance emits which key groups, so a
   reconfiguration (Alg. 4's barrier) moves no state, as VSN promises.
 * **Accumulate** (Hazelcast Jet's accumulate step): each batch read from ESG_in (every
-  instance reads every batch, Alg. 4) is exploded by f_MK's columnar form and summed per
+  instance reads every batch, Alg. 4) is exploded by f_MK's columnar form and folded per
   (slice, key) *once*, by the first instance to reach it; the others find it done. An
   instance that reaches a batch another instance is still summing does not wait idle: it sums
   the next batches the source has added (:meth:`ColumnarShared.prepared`), so while one
@@ -19,9 +20,11 @@ its state, and split the work:
   combined only once the watermark W passes its right boundary, and every tuple of a later
   batch has ts >= W, beyond it.
 * **Combine** (Jet's combine and finish): when its watermark passes a window's right boundary
-  (Alg. 2's updateW, ρ + WS <= W) an instance combines the window's partials over the key
-  groups it owns (f_μ) and emits them through f_O's columnar form as one table. Instances
-  combine disjoint key groups, so this part is split ``m`` ways.
+  (Alg. 2's updateW, ρ + WS <= W) every batch with a tuple in the window's slices is in, so
+  each slice's partials are folded into one, in ESG order (once, by whichever instance gets
+  there first: the fold is the same whoever makes it), and an instance combines the window's
+  slices over the key groups it owns (f_μ) and emits them through f_O's columnar form as one
+  table. Instances combine disjoint key groups, so this part is split ``m`` ways.
 
 Key groups come from :func:`.columnar_kernels.key_groups` (a hash in numpy of each key's
 value), never Python's salted ``hash``: the group of a key must be the same for the columnar
@@ -33,22 +36,26 @@ Python partials in the same σ; its error, if f_MK or f_U fails on a tuple, is r
 instance that *processes* that batch, in ESG order — so the first failing tuple of the input
 is the one reported, as tuple at a time, even when a later batch was summed ahead.
 
-Sums are int64 and add in any order (f_U adds; ``Aggregate.columns``), so partials of one slice
-from different batches combine in whatever order their batches were summed.
+Partials of one slice are kept in ESG order whatever order their batches were summed in (a
+batch is numbered when first seen: its producer offers batches in order, and an instance reads
+one only after all before it), so a float sum adds its rows in the tuple path's order and the
+output is the same on every run and at every parallelism.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 import threading
 from collections import deque
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
-from ..batch import Batch, arrow_mask, int_numpy
+from ..batch import Batch, arrow_mask
 from ..errors import RunTupleError, StretchflowError
-from .columnar import _table, key_arrays, take_columns
-from .columnar_kernels import key_groups, sum_by
+from .column_forms import Refused, form_of, key_cols, partial, state_of, unify
+from .columnar import FALLBACK, _keys_of, combine_in_python, fold_parts, key_arrays, take_columns
+from .columnar_kernels import key_groups
 from .oplus import key_pairs
 
 if TYPE_CHECKING:
@@ -83,6 +90,10 @@ class ColumnarShared:
     def __init__(self, op: Aggregate, n_groups: int):
         self.op = op
         self.G = n_groups
+        form = form_of(op)
+        if form is None:
+            raise ValueError(f"{op.name}: no columnar form")
+        self.form = form
         self.lock = threading.Lock()
         self.cond = threading.Condition(self.lock)
         #: slice start -> partials: (table of key columns and v, key group per row or None)
@@ -93,6 +104,14 @@ class ColumnarShared:
         #: connected instance -> the left boundary of its next window not yet emitted
         self.next_l: dict[int, float] = {}
         self._key_types: list[Any] | None = None
+        self._v_type: Any = None  # the state column's type, from the first batch summed
+        #: slice start -> the ESG position of each of its partials' batch (parts are kept in
+        #: that order: a float sum adds in the tuple path's order whoever summed a batch)
+        self.part_seqs: dict[int, list[int]] = {}
+        #: slices whose one partial is folded already (every batch of theirs is in)
+        self.folded: set[int] = set()
+        self._seqs: dict[int, int] = {}  # id(batch) -> ESG position, while it is pending
+        self._next_seq = 0
         self.stopped = False
         #: checkpoint cuts whose barrier is in ESG_in but not yet snapshotted: no helper
         #: sums a batch past the first (the snapshot holds exactly the batches <= the cut)
@@ -102,7 +121,19 @@ class ColumnarShared:
     def offer(self, batches: list[Batch]) -> None:
         """Batches just added to ESG_in (called by their producer): helpers may sum them."""
         with self.lock:
+            for b in batches:
+                self._seq(b)
             self.pending.extend(batches)
+
+    def _seq(self, batch: Batch) -> int:
+        """``batch``'s position in ESG_in (under the lock): numbered on first sight, which is
+        in ESG order (its producer offers batches in order, and an instance reads one only
+        after all before it)."""
+        seq = self._seqs.get(id(batch))
+        if seq is None:
+            seq = self._seqs[id(batch)] = self._next_seq
+            self._next_seq += 1
+        return seq
 
     def prepared(self, batch: Batch, hits: list[int] | None) -> _Prep:
         """``batch``'s accumulate step, done: by this instance if nobody claimed it, else by
@@ -110,10 +141,10 @@ class ColumnarShared:
         calling instance's per-group tuple counts, for a balancing f_μ) counts the rows of
         the batches this instance sums."""
         with self.lock:
-            prep = batch.memo
+            prep = self._prep_of(batch)
             mine = prep is None
             if mine:
-                prep = batch.memo = _Prep()
+                prep = self._new_prep(batch)
             self._prune()
         if mine:
             self._compute(batch, prep, hits)
@@ -129,9 +160,21 @@ class ColumnarShared:
                     return prep
             self._compute(other[0], other[1], hits)
 
+    def _prep_of(self, batch: Batch) -> _Prep | None:
+        """This σ's accumulate step of ``batch`` (None: unclaimed). ``batch.memo`` holds one
+        per columnar O+ reading it: several O+ may read one source's batches."""
+        memo = batch.memo
+        return None if memo is None else memo.get(id(self))
+
+    def _new_prep(self, batch: Batch) -> _Prep:
+        if batch.memo is None:
+            batch.memo = {}
+        prep = batch.memo[id(self)] = _Prep()
+        return prep
+
     def _prune(self) -> None:
         pending = self.pending
-        while pending and pending[0].memo is not None:
+        while pending and self._prep_of(pending[0]) is not None:
             pending.popleft()
 
     def _claim(self) -> tuple[Batch, _Prep] | None:
@@ -139,10 +182,12 @@ class ColumnarShared:
         if not self.pending or (self.fences and self.pending[0].first > self.fences[0]):
             return None
         b = self.pending.popleft()
-        prep = b.memo = _Prep()
+        prep = self._new_prep(b)
         return b, prep
 
     def _compute(self, batch: Batch, prep: _Prep, hits: list[int] | None) -> None:
+        with self.lock:
+            seq = self._seq(batch)
         try:
             parts = self._partials(batch, hits)
         except BaseException as e:  # raised by the instance that processes the batch
@@ -154,10 +199,23 @@ class ColumnarShared:
                 raise
             return
         with self.lock:
+            self._seqs.pop(id(batch), None)
             for s, part in parts:
-                self.parts.setdefault(s, []).append(part)
+                self._insert(s, seq, part)
             prep.done = True
             self.cond.notify_all()
+
+    def _insert(self, s: int, seq: int, part: Any) -> None:
+        """Partial ``part`` of the batch at ESG position ``seq`` into slice ``s``, in ESG order
+        (under the lock). Partials restored from a checkpoint count as earlier than any."""
+        ps = self.parts.setdefault(s, [])
+        seqs = self.part_seqs.setdefault(s, [])
+        if len(seqs) < len(ps):
+            seqs[:0] = [-1] * (len(ps) - len(seqs))
+        i = bisect.bisect(seqs, seq)
+        seqs.insert(i, seq)
+        ps.insert(i, part)
+        self.folded.discard(s)
 
     def fence_at(self, cut: float) -> None:
         """A checkpoint barrier for ``cut`` enters ESG_in (before the batches after it)."""
@@ -178,36 +236,47 @@ class ColumnarShared:
             self.cond.notify_all()
 
     def _partials(self, batch: Batch, hits: list[int] | None) -> list[tuple[int, Any]]:
-        """The batch summed per (slice, key), as ``(slice start, partial)`` pairs."""
+        """The batch's partials per slice, as ``(slice start, partial)`` pairs: its rows
+        folded per (slice, key), or (a float sum's) as they are, each row with its key group;
+        tuple at a time where the columnar form refuses the batch."""
         import numpy as np
+        import pyarrow as pa
 
-        op = self.op
+        op, form = self.op, self.form
         cols = take_columns(op, batch)  # maybe computed by the source's thread already
         if cols is None:  # refused: the tuple path names the tuple it fails on
             return self._python_partials(batch, hits)
-        rows, keys, values = cols
-        rows = np.asarray(rows, dtype=np.int64)
-        if not len(rows):
+        rows, keys, v = cols
+        if not len(v):  # no row has a key and a value (all null): nothing to add
             return []
         try:
             cols = self._key_columns(keys)
+            self._state_type(v)
             width = op.slice_width
-            t = batch.ts[rows]
-            sl, ks, sums = sum_by(cols, np.asarray(values, dtype=np.int64), t - t % width)
-            g = key_groups(ks, self.G) if self.G > 1 else None
+            t = batch.ts - batch.ts % width  # each tuple's slice, then each row's
+            if rows is not None:
+                t = t[rows]
+            if form.pregroup(v):
+                sl, ks, vs = form.fold(cols, v, t)
+            else:
+                sl, ks, vs = t, cols, v  # rows in time order: slices ascending
+            g = key_groups(ks, self.G) if self.G > 1 and len(sl) else None
+        except (*FALLBACK, pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+            return self._python_partials(batch, hits)
         except (RunTupleError, StretchflowError):
             raise
         except Exception as e:
             raise RunTupleError(batch.first, batch.payloads[0], e) from e
+        if not len(sl):
+            return []
         if g is not None and hits is not None:
             for grp, c in enumerate(np.bincount(g, minlength=self.G).tolist()):
                 if c:
                     hits[grp] += c
-        names = [f"k{i}" for i in range(len(ks))]
         cut = np.flatnonzero(sl[1:] != sl[:-1]) + 1
         out = []
         for a, b in zip(np.r_[0, cut].tolist(), np.r_[cut, len(sl)].tolist(), strict=True):
-            table = _table(names, [k.slice(a, b - a) for k in ks], sums[a:b])
+            table = partial([k.slice(a, b - a) for k in ks], vs.slice(a, b - a))
             out.append((int(sl[a]), (table, None if g is None else g[a:b])))
         return out
 
@@ -223,6 +292,15 @@ class ColumnarShared:
             raise ValueError(f"{self.op.name}: the columnar f_MK gave {len(arrays)} key "
                              f"columns, earlier {len(types)}")
         return [a if a.type == t else a.cast(t) for a, t in zip(arrays, types, strict=True)]
+
+    def _state_type(self, v: Any) -> None:
+        """The state column's type is the first batch's; another (ints after floats) is
+        refused, as on one instance (:meth:`.columnar.ColumnarSlicedInstance._state_type`)."""
+        with self.lock:
+            t = v.type if self._v_type is None else unify(self._v_type, v.type)
+            if t is None:
+                raise Refused(f"state {v.type}, earlier {self._v_type}")
+            self._v_type = t
 
     def _python_partials(self, batch: Batch, hits: list[int] | None) -> list[tuple[int, Any]]:
         """Tuple at a time (f_MK, then f_U per (slice, key), as the sliced instance does)."""
@@ -269,9 +347,38 @@ class ColumnarShared:
         return out
 
     # -- the combine step, per instance ---------------------------------------------------------
-    def window_parts(self, slices: list[int]) -> list[Any]:
-        with self.lock:
-            return [p for s in slices for p in self.parts.get(s, ())]
+    def window_parts(self, slices: list[int]) -> list[list[Any]]:
+        """Each slice's partials in ESG order, folded into one first where they are all
+        Arrow partials (once per slice: every batch of a slice is in when a window holding it
+        closes, so the fold is final and the same whichever instance makes it)."""
+        out = []
+        for s in slices:
+            with self.lock:
+                ps = list(self.parts.get(s, ()))
+                done = s in self.folded
+            if not done and ps and all(type(p) is tuple for p in ps):
+                folded = self._fold_slice(ps)
+                if folded is not None:
+                    with self.lock:
+                        if len(self.parts.get(s, ())) == len(ps):
+                            self.parts[s] = [folded]
+                            self.part_seqs[s] = self.part_seqs.get(s, [-1])[-1:]
+                            self.folded.add(s)
+                    ps = [folded]
+            out.append(ps)
+        return out
+
+    def _fold_slice(self, ps: list[tuple[Any, Any]]) -> tuple[Any, Any] | None:
+        """A slice's Arrow partials folded into one, with its rows' key groups; None when the
+        fold cannot be exact (a sum beyond int64: the window is combined in Python)."""
+        import pyarrow as pa
+
+        try:
+            table = fold_parts(self.form, [t for t, _ in ps])
+        except (*FALLBACK, pa.ArrowInvalid, pa.ArrowTypeError):
+            return None
+        g = key_groups(key_cols(table), self.G) if self.G > 1 and table.num_rows else None
+        return table, g
 
     def slices_from(self, l: float) -> list[int]:
         with self.lock:
@@ -396,30 +503,30 @@ class ColumnarVSNInstance:
             self.next_l = l
             sh.moved(self.j, l)
 
-    def _emit_windows(self, windows: list[tuple[int, list[Any]]]) -> None:
-        """The windows that closed, in order: combined over the owned key groups in one
-        grouping by (window, key) — a slice's partial counts once in every window it is in
-        — then cut into one output batch per window (ESG_out orders entries by timestamp, so
-        each carries one)."""
+    def _emit_windows(self, windows: list[tuple[int, list[list[Any]]]]) -> None:
+        """The windows that closed, in order (each with its slices' partials): combined over
+        the owned key groups in one fold by (window, key) — a slice's partial counts once in
+        every window it is in, slices in time order — then cut into one output batch per
+        window (ESG_out orders entries by timestamp, so each carries one)."""
         import numpy as np
         import pyarrow as pa
 
-        if any(type(p) is _PyPart for _, parts in windows for p in parts):
-            for right, parts in windows:  # keys only the tuple path could hold: per window
-                payloads = self._window_in_python(parts)
-                if payloads:
-                    self.out.append((right, Batch(np.full(len(payloads), right, np.int64),
-                                                  payloads=payloads)))
+        if any(type(p) is not tuple or len(ps) > 1 for _, slices in windows
+               for ps in slices for p in ps):
+            self._emit_in_python(windows)
             return
         tables, rights, gs = [], [], []
-        for right, parts in windows:
-            for t, g in parts:
-                tables.append(t)
-                rights.append(np.full(len(t), right, np.int64))
-                gs.append(g if g is not None or self._owns_all else np.zeros(len(t), np.int64))
+        for right, slices in windows:
+            for ps in slices:
+                for t, g in ps:
+                    tables.append(t)
+                    rights.append(np.full(len(t), right, np.int64))
+                    gs.append(g if g is not None or self._owns_all
+                              else np.zeros(len(t), np.int64))
         if not tables:
             return
-        table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+        table = tables[0] if len(tables) == 1 else \
+            pa.concat_tables(tables, promote_options="default")  # columns null in a batch
         r = np.concatenate(rights)
         if not self._owns_all:
             mine = self._owner[np.concatenate(gs)] == self.j
@@ -428,33 +535,44 @@ class ColumnarVSNInstance:
             if not mine.all():
                 table = table.filter(arrow_mask(mine))
                 r = r[mine]
-        names = [c for c in table.column_names if c != "v"]
-        rs, ks, sums = sum_by([table.column(c).combine_chunks() for c in names],
-                              int_numpy(table.column("v")), r)
-        out = self.op.output_table(names, _table(names, ks, sums))
+        form = self.shared.form
+        try:
+            rs, ks, v = form.fold(key_cols(table), state_of(table), r)
+        except (*FALLBACK, pa.ArrowInvalid, pa.ArrowTypeError):
+            self._emit_in_python(windows)
+            return
+        out = form.output(ks, v)
         cut = np.flatnonzero(rs[1:] != rs[:-1]) + 1
         for a, b in zip(np.r_[0, cut].tolist(), np.r_[cut, len(rs)].tolist(), strict=True):
             if b > a:
                 right = int(rs[a])
                 self.out.append((right, Batch(rs[a:b], table=out.slice(a, b - a))))
 
-    def _window_in_python(self, parts: list[Any]) -> list[Any]:
-        combine, output = self.op.combine, self.op.user_output
+    def _emit_in_python(self, windows: list[tuple[int, list[list[Any]]]]) -> None:
+        import numpy as np
+
+        for right, slices in windows:  # keys only the tuple path could hold: per window
+            payloads = self._window_in_python(slices)
+            if payloads:
+                self.out.append((right, Batch(np.full(len(payloads), right, np.int64),
+                                              payloads=payloads)))
+
+    def _window_in_python(self, slices: list[list[Any]]) -> list[Any]:
+        """A window combined in Python (:func:`.columnar.combine_in_python`) over the owned
+        key groups, each slice's partials in ESG order."""
+        return combine_in_python(self.op, [[r for p in ps for r in self._owned_rows(p)]
+                                           for ps in slices])
+
+    def _owned_rows(self, p: Any) -> list[tuple[Hashable, Any]]:
+        """A partial's (key, accumulator) rows of the key groups this instance owns."""
         mine = self._mine
-        acc: dict[Hashable, Any] = {}
-        for p in parts:
-            if type(p) is _PyPart:
-                pairs = [(k, a) for k, a in p.accs.items() if mine(p.groups[k])]
-            else:
-                table, g = p
-                cols = [table.column(c).to_pylist() for c in table.column_names if c != "v"]
-                keys = cols[0] if len(cols) == 1 else list(zip(*cols, strict=True))
-                vals = table.column("v").to_pylist()
-                gs = [0] * len(keys) if g is None else g.tolist()
-                pairs = [(k, v) for k, v, grp in zip(keys, vals, gs, strict=True) if mine(grp)]
-            for k, a in pairs:
-                acc[k] = combine(acc[k], a) if k in acc else a
-        return [r for r in (output(k, a) for k, a in acc.items()) if r is not None]
+        if type(p) is _PyPart:
+            return [(k, a) for k, a in p.accs.items() if mine(p.groups[k])]
+        table, g = p
+        keys = _keys_of(table)
+        vals = self.shared.form.to_accs(state_of(table))
+        gs = [0] * len(keys) if g is None else g.tolist()
+        return [(k, v) for k, v, grp in zip(keys, vals, gs, strict=True) if mine(grp)]
 
     def _mine(self, g: int) -> bool:
         return self._owns_all or int(self._owner[g]) == self.j

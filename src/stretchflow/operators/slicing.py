@@ -145,13 +145,16 @@ class SlicedAggregateInstance(AggregateInstance):
         """forwardAndShift of window ``l``: f_O on each key's accumulator combined from the
         window's slices, into ``out``; returns those slices' starts (sorted). The columnar
         instance emits a table instead (:mod:`.columnar`)."""
-        output, out = self.op.user_output, self.out
+        output, out, many = self.op.user_output, self.out, self.op.many_outputs
         right = l + self.op.WS
         accs, ss = self._combined(sg, l)
         for k, acc in accs.items():  # f_O on the combined accumulator
             res = output(k, acc)
             if res is not None:
-                out.append((right, res))
+                if many:  # f_O gives several payloads (top_k's rows)
+                    out.extend((right, r) for r in res)
+                else:
+                    out.append((right, res))
         return ss
 
     def _drop_slice(self, sg: dict, s: int) -> None:

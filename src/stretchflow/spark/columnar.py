@@ -47,7 +47,8 @@ def applies(op: OPlus) -> bool:
     # keys travel as one Arrow string column here: an f_MK whose keys are tuples of columns
     # (paircount's, output_columns naming two key fields) stays on the row path
     return isinstance(op, Aggregate) and getattr(op, "columns", None) is not None \
-        and op.WT == "multi" and len(op.output_columns or ("k", "v")) == 2
+        and op.WT == "multi" and len(op.output_columns or ("k", "v")) == 2 \
+        and getattr(op, "column_agg", None) is None  # declarative (#31): Spark's own compile
 
 
 def explode(op: Aggregate, ts: list[int], payloads: list[Any]) -> tuple[Any, Any, Any]:
