@@ -8,16 +8,17 @@ reference executor's output. Any other flow runs on the Python O+ path (:mod:`.b
 :func:`run` says, per operator, which path it took and why (``extra["spark_native"]``).
 
 Reading: the sources are read on the driver by stretchflow's own readers (``Source.batches``,
-else ``items``), so a malformed record is the same one-line error as on the local engines;
-the Arrow tables are written to one uncompressed Parquet file in a scratch directory that
-Spark reads (``createDataFrame`` from Arrow keeps the data in the driver JVM's heap: 1 M bids
-ran it out of its 1 GB; on a non-local master the tables go through it all the same, the
-scratch file being on the driver only). Each tuple carries its timestamp (column ``t``) and
-its position in the source (``q``, the arrival order a float sum follows); payload fields are
-columns ``c0, c1, ...`` (:class:`Stream` maps names to them: no quoting, no case folding).
-A batch whose table may differ from its payloads (JSON Lines read by Arrow: a field missing
-from some lines reads as null, ints among floats as floats) is checked against them, and
-where they differ the flow is not native.
+else ``items``), so a malformed record is the same one-line error as on the local engines.
+A batch's Arrow table states its records exactly or there is none (:mod:`stretchflow.batch`,
+:mod:`stretchflow.io.batches`: no field missing from some, no int beside floats); records
+without one are not native. The tables are written to one uncompressed Parquet file in a
+scratch directory that Spark reads (``createDataFrame`` from Arrow keeps the data in the
+driver JVM's heap: 1 M bids ran it out of its 1 GB; on a non-local master the tables go
+through it all the same, the scratch file being on the driver only). Each tuple carries its
+timestamp (column ``t``, the payload's own ts field when it holds the same) and, when a sum
+or mean may add floats, its position in the source (``q``, the order they add in); payload
+fields are columns ``c1, c2, ...`` (:class:`Stream` maps names to them: no quoting, no case
+folding).
 
 Windows: an aggregate's tuple at ``ts`` falls in the instances ``[l, l+WS)`` with ``l`` a
 multiple of WA, ``l <= ts < l + WS``; each row is exploded into the ends ``l + WS`` of its
@@ -52,7 +53,7 @@ from typing import Any
 from ..batch import arrow_ints
 from ..eventtime import WATERMARK
 from ..flow import Flow, Node
-from ..io.sources import Csv, LateSource, Parquet
+from ..io.sources import LateSource
 from ..operators.aggregate import Aggregate
 from ..operators.stateless import Filter, FlatMap, Map
 from ..runtime.sinks import sink_session
@@ -261,18 +262,15 @@ class NativeRun:
         batches = src.batches(_ROWS)
         if batches is None:
             batches = _item_batches(src)
-        # Parquet and CSV payloads are their table's rows; others may differ from it
-        checked = not isinstance(src, Csv | Parquet)
         tables, stamps = [], []
         n = 0
         for b in batches:
-            t = b.table
+            t = b.table  # a batch's table states its records exactly, or there is none
             if t is None:
-                raise NotNative(f"{where}: records that are not objects of one schema")
+                raise NotNative(f"{where}: records that make no exact table (a field missing "
+                                f"from some, in another order, ints beside floats, nesting)")
             if isinstance(t, pa.RecordBatch):
                 t = pa.Table.from_batches([t])
-            if checked:
-                _check_payloads(where, b, t)
             tables.append(t)
             stamps.append(b.ts)
             n += len(b)
@@ -535,31 +533,6 @@ def _item_batches(src: Any) -> Any:
         yield Batch(ts, payloads=ps)
 
 
-def _check_payloads(where: str, batch: Any, table: Any) -> None:
-    """Refuses a batch whose table is not its payloads: a field missing from some records
-    (the table has a null there) or ints among floats (the table has floats). Only a
-    table with a null, or with a float column holding an integral value, is compared."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    names = table.column_names
-    nulls = any(c.null_count for c in table.columns)
-    floats = [n for n, c in zip(names, table.columns, strict=True)
-              if pa.types.is_floating(c.type) and len(c) > c.null_count
-              and pc.any(pc.equal(c, pc.floor(c))).as_py()]
-    if not nulls and not floats:
-        return
-    for p in batch.payloads:
-        if type(p) is not dict:
-            raise NotNative(f"{where}: a record that is not an object")
-        if nulls and len(p) != len(names):
-            missing = [n for n in names if n not in p]
-            raise NotNative(f"{where}: some records lack the field {missing[0]!r} others have")
-        for f in floats:
-            if type(p.get(f)) is int:
-                raise NotNative(f"{where}: the field {f!r} holds ints and floats")
-
-
 def _unify(where: str, tables: list[Any]) -> tuple[list[str], dict[str, str], list[Any]]:
     """The fields (the first table's order), their kinds and the tables in the types those
     kinds have (ints as int64, floats as float64); refuses fields other types, or a field
@@ -573,8 +546,9 @@ def _unify(where: str, tables: list[Any]) -> tuple[list[str], dict[str, str], li
         raise NotNative(f"{where}: a field named twice")
     kinds: dict[str, str] = {f: NULL for f in fields}
     for t in tables:
-        if set(t.column_names) != set(fields):
-            raise NotNative(f"{where}: some records lack a field others have")
+        if t.column_names != fields:
+            raise NotNative(f"{where}: records whose fields differ from the first ones' (a "
+                            f"field missing, or in another order)")
         for f in fields:
             k = _kind_of_arrow(t.schema.field(f).type)
             if k is None:
