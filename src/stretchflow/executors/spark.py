@@ -1,8 +1,9 @@
 """``--engine spark``: runs a Flow on Apache Spark (see :mod:`stretchflow.spark`).
 
 ``run(flow, parallelism=None, key_groups=None, master=None, spark_conf=None)`` runs a flow with
-bounded inputs as a batch job; :func:`stretchflow.spark.streaming.run_stream` runs it as a
-Structured Streaming query over growing inputs.
+bounded inputs as a batch job — Spark's own DataFrame operations where the flow is declarative
+(:mod:`stretchflow.spark.native`), else Python workers; :func:`stretchflow.spark.streaming.
+run_stream` runs it as a Structured Streaming query over growing inputs.
 
 Spark's own output (the JVM's log, its Python workers' messages, Py4J's) goes to a log file,
 never to the terminal (:mod:`stretchflow.spark.errors`); the result's ``extra["spark_log"]``

@@ -198,6 +198,8 @@ class NativeRun:
         #: whether the sources' arrival order must be kept (a sum or mean may be of floats)
         self.need_order = any(
             n.kind == "oplus" and n.spec.column_agg.kind in ("sum", "mean") for n in flow.nodes)
+        #: the DataFrames persisted for the run (an aggregate's output read twice)
+        self.cached: list[Any] = []
         #: (an operator's input DataFrame, its guards, its name): Python raises where one holds
         self.guards: list[tuple[Any, list[Any], str]] = []
 
@@ -219,6 +221,7 @@ class NativeRun:
             t0 = time.perf_counter()
             streams: dict[Node, Stream] = {}
             counts: dict[str, int] = {}
+            readers = self.flow.consumers()
             for node in self.flow.nodes:
                 try:
                     if node.kind == "source":
@@ -226,7 +229,11 @@ class NativeRun:
                     elif node.kind == "stateless":
                         streams[node] = self.stateless(node.spec, streams[node.inputs[0]])
                     else:
-                        streams[node] = self.aggregate(node.spec, streams[node.inputs[0]])
+                        s = self.aggregate(node.spec, streams[node.inputs[0]])
+                        if readers.get(node, 0) > 1:  # read twice: computed once
+                            s = replace(s, df=s.df.persist())
+                            self.cached.append(s.df)
+                        streams[node] = s
                 except NotNative as e:
                     e.node = node  # type: ignore[attr-defined]
                     raise
@@ -240,6 +247,8 @@ class NativeRun:
                     raise
                 raise Fallback(why) from None
         finally:
+            for df in self.cached:
+                df.unpersist()
             for k, v in saved.items():
                 if v is None:
                     conf.unset(k)
