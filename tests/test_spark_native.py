@@ -433,6 +433,20 @@ def test_a_python_function_falls_back_with_its_reason(spark, bids):
     assert "spark plan: python filter (with the rest" in res.summary()
 
 
+def test_a_flow_of_python_functions_says_nothing(spark):
+    """No operator declarative: nothing to report (no extra, no summary line), as before."""
+    recs = [{"ts": t, "k": t % 3} for t in range(20)]
+
+    def build():
+        flow = sf.Flow("lam")
+        b = flow.source(sf.io.iterable(recs, name="in")).map(lambda p: p)
+        return flow, [b.aggregate(size=10, keys=lambda p: p["k"], init=int,
+                                  update=lambda n, p: n + 1).collect()]
+
+    res = assert_same_as_reference(build, "spark")
+    assert "spark_native" not in res.extra and "spark plan" not in res.summary()
+
+
 def iterable_flow(recs, agg, **kw):
     def build():
         flow = sf.Flow("it")

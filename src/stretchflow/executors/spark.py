@@ -136,8 +136,9 @@ def _run(flow: Flow, parallelism: int | None, key_groups: int | None, master: st
         # Spark's own operations where the flow is declarative, else the Python O+
         info = native_plan.run(flow, spark, G, P, native)
         tuples_in = info["tuples_in"]
-        extra.update(mode="batch", driver_read_s=info["driver_read_s"],
-                     spark_native=info["native"])
+        extra.update(mode="batch", driver_read_s=info["driver_read_s"])
+        if info["native"] is not None:  # which operators ran natively, why not the others
+            extra["spark_native"] = info["native"]
     elapsed = time.perf_counter() - t1
     return RunResult(engine="spark", elapsed=elapsed, tuples_in=tuples_in,
                      tuples_out={s.name: s.count for _, s in flow.sinks}, extra=extra)

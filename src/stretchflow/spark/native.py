@@ -160,7 +160,8 @@ def run(flow: Flow, spark: Any, n_groups: int, n_partitions: int,
         native: bool = True) -> dict[str, Any]:
     """Runs ``flow`` on its bounded inputs natively where it can, else on the Python O+ path
     (:func:`.batch.run_batch`); returns what ``run_batch`` returns plus ``native``:
-    ``{operator: "native" | "python: why"}``."""
+    ``{operator: "native" | "python: why"}``, or None when no operator is declarative (a flow
+    of Python functions, which has nothing to say)."""
     from .batch import run_batch
 
     why = reasons(flow)
@@ -185,7 +186,7 @@ def run(flow: Flow, spark: Any, n_groups: int, n_partitions: int,
     info = run_batch(flow, spark, n_groups, n_partitions)
     info["native"] = {n.name: "python: " + (own.get(n.name) or why[n] or
                                             f"with the rest of the flow ({blocker})")
-                      for n in ops}
+                      for n in ops} if any(why[n] is None for n in ops) else None
     return info
 
 
