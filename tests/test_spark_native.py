@@ -21,16 +21,6 @@ import spark_fixtures
 import stretchflow as sf
 from conformance.contract import assert_same_as_reference, multiset
 from stretchflow.errors import OperatorError, SourceError
-from stretchflow.operators.aggregate import (
-    arg_max,
-    arg_min,
-    count,
-    max_of,
-    mean_of,
-    min_of,
-    sum_of,
-    top_k,
-)
 from stretchflow.spark import native
 from stretchflow.spark.exprs import ESCAPE, NotNative, Translator
 
@@ -318,33 +308,33 @@ def every_kind(source, made):
     def build():
         flow = sf.Flow("kinds")
         b = flow.source(source())
-        hot = b.aggregate(size="10s", slide="2s", keys="auction", **count())
+        hot = b.aggregate(size="10s", slide="2s", keys="auction", **sf.count())
         sinks = {
             "count": hot.collect(),
-            "arg_max": hot.aggregate(size="2s", keys=None, **arg_max("count"),
+            "arg_max": hot.aggregate(size="2s", keys=None, **sf.arg_max("count"),
                                      name="top").collect(),
-            "mean": b.aggregate(size="10s", keys="category", **mean_of("price"),
+            "mean": b.aggregate(size="10s", keys="category", **sf.mean_of("price"),
                                 name="m").collect(),
             "sum2": b.aggregate(size=7000, slide=3000, name="s2",
                                 keys=("category", (sf.col("bidder") % 3).alias("b3")),
-                                **sum_of("price")).collect(),
-            "minmax": b.aggregate(size=5000, slide=2500, keys=None, **min_of("price"),
+                                **sf.sum_of("price")).collect(),
+            "minmax": b.aggregate(size=5000, slide=2500, keys=None, **sf.min_of("price"),
                                   name="mn").collect(),
             "max": b.aggregate(size=4000, keys=(sf.col("price") // 10_000).alias("bucket"),
-                               **max_of(sf.col("bidder") * 2), name="mx").collect(),
+                               **sf.max_of(sf.col("bidder") * 2), name="mx").collect(),
             "fmean": b.aggregate(size="6s", slide="2s", keys="category", name="fm",
-                                 **mean_of(sf.col("price") * 0.9, name="eur")).collect(),
+                                 **sf.mean_of(sf.col("price") * 0.9, name="eur")).collect(),
             "fsum": b.aggregate(size=7000, slide=3000, keys="auction", name="fs",
-                                **sum_of(sf.col("price") / 7, name="s")).collect(),
+                                **sf.sum_of(sf.col("price") / 7, name="s")).collect(),
             "top3": b.aggregate(size=7000, slide=3000, keys="category", name="t3",
-                                **top_k("price", 3)).collect(),
-            "low": b.aggregate(size=5000, keys=None, **arg_min("bidder"), name="lo").collect(),
+                                **sf.top_k("price", 3)).collect(),
+            "low": b.aggregate(size=5000, keys=None, **sf.arg_min("bidder"), name="lo").collect(),
             "nulls": b.select("auction", z=sf.lit(None), c=sf.col("category").fill_null(-1),
                               p=sf.col("price").is_null()).collect(),
             "chain": (b.filter((sf.col("price") > 20_000) & sf.col("category").is_in([10, 12]))
                       .with_columns(eur=sf.col("price") * 0.9, auction=sf.col("auction") + 1)
                       .select("auction", "eur", cat=sf.col("category").cast(str))
-                      .aggregate(size="3s", keys=("cat", "auction"), **count("n"), name="ch")
+                      .aggregate(size="3s", keys=("cat", "auction"), **sf.count("n"), name="ch")
                       .collect()),
         }
         made.append(sinks)
@@ -362,9 +352,10 @@ def test_every_kind_matches_reference(spark, bids):
 
 
 ACCUMULATORS = {
-    "count": lambda of: count(), "sum": lambda of: sum_of(of), "min": lambda of: min_of(of),
-    "max": lambda of: max_of(of), "mean": lambda of: mean_of(of),
-    "top2": lambda of: top_k(of, 2), "low": lambda of: top_k(of, 1, largest=False)}
+    "count": lambda of: sf.count(), "sum": lambda of: sf.sum_of(of),
+    "min": lambda of: sf.min_of(of), "max": lambda of: sf.max_of(of),
+    "mean": lambda of: sf.mean_of(of),
+    "top2": lambda of: sf.top_k(of, 2), "low": lambda of: sf.top_k(of, 1, largest=False)}
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
@@ -404,8 +395,8 @@ def test_reasons_name_what_is_not_native():
     b = flow.source(sf.io.iterable([{"ts": 1, "a": 1}], name="in"))
     b.flat_map(lambda p: [p]).sink(sf.io.Collector())
     b.map(lambda p: p, name="m").sink(sf.io.Collector())
-    b.aggregate(size=10, keys="a", window_type="single", **count(), name="single").collect()
-    b.aggregate(size=10, keys=lambda p: p["a"], **count(), name="lam").collect()
+    b.aggregate(size=10, keys="a", window_type="single", **sf.count(), name="single").collect()
+    b.aggregate(size=10, keys=lambda p: p["a"], **sf.count(), name="lam").collect()
     b.aggregate(size=10, keys="a", init=int, update=lambda n, p: n + 1, name="own").collect()
     b.join(b, size=10, keys=lambda p: p["a"], name="j").collect()
     b.filter(sf.col("a") > 0, name="f").collect()
@@ -423,7 +414,7 @@ def test_a_python_function_falls_back_with_its_reason(spark, bids):
     def build():
         flow = sf.Flow("lam")
         b = flow.source(sf.io.jsonl(path)).filter(sf.col("price") > 50_000)
-        return flow, [b.aggregate(size="5s", keys=lambda t: t["auction"], **count()).collect()]
+        return flow, [b.aggregate(size="5s", keys=lambda t: t["auction"], **sf.count()).collect()]
 
     res = assert_same_as_reference(build, "spark")
     assert res.extra["spark_native"] == {
@@ -460,14 +451,14 @@ def test_overflow_and_escapes_rerun_on_the_python_path(spark):
     sum is beyond 2**53 (Spark's doubles would round twice) re-run in Python: the reference's
     output, and the reason in the summary."""
     big = [{"ts": t, "k": t % 2, "v": 2**62 + t} for t in range(8)]
-    res = assert_same_as_reference(iterable_flow(big, sum_of("v")), "spark")
+    res = assert_same_as_reference(iterable_flow(big, sf.sum_of("v")), "spark")
     assert res.extra["spark_native"] == {
         "agg": "python: re-ran on the Python path ([ARITHMETIC_OVERFLOW] overflow)"}
     big = [{"ts": t, "k": t % 2, "v": 2**52 + t} for t in range(8)]
-    res = assert_same_as_reference(iterable_flow(big, mean_of("v")), "spark")
+    res = assert_same_as_reference(iterable_flow(big, sf.mean_of("v")), "spark")
     assert "a mean of ints whose sum is beyond 2**53" in res.extra["spark_native"]["agg"]
     nan = [{"ts": t, "k": 1, "v": float("nan") if t == 3 else t / 2} for t in range(8)]
-    res = assert_same_as_reference(iterable_flow(nan, max_of("v")), "spark")
+    res = assert_same_as_reference(iterable_flow(nan, sf.max_of("v")), "spark")
     assert "NaN or -0.0" in res.extra["spark_native"]["agg"]
 
 
@@ -480,7 +471,7 @@ def test_a_pruned_division_by_zero_is_the_reference_error(spark):
         flow = sf.Flow("div")
         b = flow.source(sf.io.iterable(recs, name="in"))
         s = b.with_columns(r=sf.col("a") / sf.col("b"), name="wc").select("k")
-        return flow, [s.aggregate(size=10, keys="k", **count()).collect()]
+        return flow, [s.aggregate(size=10, keys="k", **sf.count()).collect()]
 
     errors = []
     for engine in ("reference", "spark"):
@@ -519,7 +510,7 @@ def test_records_a_table_would_change_are_not_native(spark, tmp_path):
 
 def test_native_off(spark):
     recs = [{"ts": t, "k": t % 3} for t in range(20)]
-    res = assert_same_as_reference(iterable_flow(recs, count()), "spark", native="off")
+    res = assert_same_as_reference(iterable_flow(recs, sf.count()), "spark", native="off")
     assert res.extra["spark_native"] == {"agg": "python: with the rest of the flow (native "
                                                 "plans are off)"}
 
@@ -539,7 +530,7 @@ def test_bad_input_is_the_local_engines_error(spark, tmp_path):
             out = tmp_path / f"{engine}.jsonl"
             flow = sf.Flow("bad")
             flow.source(sf.io.jsonl(path)).filter(expr).aggregate(
-                size=10, keys="k", **count()).sink(str(out))
+                size=10, keys="k", **sf.count()).sink(str(out))
             with pytest.raises(error) as e:
                 flow.run(engine)
             said.append(str(e.value))
