@@ -536,3 +536,20 @@ def test_bad_input_is_the_local_engines_error(spark, tmp_path):
             said.append(str(e.value))
             assert not out.exists()
         assert said[0] == said[1]
+
+
+def test_a_plan_spark_refuses_runs_on_the_python_path(spark, monkeypatch):
+    """Should a translation give a column Spark's analysis refuses (here, one forced to name
+    no column), the flow runs on the Python path with that reason, not as a Spark failure."""
+    from pyspark.sql import functions as F
+
+    monkeypatch.setattr(native.Translator, "column", lambda self, e: (F.col("nope"), "bool"))
+    recs = [{"ts": t, "k": t % 3} for t in range(20)]
+
+    def build():
+        flow = sf.Flow("refused")
+        b = flow.source(sf.io.iterable(recs, name="in")).filter(sf.col("k") > 0, name="f")
+        return flow, [b.collect()]
+
+    res = assert_same_as_reference(build, "spark")
+    assert "'f': Spark's analysis refused it" in res.extra["spark_native"]["f"]

@@ -238,6 +238,15 @@ class NativeRun:
                 except NotNative as e:
                     e.node = node  # type: ignore[attr-defined]
                     raise
+                except Exception as e:
+                    # Spark refusing a plan the translation thought sound: a gap of ours,
+                    # which the Python path does not share
+                    if type(e).__name__ != "AnalysisException":
+                        raise
+                    refused = NotNative(f"{node.kind} {node.name!r}: Spark's analysis "
+                                        f"refused it ({errors.root_cause(str(e))[:200]})")
+                    refused.node = node  # type: ignore[attr-defined]
+                    raise refused from None
             t_read = time.perf_counter() - t0
             try:
                 self.check_guards()
