@@ -253,19 +253,19 @@ def test_sinks_write_parts_as_output_comes(engine: str, tmp_path: Path,
     """At each barrier the epoch's output is already in the sink's open part file, and the
     sink hands nothing held to the commit; the output is an uninterrupted run's."""
     from stretchflow.cli import query_flow
-    from stretchflow.executors.vsn_checkpoint import VSNCheckpointer
+    from stretchflow.runtime.threaded_checkpoint import ThreadedCheckpointer
 
     tweets = tmp_path / "tw.jsonl"
     generate("tweets", 6_000, 7, tweets)
     seen: list[tuple[int, int]] = []
-    real = VSNCheckpointer.sink_barrier
+    real = ThreadedCheckpointer.sink_barrier
 
     def spy(self, j, b, chunks=()):
         f = self.writers[j]._open
         seen.append((f[0].tell() if f is not None else 0, len(chunks)))
         return real(self, j, b, chunks)
 
-    monkeypatch.setattr(VSNCheckpointer, "sink_barrier", spy)
+    monkeypatch.setattr(ThreadedCheckpointer, "sink_barrier", spy)
 
     def build(out: Path) -> sf.Flow:
         return query_flow("wordcount", [str(tweets)], str(out),

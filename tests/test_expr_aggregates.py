@@ -207,7 +207,7 @@ def test_from_a_file_the_columnar_path_is_taken_and_exact(acc, tmp_path, monkeyp
     columns are checked against them) on the reference, and on vsn whose instances sum
     batches ahead on two threads: float sums in the tuple path's order, bit for bit."""
     monkeypatch.setattr("stretchflow.executors.reference.BATCH", 50)
-    monkeypatch.setattr("stretchflow.executors.vsn_batches.COLUMNAR_BATCH", 37)
+    monkeypatch.setattr("stretchflow.runtime.pump.COLUMNAR_BATCH", 37)
     for seed, floats in ((1, True), (2, False)):
         rows = bids(900, seed, nulls=0.05, floats=floats)
         path = write_jsonl(tmp_path / f"in{seed}.jsonl", rows)
@@ -437,7 +437,7 @@ def test_refused_batches_mix_with_columnar_ones_on_shared_engines(engine, opts, 
     """Batches the columnar form refuses (sums beyond int64, floats in an int column) go
     tuple at a time into the same σ; windows mixing both kinds combine exactly (in Python
     where the tuple path's accumulators do not fit Arrow's types)."""
-    monkeypatch.setattr("stretchflow.executors.vsn_batches.COLUMNAR_BATCH", 16)
+    monkeypatch.setattr("stretchflow.runtime.pump.COLUMNAR_BATCH", 16)
     rows = [{"ts": t, "k": t % 3, "x": 2**62 if t % 6 == 1 else t} for t in range(300)]
     rows += [{"ts": 300 + t, "k": t % 3, "x": t + 0.5 if t % 40 == 3 else t}
              for t in range(300)]

@@ -49,7 +49,7 @@ MODES = [{"scheduler": "qst"},
 @pytest.fixture(autouse=True)
 def _small_batches(monkeypatch):
     # many source batches per example, so windows close at and between batch boundaries
-    monkeypatch.setattr("stretchflow.executors.vsn_batches.COLUMNAR_BATCH", 37)
+    monkeypatch.setattr("stretchflow.runtime.pump.COLUMNAR_BATCH", 37)
 
 
 @SETTINGS
@@ -165,16 +165,24 @@ def test_other_sources_and_shapes_take_tuples(tmp_path):
     path = tmp_path / "in.jsonl"
     _write(path, rows)
     want = _reference(path, QUERIES["wordcount"])
-    # an operator after the A+ or before it: tuples, the same output
+    # a lambda operator after the A+ or before it: the line stays on batches, the lambda
+    # runs tuple by tuple on each (issue #31), the same output
     flow = sf.Flow()
     col = flow.source(JsonLines(path)).oplus(QUERIES["wordcount"]()).map(lambda p: p).collect()
     res = flow.run("ordered", parallelism=2)
-    assert "one source" in res.extra["columnar_fallback"]["wordcount"]
+    assert res.extra["paths"] == {"wordcount": "columnar", "map": "tuple"}
     assert checked_multiset(col) == want
-    flow = sf.Flow()  # an operator before it: the A+ reads tuples
+    flow = sf.Flow()
     col = flow.source(JsonLines(path)).map(lambda p: p).oplus(QUERIES["wordcount"]()).collect()
     res = flow.run("ordered", parallelism=2)
-    assert "one source" in res.extra["columnar_fallback"]["wordcount"]
+    assert res.extra["paths"] == {"wordcount": "columnar", "map": "tuple"}
+    assert checked_multiset(col) == want
+    flow = sf.Flow()  # not a line (the A+ read twice): tuples
+    counted = flow.source(JsonLines(path)).oplus(QUERIES["wordcount"]())
+    col = counted.collect()
+    counted.map(lambda p: p).collect()
+    res = flow.run("ordered", parallelism=2)
+    assert "one line" in res.extra["columnar_fallback"]["wordcount"]
     assert checked_multiset(col) == want
     # an A+ without columnar forms: nothing to fall back from
     flow = sf.Flow()
@@ -213,7 +221,7 @@ def test_latency_markers_on_batches(tmp_path):
     res = flow.run("ordered", parallelism=2, marker_every=100)
     assert res.extra["paths"] == {"wordcount": "columnar"}
     # 2000 tuples in batches of 37: a marker after each batch that crosses a multiple of 100
-    assert 15 <= res.extra["latency_ms"]["samples"] <= 2000 // 37 + 1
+    assert 15 <= res.extra["marker_latency_ms"]["samples"] <= 2000 // 37 + 1
     assert checked_multiset(col) == _reference(path, QUERIES["wordcount"])
 
 

@@ -126,8 +126,8 @@ def test_markers_do_not_change_the_output_and_give_latencies() -> None:
     # each marker is timed from its source to the sinks: a real duration, not a placeholder
     assert len(lat) == 10 and all(math.isfinite(x) and x > 0 for x in lat)
     assert len(set(lat)) > 1
-    # the summary is of these ten: the exact max, percentiles from a 1 % histogram
-    summary = got.result.extra["latency_ms"]
+    # the summary is of these ten (latency_ms is the outputs' latency, as on every engine)
+    summary = got.result.extra["marker_latency_ms"]
     assert summary["samples"] == 10 and summary["max"] == max(lat)
     assert 0 < summary["p50"] <= summary["p99"] <= summary["max"]
     assert summary["p50"] == pytest.approx(sorted(lat)[5], rel=0.02)

@@ -24,7 +24,7 @@ PROC = {"channels": "processes"}
 
 @pytest.fixture(autouse=True)
 def _small_batches(monkeypatch):
-    monkeypatch.setattr("stretchflow.executors.vsn_batches.COLUMNAR_BATCH", 37)
+    monkeypatch.setattr("stretchflow.runtime.pump.COLUMNAR_BATCH", 37)
 
 
 def _sent(op, p, explode):

@@ -7,7 +7,6 @@ import pytest
 
 import stretchflow as sf
 from conformance.contract import multiset
-from stretchflow.executors import vsn
 from stretchflow.executors.vsn_operator import VSNOperator
 from stretchflow.runtime import switch_hold
 from stretchflow.runtime.switch_hold import SwitchHold
@@ -104,7 +103,6 @@ class _Recording(SwitchHold):
 def test_every_reconfiguration_takes_and_returns_one_hold(monkeypatch, on):
     hold = _Recording()
     monkeypatch.setattr("stretchflow.executors.vsn_operator.SWITCH_HOLD", hold)
-    monkeypatch.setattr(vsn, "HOLD_SWITCH", on)
     at_switch = []  # the interval while the barrier action runs (the hold is still taken)
     apply = VSNOperator._apply_request
 
@@ -116,7 +114,7 @@ def test_every_reconfiguration_takes_and_returns_one_hold(monkeypatch, on):
     f_ref, c_ref = _wordcount(name="switch")
     f_ref.run()
     flow, col = _wordcount(name="switch")
-    res = flow.run(engine="vsn", parallelism=1, max_parallelism=4,
+    res = flow.run(engine="vsn", parallelism=1, max_parallelism=4, hold_switch=on,
                    reconfigure=[(0, 2), (500, 4), (1500, 1), (2500, 3), (9999, 2)])
     assert len(res.extra["reconfigurations"]) == 5
     assert len(hold.seen) == (5 if on else 0)
@@ -129,11 +127,10 @@ def test_every_reconfiguration_takes_and_returns_one_hold(monkeypatch, on):
 def test_a_failing_run_releases_its_holds(monkeypatch):
     hold = _Recording()
     monkeypatch.setattr("stretchflow.executors.vsn_operator.SWITCH_HOLD", hold)
-    monkeypatch.setattr(vsn, "HOLD_SWITCH", True)
     # the last request is pending (its control tuple not yet read) when the operator fails
     with pytest.raises(sf.OperatorError, match="boom"):
         _wordcount(fail_at=1200, name="switch")[0].run(
-            engine="vsn", parallelism=2, max_parallelism=4,
+            engine="vsn", parallelism=2, max_parallelism=4, hold_switch=True,
             reconfigure=[(1000, 4), (1199, 1), (2000, 3)])
     assert hold.seen and hold.holds == 0
     assert sys.getswitchinterval() == pytest.approx(0.005)

@@ -39,7 +39,7 @@ SETTINGS = settings(max_examples=30, deadline=None,
 @pytest.fixture(autouse=True)
 def _small_batches(monkeypatch):
     # many batches per example, so steps, watermarks and helpers meet batch boundaries
-    monkeypatch.setattr("stretchflow.executors.vsn_batches.COLUMNAR_BATCH", 37)
+    monkeypatch.setattr("stretchflow.runtime.pump.COLUMNAR_BATCH", 37)
 
 
 @SETTINGS
@@ -189,9 +189,9 @@ def test_the_source_thread_explodes_each_batch_once_in_order(tmp_path, p):
     source's thread (explode_ahead), once per batch and in batch order, and the instances'
     output is the tuple path's."""
     from columnar_cases import recording, reference_multiset, words_file
-    from stretchflow.executors import vsn_batches
+    from stretchflow.runtime import pump
 
-    size = vsn_batches.COLUMNAR_BATCH  # 37 here (the module's fixture): many batches
+    size = pump.COLUMNAR_BATCH  # 37 here (the module's fixture): many batches
     path = words_file(tmp_path, n=20 * size + 7)
     calls: list = []
     flow, col = _flow(path, recording(calls))

@@ -10,7 +10,7 @@ import pytest
 import stretchflow as sf
 from conformance.contract import multiset
 from stretchflow.buffers.esg import Aborted, ElasticScaleGate
-from stretchflow.executors import vsn
+from stretchflow.engines import get_spec
 from stretchflow.io.generators import tweets
 from stretchflow.queries import build_query
 
@@ -137,6 +137,9 @@ def test_bad_hold_is_refused(bad):
         esg.set_control_hold(bad)
 
 
+HOLD = get_spec("vsn").option("control_hold").value  # the engine's default control hold
+
+
 class _Live(sf.io.IterableSource):
     """Pushed tuple by tuple at once, like the reconfiguration bench's paced source."""
 
@@ -147,15 +150,10 @@ def _wordcount(recs, spread, schedule, hold):
     flow = sf.Flow("wc")
     col = build_query("wordcount", [flow.source(_Live(recs, name="tweets"))]).collect()
     seen = {}
-    old = vsn.CONTROL_HOLD
-    vsn.CONTROL_HOLD = hold
-    try:
-        res = flow.run("vsn", parallelism=1, max_parallelism=8, reconfigure=schedule,
-                       max_spread=spread,
-                       on_start=lambda ex: seen.setdefault("esg", next(
-                           iter(ex.ops.values())).inlet.esg))
-    finally:
-        vsn.CONTROL_HOLD = old
+    res = flow.run("vsn", parallelism=1, max_parallelism=8, reconfigure=schedule,
+                   max_spread=spread, control_hold=hold or 0,
+                   on_start=lambda ex: seen.setdefault("esg", next(
+                       iter(ex.ops.values())).inlet.esg))
     return col, res, seen["esg"].stats()
 
 
@@ -167,12 +165,12 @@ def test_reconfigurations_under_a_live_source_keep_outputs_bounds_and_phases(spr
     ref = sf.Flow("wc")
     ref_col = build_query("wordcount", [ref.source(sf.io.iterable(recs))]).collect()
     ref.run("reference")
-    col, res, st = _wordcount(recs, spread, schedule, vsn.CONTROL_HOLD)
+    col, res, st = _wordcount(recs, spread, schedule, HOLD)
     assert multiset(col.items) == multiset(ref_col.items)
     log = res.extra["reconfigurations"]
     applied = [r for r in log if r["applied"]]
     # a request still pending when the next one applies is superseded (the hold ends by
-    # itself after CONTROL_HOLD, so on a slow host the source may go on before a switch)
+    # itself after the control hold, so on a slow host the source may go on before a switch)
     assert applied and all("superseded" in r["note"] for r in log if not r["applied"])
     assert applied[-1]["parallelism_after"] == steps[-1]
     for r in applied:
@@ -191,7 +189,7 @@ def test_reconfigurations_under_a_live_source_keep_outputs_bounds_and_phases(spr
             assert parts >= r["duration_ms"] - 1e-6
     # the source pushes its next tuple right after each control tuple: it found the hold
     # on at least once of eight (it waits until the switch instead of taking the GIL)
-    assert st["hold_waits"] >= 1 and st["control_hold"] == vsn.CONTROL_HOLD
+    assert st["hold_waits"] >= 1 and st["control_hold"] == HOLD
     assert st["spread"] == 0  # every instance got everything
 
 

@@ -93,6 +93,12 @@ def _flink(quick: bool, out_dir: str | None) -> Path:
     return flink.run(quick=quick, out_dir=out_dir)
 
 
+def _userflows(quick: bool, out_dir: str | None) -> Path:
+    from . import userflows
+
+    return userflows.run(quick=quick, out_dir=out_dir)
+
+
 def _model(quick: bool, out_dir: str | None) -> Path:
     from . import model
 
@@ -131,6 +137,9 @@ BENCHMARKS: dict[str, tuple[str, str, Callable[[bool, str | None], Path]]] = {
               "issue #20", _peers),
     "stretchflow-vs-flink": ("vsn vs PyFlink at Π = 1, 2 on the Q1–Q3 shapes, whole processes",
                              "STRETCH Q1–Q3, issue #20", _flink),
+    "userflows": ("NEXMark-shaped user flows (lambdas and column expressions) on every engine "
+                  "vs a hand-written loop and Polars, whole processes (USERFLOWS_* select)",
+                  "issues #31, #32", _userflows),
     "stretchflow-model": ("the DEBS'19 performance model of VSN and SN: measured costs, "
                           "predicted vs measured throughput at Π = 1, 2",
                           "STRETCH conference §8, §9.1 (Fig. 3, 4a)", _model),
@@ -157,4 +166,4 @@ _register_suites()
 #: experiments named after what they measure, not an engine (they compare engines, or measure
 #: a feature on every engine that has it: checkpoint); ``stretchflow bench NAME`` runs one
 CROSS_ENGINE: tuple[str, ...] = ("speed", "peers", "checkpoint", "kills", "live",
-                                 "stretchflow-vs-flink", "stretchflow-model")
+                                 "stretchflow-vs-flink", "stretchflow-model", "userflows")

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# imported for their renderers (the SN, ordered, slack and Spark blocks, the papers' blocks)
-from . import report_hosts, report_model, report_more, report_papers  # noqa: F401
+# imported for their renderers (the SN, ordered, slack and Spark blocks, the papers' blocks,
+# the user flows)
+from . import report_hosts, report_model, report_more, report_papers, report_userflows  # noqa: F401, E501
 from .common import ROOT
 from .report_tables import RENDERERS, ReportError
 

@@ -137,39 +137,60 @@ def _orphans_counted() -> Iterator[None]:
             libc.prctl(_PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
 
 
-def _run_once(variant: str, query: str, data: Path, out: Path,
-              params: dict[str, Any]) -> dict[str, float]:
-    """One whole process: the parent's wall time, the run's own time, the process's own
-    peak RSS (:mod:`.peak`; Spark's JVM is another process, not counted) and its CPU time
+def summary_own_s(label: str, stdout: str, stderr: str) -> float:
+    """A ``stretchflow run``'s own time: the elapsed of its run summary (on stderr)."""
+    m = _SUMMARY.search(stderr)
+    if m is None:
+        raise RuntimeError(f"{label}: no run summary in its output: {stderr[-500:]}")
+    return float(m.group(1))
+
+
+def reported_own_s(label: str, stdout: str, stderr: str) -> float:
+    """A baseline program's own time: ``elapsed_s`` of the JSON on its last stdout line."""
+    try:
+        return float(orjson.loads(stdout.strip().splitlines()[-1])["elapsed_s"])
+    except (IndexError, KeyError, ValueError, TypeError) as e:
+        raise RuntimeError(f"{label}: no elapsed_s report on its stdout: {stdout[-500:]}") from e
+
+
+def measure(label: str, cmd: list[str], peak: Path,
+            own: Any = summary_own_s, env: dict[str, str] | None = None,
+            timeout: float = CHILD_TIMEOUT_S) -> dict[str, Any]:
+    """One whole process ``cmd`` (run under :mod:`.peak`, writing its peak RSS to ``peak``):
+    the parent's wall time, the run's own time (``own(label, stdout, stderr)``), the
+    process's own peak RSS (Spark's JVM is another process, not counted) and its CPU time
     (user + system, with its threads and every process it started, also those it left
     behind (:func:`_orphans_counted`); the difference of this process's children's usage
-    around the one child, since the variants run one at a time)."""
-    peak = out.with_suffix(".peak")
-    cmd = _command(variant, query, data, out, params, peak)
+    around the one child, since the variants run one at a time); ``stdout`` too. A failure
+    or a run past ``timeout`` is a RuntimeError naming ``label``."""
     u0, s0 = _children_cpu_s()
     with _orphans_counted():
         t0 = time.perf_counter()
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                                  env=env)
         except subprocess.TimeoutExpired as e:
-            raise RuntimeError(f"{variant} ({' '.join(cmd)}) ran longer than "
-                               f"{CHILD_TIMEOUT_S:.0f} s and was killed") from e
+            raise RuntimeError(f"{label} ({' '.join(cmd)}) ran longer than "
+                               f"{timeout:.0f} s and was killed") from e
         wall = time.perf_counter() - t0
     u1, s1 = _children_cpu_s()
-    stdout, stderr = proc.stdout, proc.stderr
     if proc.returncode != 0:
-        raise RuntimeError(f"{variant} ({' '.join(cmd)}) failed with exit code "
-                           f"{proc.returncode}: {stderr.strip()[-2000:]}")
-    if VARIANTS[variant] is None:
-        own = float(orjson.loads(stdout)["elapsed_s"])
-    else:
-        m = _SUMMARY.search(stderr)
-        if m is None:
-            raise RuntimeError(f"{variant}: no run summary in its output: {stderr[-500:]}")
-        own = float(m.group(1))
+        raise RuntimeError(f"{label} ({' '.join(cmd)}) failed with exit code "
+                           f"{proc.returncode}: {proc.stderr.strip()[-2000:]}")
     cpu = (u1 - u0) + (s1 - s0)
-    return {"wall_s": wall, "own_s": own, "peak_rss_mb": float(peak.read_text()),
-            "cpu_s": cpu, "user_s": u1 - u0, "sys_s": s1 - s0, "cores_busy": cpu / wall}
+    return {"wall_s": wall, "own_s": own(label, proc.stdout, proc.stderr),
+            "peak_rss_mb": float(peak.read_text()), "cpu_s": cpu, "user_s": u1 - u0,
+            "sys_s": s1 - s0, "cores_busy": cpu / wall, "stdout": proc.stdout}
+
+
+def _run_once(variant: str, query: str, data: Path, out: Path,
+              params: dict[str, Any]) -> dict[str, float]:
+    """One whole process of ``variant`` (:func:`measure`)."""
+    peak = out.with_suffix(".peak")
+    r = measure(variant, _command(variant, query, data, out, params, peak), peak,
+                reported_own_s if VARIANTS[variant] is None else summary_own_s)
+    del r["stdout"]
+    return r
 
 
 #: what :func:`_run_once` measures of the CPU, summarized per variant like the times:

@@ -136,9 +136,9 @@ def reconfiguration(cycles: int = 4, interval: float = 0.1, seed: int = 1,
     each ``max_spread`` of ``spreads`` (None: the engine's default; 0: unbounded, the
     baseline; 32: a tighter bound, to weigh its latency against its full-speed throughput)
     and, with ``hold_baseline``, for the default without the control hold
-    (``executors.vsn.CONTROL_HOLD``: sources wait from a control tuple to its switch),
+    (the vsn option ``control_hold``: sources wait from a control tuple to its switch),
     and, with ``switch_baseline``, for the default with the switch-interval hold flipped
-    (``executors.vsn.HOLD_SWITCH``, off by default: the GIL switch interval lowered from a
+    (the vsn option ``hold_switch``, off by default: the GIL switch interval lowered from a
     request to its switch, ``runtime/switch_hold.py``), wordcount with a reconfiguration every
     ``interval`` × C input tuples
     (``STEPS``, ``cycles`` times per load): one run whose source offers 70 % of C and
@@ -148,7 +148,7 @@ def reconfiguration(cycles: int = 4, interval: float = 0.1, seed: int = 1,
     load average as each phase starts and ends (``loadavg_at_phases``), and each run's
     ``timeline`` (instances at each change, latency p50/p99 per 0.25 s: the figure's
     over-time panels); ``phases_ms`` splits the durations (Reconfiguration.phases_ms)."""
-    from stretchflow.executors import vsn as vsn_executor
+    from stretchflow.engines import ENGINES
     from stretchflow.executors.vsn import MAX_SPREAD
     from stretchflow.runtime.switch_hold import SWITCH_HOLD
 
@@ -159,7 +159,9 @@ def reconfiguration(cycles: int = 4, interval: float = 0.1, seed: int = 1,
     steps = list(STEPS[1:]) * cycles
     per_load = gap * len(steps)
     out: dict[str, Any] = {}
-    hold, switch = vsn_executor.CONTROL_HOLD, vsn_executor.HOLD_SWITCH
+    # the engine's defaults, from its spec (docs/api.md's options table)
+    defaults = {o.name: o.value for o in ENGINES["vsn"].options}
+    hold, switch = defaults["control_hold"], defaults["hold_switch"]
     # (max_spread, control hold on, switch-interval hold on)
     variants = [(spread, True, switch) for spread in spreads]
     if hold_baseline:
@@ -167,18 +169,13 @@ def reconfiguration(cycles: int = 4, interval: float = 0.1, seed: int = 1,
     if switch_baseline:
         variants.append((None, True, not switch))
     for spread, held, switched in variants:
-        vsn_kw = {} if spread is None else {"max_spread": spread}
+        vsn_kw: dict[str, Any] = {} if spread is None else {"max_spread": spread}
+        vsn_kw.update(control_hold=hold if held else 0, hold_switch=switched)
         name = f"max_spread={MAX_SPREAD if spread is None else spread}" + (
             ", no control hold" if not held
             else f", {'' if switched else 'no '}switch-interval hold" if switched != switch
             else " (default)" if spread is None else " (unbounded)" if spread == 0 else "")
-        # both read as each run's executor is built
-        vsn_executor.CONTROL_HOLD = hold if held else None
-        vsn_executor.HOLD_SWITCH = switched
-        try:
-            out[name] = _variant(table, cap, gap, steps, per_load, vsn_kw)
-        finally:
-            vsn_executor.CONTROL_HOLD, vsn_executor.HOLD_SWITCH = hold, switch
+        out[name] = _variant(table, cap, gap, steps, per_load, vsn_kw)
     return {"query": "wordcount", "steps": list(STEPS), "gap_tuples": gap,
             "capacity": cal, "control_hold_s": hold,
             "switch_interval_hold_s": SWITCH_HOLD.interval, "switch_hold_default": switch,

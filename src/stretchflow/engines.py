@@ -15,14 +15,26 @@ One name per concept, on every engine that has it:
 ``capacity``         tuples a buffer between threads holds before its writers block
 ``reconfigure``      ``[(COUNT, P), ...]``: after the COUNT-th input tuple request P instances
 ``controller``       the elasticity controller (a name or an object)
+
+Options are checked once, here, before a run starts: each option by its own ``check``, then
+the options that depend on each other by the engine's ``settle`` (``checkpoint_every`` needs
+``checkpoint``, a schedule within ``max_parallelism``, a controller built from its name and
+``controller_options``, ...), every refusal a :class:`FlowDefinitionError`. The executor
+receives :class:`Settings`: every option of its spec, checked, the defaults filled in
+(:attr:`Option.value`). Every run goes through :func:`run` (``Flow.run``, and an executor's
+own ``run(flow, **options)``, which hands its arguments to it), which also checks the flow
+(``flow.validate()``) once.
 """
 
 from __future__ import annotations
 
+import copy
 import importlib
 import logging
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+import math
+import os
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .errors import EngineUnavailableError, FlowDefinitionError
@@ -56,14 +68,20 @@ def parse_schedule(text: str | list[tuple[int, int]] | None) -> list[tuple[int, 
     return sorted(steps)
 
 
-def _positive(name: str) -> Callable[[Any], Any]:
+def _integer(name: str, least: int) -> Callable[[Any], Any]:
+    word = "positive" if least == 1 else "non-negative"
+
     def check(v: Any) -> Any:
         if isinstance(v, Mapping):  # per operator (slack's parallelism)
             return {k: check(x) for k, x in v.items()}
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise FlowDefinitionError(f"{name} must be a positive integer, got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, int) or v < least:
+            raise FlowDefinitionError(f"{name} must be a {word} integer, got {v!r}")
         return v
     return check
+
+
+def _positive(name: str) -> Callable[[Any], Any]:
+    return _integer(name, 1)
 
 
 def _positive_number(name: str) -> Callable[[Any], Any]:
@@ -96,6 +114,9 @@ class Option:
     metavar: str | None = None
     repeat: bool = False  # on the command line: the flag may be given several times
     const: str | None = None  # on the command line: the value of the bare flag (no value)
+    #: the value the engine runs with when the option is left out (None: the engine derives
+    #: it, see its ``settle``); per engine, so not part of the option's identity
+    value: Any = field(default=None, compare=False)
 
     @property
     def flag(self) -> str:
@@ -105,13 +126,38 @@ class Option:
 def _opt(name: str, help: str, parse: Callable[[str], Any] | None = str,  # noqa: A002
          check: Callable[[Any], Any] | None = None, default: str = "",
          choices: tuple[str, ...] | None = None, metavar: str | None = None,
-         repeat: bool = False, const: str | None = None) -> Option:
+         repeat: bool = False, const: str | None = None, value: Any = None) -> Option:
     if choices is not None and check is None:
         def check(v: Any, _c: tuple[str, ...] = choices, _n: str = name) -> Any:
             if v not in _c:
                 raise FlowDefinitionError(f"{_n} must be one of {', '.join(_c)}; got {v!r}")
             return v
-    return Option(name, help, parse, check, default, choices, metavar, repeat, const)
+    return Option(name, help, parse, check, default, choices, metavar, repeat, const, value)
+
+
+def _at(opt: Option, value: Any) -> Option:
+    """``opt`` with the engine's own default ``value`` (an engine's copy of a common one)."""
+    return replace(opt, value=value)
+
+
+def _flag(name: str) -> Callable[[Any], Any]:
+    def check(v: Any) -> Any:
+        if v is True or v is False:
+            return v
+        if v in ("on", "off"):
+            return v == "on"
+        raise FlowDefinitionError(f"{name} must be on or off (True or False), got {v!r}")
+    return check
+
+
+def _seconds_or_off(name: str) -> Callable[[Any], Any]:
+    def check(v: Any) -> Any:
+        if isinstance(v, bool) or not isinstance(v, int | float) or not v >= 0 \
+                or not math.isfinite(v):
+            raise FlowDefinitionError(f"{name} must be a number of seconds >= 0 (0: off), "
+                                      f"got {v!r}")
+        return v
+    return check
 
 
 # -- the common vocabulary ---------------------------------------------------------------------
@@ -138,8 +184,9 @@ CHECKPOINT_EVERY = _opt("checkpoint_every", "how often to checkpoint: N (input t
                         "Nms (seconds of processing time)", _checkpoint_every, _checkpoint_every,
                         default="10s", metavar="EVERY")
 COLUMNAR = _opt("columnar", "batches through Arrow kernels for an O+ that has columnar forms "
-                "(on: at parallelism 1 on the reference engine, at any on vsn and ordered "
-                "(not with checkpoints), and on sn's process channels without "
+                "(on: at any parallelism on the reference engine (not with checkpoints "
+                "at parallelism > 1), vsn, and ordered (not with checkpoints), and on sn's "
+                "process channels without "
                 "reconfigurations or checkpoints) or tuple at a "
                 "time (off)", choices=("on", "off"), default="on")
 METRICS_INTERVAL = _opt("metrics_interval", "seconds between two measurements (metrics, "
@@ -168,14 +215,50 @@ RUN_OPTIONS = (UI, UI_WAIT, REPORT)
 LOCAL_ENGINES = ("reference", "vsn", "sn", "ordered", "slack")
 
 
+class Settings(Mapping[str, Any]):
+    """An engine's options as its executor runs with them: every option of its spec, each
+    checked (:meth:`EngineSpec.check`), the defaults filled in, and those that depend on each
+    other checked together and resolved (the spec's ``settle``). Read as attributes
+    (``s.parallelism``) or as a mapping; ``given`` holds the options the caller gave."""
+
+    def __init__(self, values: dict[str, Any], given: dict[str, Any]):
+        self._values = values
+        self.given = given
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.__dict__["_values"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __getitem__(self, name: str) -> Any:
+        return self._values[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def set(self, **values: Any) -> None:
+        """Sets resolved values (a spec's ``settle``, before the executor gets them)."""
+        self._values.update(values)
+
+    def __repr__(self) -> str:
+        return f"Settings({self._values!r})"
+
+
 @dataclass(frozen=True)
 class EngineSpec:
-    """An engine: its name, where its ``run`` lives, a one-line summary and its options."""
+    """An engine: its name, where its ``run`` lives, a one-line summary, its options, and
+    ``settle``: the checks of options that depend on each other (and the values they
+    resolve to), run once every option passed its own check."""
 
     name: str
     module: str
     summary: str
     options: tuple[Option, ...]
+    settle: Callable[[Settings], None] | None = None
 
     @property
     def option_names(self) -> tuple[str, ...]:
@@ -203,6 +286,15 @@ class EngineSpec:
                 continue  # left out: the engine's default
             out[name] = opt.check(value) if opt.check is not None else value
         return out
+
+    def settings(self, options: Mapping[str, Any]) -> Settings:
+        """``options`` checked (:meth:`check`), the defaults filled in, then settled: what
+        the engine's executor runs with. Raises :class:`FlowDefinitionError`."""
+        given = self.check(options)
+        s = Settings({o.name: o.value for o in self.options} | given, given)
+        if self.settle is not None:
+            self.settle(s)
+        return s
 
 
 def engines_taking(name: str) -> list[str]:
@@ -250,15 +342,6 @@ def options_by_name() -> dict[str, list[tuple[EngineSpec, Option]]]:
     return out
 
 
-def _spark_on_off(v: Any) -> bool:
-    """The spark engine's ``spark_ui``: on/off from the command line, a bool from Python."""
-    if v is True or v is False:
-        return v
-    if v in ("on", "off"):
-        return v == "on"
-    raise FlowDefinitionError(f"spark_ui must be on or off (True or False), got {v!r}")
-
-
 def _spark_until(v: Any) -> Any:
     """The spark engine's ``until``: io.follow's syntax (None: the files present now)."""
     from .io.follow import parse_until
@@ -273,83 +356,203 @@ def _spark_until(v: Any) -> Any:
     return v
 
 
+# -- the options that depend on each other: checked once, per engine ---------------------------
+def _checkpointed(s: Settings) -> None:
+    if s.checkpoint_every is not None and s.checkpoint is None:
+        raise FlowDefinitionError("checkpoint_every needs checkpoint (the directory)")
+
+
+def _controllers(s: Settings) -> None:
+    """``controllers``: ``k -> the controller of the k-th elastic operator`` (or None), built
+    from ``controller`` and ``controller_options``; an operator keeps state in its controller
+    (levels, history), so a name makes one per operator and an object is deep-copied for every
+    operator but the first."""
+    ctl, opts = s.controller, s.controller_options
+    if opts is not None and ctl is None:
+        raise FlowDefinitionError("controller_options need a controller given by name")
+    if ctl is None:
+        s.set(controllers=lambda _k: None)
+    elif isinstance(ctl, str):
+        from .elastic import make_controller
+
+        kw = dict(opts or {})
+        try:
+            make_controller(ctl, **kw)  # a bad name or option fails before the run
+        except (TypeError, ValueError) as e:
+            raise FlowDefinitionError(f"controller {ctl!r}: {e}") from None
+        s.set(controllers=lambda _k: make_controller(ctl, **kw))
+    else:
+        if opts is not None:
+            raise FlowDefinitionError("controller_options apply to a controller given by "
+                                      "name; configure a Controller object directly")
+        s.set(controllers=lambda k: ctl if k == 0 else copy.deepcopy(ctl))
+
+
+def _settle_reference(s: Settings) -> None:
+    _checkpointed(s)
+
+
+def _settle_vsn(s: Settings) -> None:
+    _checkpointed(s)
+    _controllers(s)
+    steps = list(s.reconfigure or ())
+    n = s.max_parallelism or max([s.parallelism] + [p for _, p in steps])
+    if any(p > n for _, p in steps):
+        raise FlowDefinitionError(f"--reconfigure asks for more than max_parallelism={n}")
+    if s.parallelism > n:
+        raise FlowDefinitionError(f"need parallelism ({s.parallelism}) <= max_parallelism "
+                                  f"({n})")
+    s.set(max_parallelism=n, reconfigure=steps, control_hold=s.control_hold or None)
+
+
+def _store(v: Any) -> Any:
+    from .elastic.migration import StateStore
+
+    if v in ("memory", "sqlite") or isinstance(v, StateStore):
+        return v
+    raise FlowDefinitionError(f"store must be one of memory, sqlite (or, in Python, a "
+                              f"StateStore); got {v!r}")
+
+
+def _settle_sn(s: Settings) -> None:
+    _checkpointed(s)
+    _controllers(s)
+    steps = sorted(s.reconfigure or ())
+    wanted = [s.parallelism] + [p for _, p in steps]
+    # with a controller and no bound, room to scale out
+    most = s.max_parallelism or (max(wanted) if s.controller is None else max(*wanted, 4))
+    if any(not 1 <= p <= most for p in wanted):
+        raise FlowDefinitionError(f"parallelism must be between 1 and max_parallelism={most}")
+    store = s.store
+    if s.channels == "processes":
+        from .elastic.migration import SQLiteStateStore
+
+        store = store or "sqlite"
+        if store == "memory" or not isinstance(store, str | SQLiteStateStore):
+            raise FlowDefinitionError("process channels migrate state through a file every "
+                                      "process can open: use store='sqlite' (or an "
+                                      "SQLiteStateStore)")
+    s.set(max_parallelism=most, reconfigure=steps, store=store or "memory")
+
+
+def _settle_ordered(s: Settings) -> None:
+    _checkpointed(s)
+    if s.parallelism is None:  # a worker per core
+        s.set(parallelism=os.cpu_count() or 1)
+
+
+def _slt_tuner(v: Any) -> Any:
+    from .elastic.controller import Controller
+
+    if not isinstance(v, Controller):
+        raise FlowDefinitionError(f"the slack engine's controller is an SLT tuner object "
+                                  f"(stretchflow.elastic.sltuner), got {v!r}")
+    return v
+
+
+def _settle_slack(s: Settings) -> None:
+    _checkpointed(s)
+    if s.checkpoint is not None:
+        slts = list(s.slt.values()) if isinstance(s.slt, Mapping) else [s.slt]
+        if s.controller is not None or any(x != math.inf for x in slts):
+            raise FlowDefinitionError(
+                "checkpoint: the slack engine checkpoints only with slt=inf and no controller "
+                "(a finite SLT processes tuples out of timestamp order, so no cut is "
+                "consistent and a resumed run could not equal an uninterrupted one)")
+
+
 ENGINES: dict[str, EngineSpec] = {e.name: e for e in (
     EngineSpec(
         "reference", "stretchflow.executors.reference",
         "sequential and exact (STRETCH Alg. 2 on one thread): the oracle",
-        (PARALLELISM, KEY_GROUPS,
-         COLUMNAR,
+        (_at(PARALLELISM, 1), KEY_GROUPS,
+         _at(COLUMNAR, "on"),
          CHECKPOINT,
-         CHECKPOINT_EVERY)),
+         CHECKPOINT_EVERY),
+        _settle_reference),
     EngineSpec(
         "vsn", "stretchflow.executors.vsn",
         "STRETCH's virtual shared-nothing threads: shared input, output and state; elastic",
-        (PARALLELISM, MAX_PARALLELISM, KEY_GROUPS, CAPACITY, RECONFIGURE, CONTROLLER,
-         CONTROLLER_OPTIONS, METRICS_INTERVAL,
+        (_at(PARALLELISM, 1), MAX_PARALLELISM, KEY_GROUPS, _at(CAPACITY, 4096),
+         _at(RECONFIGURE, ()), CONTROLLER, CONTROLLER_OPTIONS, _at(METRICS_INTERVAL, 1.0),
          _opt("on_start", "API only: called with the executor once its threads run (to "
               "reconfigure it from Python while it runs)", None),
          _opt("defer_gc", "API only: hold cyclic garbage collection during a "
-              "reconfiguration (default True)", None),
+              "reconfiguration (default True)", None, value=True),
          _opt("max_spread", "tuples an instance may read ahead of the slowest instance of "
               "its operator (0: no bound); bounds how long a reconfiguration waits", int,
+              _integer("max_spread", 0),
               default="64 (2048 for an O+ whose kernels take runs)", metavar="N"),
-         COLUMNAR,
+         _opt("control_hold", "seconds ESG_in's sources wait at most from a control tuple "
+              "until its switch is applied, so the instances need not win the GIL from them "
+              "(0: no hold; docs/vsn.md)", float, _seconds_or_off("control_hold"),
+              default="0.05", metavar="S", value=0.05),
+         _opt("hold_switch", "lower the GIL switch interval from a reconfiguration request "
+              "until its switch (runtime/switch_hold.py; docs/vsn.md)", _flag("hold_switch"),
+              _flag("hold_switch"), default="off", choices=("on", "off"), value=False),
+         _at(COLUMNAR, "on"),
          CHECKPOINT,
-         CHECKPOINT_EVERY)),
+         CHECKPOINT_EVERY),
+        _settle_vsn),
     EngineSpec(
         "sn", "stretchflow.executors.sn",
         "shared-nothing channels (threads or processes), splitter/merger, state migration",
-        (PARALLELISM, MAX_PARALLELISM, KEY_GROUPS, CAPACITY, RECONFIGURE, CONTROLLER,
-         CONTROLLER_OPTIONS, METRICS_INTERVAL,
+        (_at(PARALLELISM, 1), MAX_PARALLELISM, _at(KEY_GROUPS, 128), CAPACITY,
+         _at(RECONFIGURE, ()), CONTROLLER, CONTROLLER_OPTIONS, _at(METRICS_INTERVAL, 1.0),
          _opt("channels", "channels as threads or processes (multicore; state migrates "
-              "through SQLite)", choices=("threads", "processes"), default="threads"),
+              "through SQLite)", choices=("threads", "processes"), default="threads",
+              value="threads"),
          _opt("store", "state store of migrations: memory or sqlite (processes: sqlite)",
-              choices=("memory", "sqlite"), default="memory for threads, sqlite for "
-              "processes"),
+              check=_store, choices=("memory", "sqlite"), default="memory for threads, "
+              "sqlite for processes"),
          _opt("batch", "input tuples per splitter flush and watermark pulse", int,
-              _positive("batch"), default="256", metavar="N"),
+              _positive("batch"), default="256", metavar="N", value=256),
          _opt("pulse_ms", "also flush when this many ms passed since the last flush", float,
-              _positive_number("pulse_ms"), default="50", metavar="MS"),
+              _positive_number("pulse_ms"), default="50", metavar="MS", value=50),
          _opt("start_method", "multiprocessing start method of process channels",
-              choices=("forkserver", "spawn"), default="forkserver"),
-         COLUMNAR,
+              choices=("forkserver", "spawn"), default="forkserver", value="forkserver"),
+         _at(COLUMNAR, "on"),
          CHECKPOINT,
-         CHECKPOINT_EVERY)),
+         CHECKPOINT_EVERY),
+        _settle_sn),
     EngineSpec(
         "ordered", "stretchflow.executors.ordered",
         "a worker pool and a scheduler over the operators; order by serial numbers",
-        (PARALLELISM, KEY_GROUPS, CAPACITY,
+        (PARALLELISM, KEY_GROUPS, _at(CAPACITY, 1024),
          _opt("scheduler", "scheduling heuristic", choices=("qst", "lp", "et", "ct"),
-              default="qst"),
+              default="qst", value="qst"),
          _opt("reorder", "the reorder buffer", choices=("nonblocking", "lock"),
-              default="nonblocking"),
+              default="nonblocking", value="nonblocking"),
          _opt("queue", "the queue of stateful stages", choices=("hybrid", "partitioned"),
-              default="hybrid"),
+              default="hybrid", value="hybrid"),
          _opt("time_slice", "seconds a worker runs one task", float,
-              _positive_number("time_slice"), default="0.002", metavar="S"),
+              _positive_number("time_slice"), default="0.002", metavar="S", value=0.002),
          _opt("max_batch", "tuples per task slice", int, _positive("max_batch"),
-              default="256", metavar="N"),
+              default="256", metavar="N", value=256),
          _opt("ct_window", "seconds of the CT heuristic's window", float,
-              _positive_number("ct_window"), default="0.05", metavar="S"),
+              _positive_number("ct_window"), default="0.05", metavar="S", value=0.05),
          _opt("marker_every", "a latency marker every N tuples (0: none)", int,
-              default="0", metavar="N"),
+              _integer("marker_every", 0), default="0", metavar="N", value=0),
          CHECKPOINT,
          CHECKPOINT_EVERY,
-         COLUMNAR)),
+         _at(COLUMNAR, "on")),
+        _settle_ordered),
     EngineSpec(
         "slack", "stretchflow.executors.slack",
         "latency-bounded determinism: Slack ScaleGates, SLTuner under a deadline",
-        (PARALLELISM, KEY_GROUPS, CAPACITY, METRICS_INTERVAL,
+        (_at(PARALLELISM, 1), _at(KEY_GROUPS, 64), _at(CAPACITY, 65536),
+         _at(METRICS_INTERVAL, 0.5),
          _opt("controller", "the SLT tuner (a Controller answering SLTDecision); API only",
-              None),
+              None, _slt_tuner),
          _opt("deadline", "the query's latency deadline in ms (violations are counted)",
               float, _positive_number("deadline"), metavar="MS"),
          _opt("slt", "slack time of every SSG in event-time ms (default inf: exact)", float,
-              metavar="MS"),
+              metavar="MS", value=math.inf),
          _opt("checkpoint", "the checkpoint directory: checkpoints are written there and a "
               "run given a directory that holds one resumes from it (slt inf only; "
               "docs/checkpoints.md)", metavar="DIR"),
-         CHECKPOINT_EVERY)),
+         CHECKPOINT_EVERY),
+        _settle_slack),
     EngineSpec(
         "spark", "stretchflow.executors.spark",
         "PySpark batch or Structured Streaming, on local[*] or a cluster",
@@ -363,8 +566,8 @@ ENGINES: dict[str, EngineSpec] = {e.name: e for e in (
          _opt("max_files_per_trigger", "files per micro-batch of a directory stream", int,
               _positive("max_files_per_trigger"), default="1", metavar="N"),
          _opt("spark_ui", "Spark's web UI, its URL printed at the start (it lives as long as "
-              "the session: the process); in Python True or False", _spark_on_off,
-              _spark_on_off, default="off", choices=("on", "off"), const="on"),
+              "the session: the process); in Python True or False", _flag("spark_ui"),
+              _flag("spark_ui"), default="off", choices=("on", "off"), const="on"),
          _opt("native", "bounded flows of column expressions as Spark's own DataFrame "
               "operations, no Python worker (on), or every O+ through Python workers (off)",
               choices=("on", "off"), default="on"),
@@ -387,21 +590,45 @@ def get_engine(name: str) -> Callable[..., Any]:
     return get_spec(name).load()
 
 
+def settings(engine: str, options: Mapping[str, Any]) -> Settings:
+    """``engine``'s :class:`Settings` for ``options`` (see :meth:`EngineSpec.settings`)."""
+    return get_spec(engine).settings(options)
+
+
+def given(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """An executor's ``run(flow, ...)`` arguments (its ``locals()``) as the options its caller
+    gave: the flow and what was left at None (the engine's default) left out."""
+    return {k: v for k, v in arguments.items() if k != "flow" and v is not None}
+
+
 def run(flow: Any, engine: str, options: Mapping[str, Any]) -> Any:
-    """Checks ``options`` against ``engine``'s spec and runs ``flow`` on it."""
+    """Checks ``flow`` and ``options`` (against ``engine``'s spec, once) and runs ``flow``
+    on it: ``Flow.run`` and every executor's own ``run(flow, **options)`` come here."""
     spec = get_spec(engine)
     web = {o.name: options[o.name] for o in RUN_OPTIONS if options.get(o.name) is not None}
-    checked = spec.check({k: v for k, v in options.items() if k not in web})
-    log.debug("run %s on %s: options %s", flow.name, engine, checked)
-    result = _run_checked(flow, engine, spec, checked, web)
+    flow.validate()
+    s = spec.settings({k: v for k, v in options.items() if k not in web})
+    log.debug("run %s on %s: options %s", flow.name, engine, s.given)
+    result = _run_checked(flow, engine, spec, s, web)
     log.debug("run %s ended: %r", flow.name, result)
     return result
 
 
-def _run_checked(flow: Any, engine: str, spec: EngineSpec, checked: dict[str, Any],
+def _executor(spec: EngineSpec, s: Settings) -> Callable[[Any], Any]:
+    """``flow -> RunResult``: the ``execute(flow, settings)`` beside the engine's ``run``
+    (:meth:`EngineSpec.load`), or, for an engine that takes its options as keywords only
+    (spark), that ``run(flow, **given options)``."""
+    run = spec.load()
+    execute = getattr(importlib.import_module(run.__module__), "execute", None)
+    if execute is not None:
+        return lambda flow: execute(flow, s)
+    return lambda flow: run(flow, **s.given)
+
+
+def _run_checked(flow: Any, engine: str, spec: EngineSpec, s: Settings,
                  web: dict[str, Any]) -> Any:
     if not web or web.get("ui") is False and "report" not in web:
-        return spec.load()(flow, **checked)
+        return _executor(spec, s)(flow)
     if engine not in LOCAL_ENGINES:
         raise FlowDefinitionError(f"ui and report watch a run in this process; the {engine} "
                                   f"engine does not take them (local engines: "
@@ -410,4 +637,4 @@ def _run_checked(flow: Any, engine: str, spec: EngineSpec, checked: dict[str, An
 
     with watch(flow, engine, ui=UI.check(web["ui"]) if "ui" in web else False,  # type: ignore[misc]
                ui_wait=bool(web.get("ui_wait")), report=web.get("report")) as session:
-        return session.finish(spec.load()(flow, **checked))
+        return session.finish(_executor(spec, s)(flow))

@@ -331,8 +331,9 @@ class Flow:
                 f"{app} calls flow.run() while `stretchflow run` loads it, so the flow would "
                 f"run twice; put the call under `if __name__ == \"__main__\":` (then the file "
                 f"runs as a script and as a flow file)")
-        self.validate()
-        with RUN_FREEZE:  # collections during the run skip the heap it started with
+        # collections during the run skip the heap it started with; engines.run validates
+        # the flow and the options, once
+        with RUN_FREEZE:
             result = run_engine(self, engine, given)
         # every engine reads its sources in this process, so their counts are here
         late = {n.name: n.spec.late_seen for n in self.nodes

@@ -49,8 +49,17 @@ sharing a columnar σ (:mod:`.ordered_columnar`; ``extra["paths"]`` says which p
 Latency markers (§7, "markers at equal tuple intervals"): with ``marker_every=m`` the source
 adds a watermark at the timestamp of the latest tuple after every m tuples (a no-op for every
 operator: it equals the implicit watermark) and records when; a sink measures each watermark
-timestamp's first arrival. ``extra["latency_ms"]`` summarizes them (runtime/result.py) and
-``extra["marker_latencies_ms"]`` lists them.
+timestamp's first arrival. ``extra["marker_latencies_ms"]`` lists them and
+``extra["marker_latency_ms"]`` summarizes them; ``extra["latency_ms"]`` is the outputs' latency,
+measured by the sinks' drains as on every engine (runtime/result.py).
+
+The runtime's skeleton (:mod:`stretchflow.runtime.skeleton`) starts, joins and stops the
+workers, holds the sinks (the line's end hands its outputs to the sinks' drains, under the
+scheduler's lock, in order) and samples the stages' metrics. The source stage is not the
+runtime's source pump: the paper's source is an operator like the others, read by whichever
+worker the scheduler gives it, one slice of ``n`` tuples at a time (its degree is 1; it is
+scheduled only while its output queue has room), so a pump thread reading ahead of the
+scheduler would bypass flow control and the heuristics.
 
 Locks, and why there is no deadlock: the scheduler lock (``cond``) is taken by workers to get
 and return work; reorder buffers call ``emit`` outside it and ``emit`` may take it, queues are
@@ -67,27 +76,25 @@ snapshotted with nothing in flight (:mod:`.ordered_checkpoint`).
 from __future__ import annotations
 
 import math
-import os
 import threading
 import time
 from collections.abc import Callable
-from contextlib import nullcontext
 from typing import Any
 
+from ..batch import Batch
 from ..buffers.hybrid_queue import HybridQueue, Lease, PartitionedQueue
 from ..buffers.reorder import LockReorderBuffer, NonBlockingReorderBuffer
 from ..elastic.controller import Metrics
-from ..errors import FlowDefinitionError
+from ..engines import Settings, given
+from ..engines import run as run_engine
 from ..eventtime import WATERMARK
 from ..flow import Flow
-from ..io.sinks import Sink
 from ..operators.stateless import apply_batch
-from ..runtime.checkpoint import CheckpointBarrier
-from ..runtime.control import RunControl
-from ..runtime.latency import LatencyRecorder
-from ..runtime.metrics import MetricsLog, MetricsSampler
+from ..runtime.control import CheckpointBarrier
+from ..runtime.drain import SinkDrain
+from ..runtime.latency import percentiles
 from ..runtime.result import RunResult
-from ..runtime.sinks import sink_session
+from ..runtime.skeleton import Run
 from .ordered_checkpoint import OrderedCheckpoints, apply_chain, deferred
 from .ordered_columnar import decide, paths_extra, use_batches
 from .ordered_stages import (
@@ -113,17 +120,18 @@ from .scheduler import Candidate, OpStats, Scheduler
 
 __all__ = ["QUEUES", "REORDERS", "run"]
 
-_SINK_BATCH = 4096
 METRICS_PERIOD = 0.5  # seconds between two rows of each stage's rate and backlog (#18)
 REORDERS = ("nonblocking", "lock")
 QUEUES = ("hybrid", "partitioned")
 
 
 def run(flow: Flow, parallelism: int | None = None, key_groups: int | None = None,
-        capacity: int = 1024, scheduler: str = "qst", reorder: str = "nonblocking",
-        queue: str = "hybrid", time_slice: float = 0.002, max_batch: int = 256,
-        ct_window: float = 0.05, marker_every: int = 0, checkpoint: str | None = None,
-        checkpoint_every: Any = None, columnar: str = "on") -> RunResult:
+        capacity: int | None = None, scheduler: str | None = None,
+        reorder: str | None = None, queue: str | None = None,
+        time_slice: float | None = None, max_batch: int | None = None,
+        ct_window: float | None = None, marker_every: int | None = None,
+        checkpoint: str | None = None, checkpoint_every: Any = None,
+        columnar: str | None = None) -> RunResult:
     """Runs ``flow`` on a pool of ``parallelism`` worker threads (default: the CPU count).
 
     ``parallelism`` is also the number of instances of each O+; ``key_groups`` the key groups
@@ -140,35 +148,23 @@ def run(flow: Flow, parallelism: int | None = None, key_groups: int | None = Non
     batches (:mod:`.ordered_columnar`; else ``extra["columnar_fallback"]`` says why), "off":
     tuples.
     """
-    n_workers = parallelism if parallelism is not None else (os.cpu_count() or 1)
-    if n_workers < 1:
-        raise ValueError("the ordered engine needs at least one worker (parallelism >= 1)")
-    if key_groups is not None and key_groups < 1:
-        raise ValueError("key_groups must be at least 1")
-    if checkpoint is None and checkpoint_every is not None:
-        raise ValueError("checkpoint_every needs checkpoint (the directory)")
-    if columnar not in ("on", "off"):
-        raise FlowDefinitionError(f"columnar must be 'on' or 'off', got {columnar!r}")
-    ck = (flow, checkpoint, checkpoint_every) if checkpoint is not None else None
-    return _Executor(Plan(flow), n_workers, scheduler, capacity=capacity,
-                     time_slice=time_slice, max_batch=max_batch, key_groups=key_groups,
-                     ct_window=ct_window, reorder=reorder, queue=queue,
-                     marker_every=marker_every, checkpoint=ck, columnar=columnar).run()
+    return run_engine(flow, "ordered", given(locals()))
+
+
+def execute(flow: Flow, s: Settings) -> RunResult:
+    """Runs ``flow`` with checked settings ``s`` (:func:`stretchflow.engines.run`'s call)."""
+    ck = (flow, s.checkpoint, s.checkpoint_every) if s.checkpoint is not None else None
+    return _Executor(flow, Plan(flow), s.parallelism, s.scheduler, capacity=s.capacity,
+                     time_slice=s.time_slice, max_batch=s.max_batch, key_groups=s.key_groups,
+                     ct_window=s.ct_window, reorder=s.reorder, queue=s.queue,
+                     marker_every=s.marker_every, checkpoint=ck, columnar=s.columnar).run()
 
 
 class _Executor:
-    def __init__(self, plan: Plan, n_workers: int, policy: str, capacity: int,
+    def __init__(self, flow: Flow, plan: Plan, n_workers: int, policy: str, capacity: int,
                  time_slice: float, max_batch: int, key_groups: int | None, ct_window: float,
                  reorder: str, queue: str, marker_every: int,
                  checkpoint: tuple[Flow, Any, Any] | None = None, columnar: str = "on"):
-        if capacity < 1 or max_batch < 1:
-            raise ValueError("capacity and max_batch must be at least 1")
-        if reorder not in REORDERS:
-            raise ValueError(f"unknown reorder buffer {reorder!r}; choose one of {REORDERS}")
-        if queue not in QUEUES:
-            raise ValueError(f"unknown queue {queue!r}; choose one of {QUEUES}")
-        if marker_every < 0:
-            raise ValueError("marker_every must be >= 0")
         self.n_workers = n_workers
         self.reorder = reorder
         self.queue_kind = queue
@@ -211,22 +207,29 @@ class _Executor:
                                ct_window=ct_window)
         self.capacity = capacity
         self.cond = threading.Condition()
-        self.ctl = RunControl()
+        # the runtime's skeleton: threads, sinks, metrics, latency, checkpoints, the result
+        self.rt = Run("ordered", flow)
+        self.ctl = self.rt.control
         self.ctl.on_abort(self._abort)
+        self._m_t0 = 0.0
+        self._m_last: dict[str, tuple[float, float]] = {}
         self.finished = False
-        self.sinks: list[Sink] = plan.sinks
         if checkpoint is not None:  # last: it holds the directory's lock (released in run)
             self.ck = OrderedCheckpoints(checkpoint[0], plan, checkpoint[1], checkpoint[2],
                                          stages)
             reads.append(self.ck.items)
-        writers: list[Any] = self.ck.sinks if self.ck is not None else plan.sinks
-        # per sink tag: the sinks reading it and their pending batch (a chain: one tag, -2)
-        self.sink_of: dict[int, list[Sink]] = {}
-        for t, s in zip(plan.sink_tags, writers, strict=True):
-            self.sink_of.setdefault(t if tagged else -2, []).append(s)
-        self.sink_buf: dict[int, list[tuple[Any, Any]]] = {t: [] for t in self.sink_of}
-        self.latency = LatencyRecorder()
+        self.clock = self.rt.clock  # when the source stage read which timestamps
+        if self.ck is not None:
+            self.rt.checkpoints = self.ck.run
+        self.drains = [self.rt.drain(k) for k in range(len(plan.sinks))]
+        # per sink tag: the drains of the sinks reading it and the outputs gathered for them
+        # in one hand-over (a chain: one tag, -2)
+        self.drains_of: dict[int, list[SinkDrain]] = {}
+        for t, d in zip(plan.sink_tags, self.drains, strict=True):
+            self.drains_of.setdefault(t if tagged else -2, []).append(d)
+        self.sink_buf: dict[int, list[Any]] = {t: [] for t in self.drains_of}
         self.marker_ms: list[float] = []
+        self._apply = apply_batch  # a stateless slice (batches: ordered_columnar's)
         got = decide(plan, columnar, checkpoint is not None)
         self.columnar_why = got if isinstance(got, str) else None
         if got is not None and not isinstance(got, str):
@@ -308,36 +311,45 @@ class _Executor:
             self.cond.notify_all()
 
     def _to_sinks(self, items: list[Item]) -> None:
-        # called under the lock, in order: the sinks see the sequential output stream
+        """The line's outputs to the sinks' drains (called under the lock, in order: the
+        sinks see the sequential output stream); a hand-over per call, what a watermark
+        closed written at once."""
         bufs, tagged = self.sink_buf, self.tagged
         for item in items:
             p = item[1]
             if p is END:
-                self._flush_sinks()
-                if self.ck is not None:
-                    self.ck.end()
+                self._hand_over()
+                for d in self.drains:  # (a checkpointed run: the last part)
+                    d.end()
                 self.finished = True
             elif type(p) is CheckpointBarrier:
-                self._flush_sinks()
+                self._hand_over()
                 assert self.ck is not None
                 self.ck.at_barrier(p)  # nothing is in flight: the source waits for this
+                for d in self.drains:  # each commits its part
+                    d.take([(item[0], p)])
                 self.stages[0].paused = False  # type: ignore[attr-defined]
             elif p is WATERMARK:
                 sent = self._marker_sent(item[0])
                 if sent is not None:
-                    now = time.perf_counter()
-                    self.marker_ms.append((now - sent) * 1000.0)
-                    self.latency.add(now, self.marker_ms[-1])
-                self._flush_sinks()  # what a watermark closed reaches the sinks now
-            else:
-                if tagged:
-                    buf = bufs[item[2]]
-                    buf.append((item[0], p))
-                else:  # a chain: the item itself, as the operators made it
-                    buf = bufs[-2]
-                    buf.append(item)
-                if len(buf) >= _SINK_BATCH:
-                    self._flush_sinks()
+                    self.marker_ms.append((time.perf_counter() - sent) * 1000.0)
+                self._hand_over()
+                for d in self.drains:  # what a watermark closed reaches the sinks now
+                    d.flush()
+            elif tagged:
+                bufs[item[2]].append((item[0], p))
+            else:  # a chain: the item itself, as the operators made it
+                bufs[-2].append(item)
+        self._hand_over()
+
+    def _hand_over(self) -> None:
+        """What the line gathered for each sink tag, to its drains (which write it once
+        they hold :data:`~stretchflow.runtime.drain.SINK_BATCH` tuples or are flushed)."""
+        for t, buf in self.sink_buf.items():
+            if buf:
+                for d in self.drains_of[t]:
+                    d.take(buf)
+                self.sink_buf[t] = []
 
     def _marker_sent(self, ts: Any) -> float | None:
         """When the watermark ``ts`` entered, if it is a marker not measured yet."""
@@ -347,13 +359,6 @@ class _Executor:
             return None
         with src.wm_lock:
             return src.wm_sent.pop(ts, None)
-
-    def _flush_sinks(self) -> None:
-        for t, buf in self.sink_buf.items():
-            if buf:
-                for s in self.sink_of[t]:
-                    s.write(buf)
-                self.sink_buf[t] = []
 
     # -- scheduling (under the lock) ----------------------------------------------------------
     def _out_size(self, i: int) -> int:
@@ -478,6 +483,7 @@ class _Executor:
                     items.append((item[0], WATERMARK, *item[2:]))
                     with st.wm_lock:
                         sent.setdefault(item[0], time.perf_counter())
+        self._clocked(items)
         if end:
             items.append((math.inf, END, END_TAG) if st.tagged else (math.inf, END))
         dt = time.perf_counter() - t0
@@ -498,13 +504,17 @@ class _Executor:
             n_data = sum(1 for it in batch if it[2] == st.in_tag and it[1] is not WATERMARK)
         else:
             out = (apply_chain(st.op, batch, (WATERMARK, END)) if self.ck is not None else
-                   apply_batch(st.op, batch, (WATERMARK, END)))
-            n_data = sum(1 for _, p in batch if p is not WATERMARK and p is not END)
+                   self._apply(st.op, batch, (WATERMARK, END)))
+            n_data = sum(len(p) if type(p) is Batch else 1 for _, p in batch
+                         if p is not WATERMARK and p is not END)
         dt = time.perf_counter() - t0
         deposit_many(st, [(serial, out)])  # one unit per slice, even empty (§3)
         retry_stash(st)
         self._flush(st)
-        self._finish_slice(st, max(n_data, 1), len(out) - len(batch) + n_data, dt)
+        n_out = (len(out) - len(batch) + n_data if st.tagged else  # tuples (batches': theirs)
+                 sum(len(p) if type(p) is Batch else 1 for _, p in out
+                     if p is not WATERMARK and p is not END))
+        self._finish_slice(st, max(n_data, 1), n_out, dt)
 
     def _run_keyed(self, task: tuple[Any, ...], t0: float) -> None:
         _, st, bucket, n = task
@@ -555,22 +565,15 @@ class _Executor:
         # input, so each reports 1/p of the inputs it went through
         return n_in / st.p, n_out
 
-    # -- the run ------------------------------------------------------------------------------
-    def _run_workers(self) -> None:
-        threads = [self.ctl.thread(self._worker, k, name=f"stretchflow-ordered-{k}")
-                   for k in range(self.n_workers)]
-        try:
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-        finally:
-            if not self.finished and self.ctl.error is None:
-                self.ctl.fail(RuntimeError("interrupted"))
-            for t in threads:
-                if t.ident is not None:  # started
-                    t.join(timeout=5)
+    def _clocked(self, items: list[Item]) -> None:
+        """Records a source slice's latest data timestamp in the ingest clock (latency)."""
+        for item in reversed(items):
+            p = item[1]
+            if p is not WATERMARK and type(p) is not CheckpointBarrier:
+                self.clock.record(item[0])
+                return
 
+    # -- the run ------------------------------------------------------------------------------
     def _measure(self) -> list[tuple[str, Any]]:
         """Each stage's period: tuples in per second and its backlog (inputs not yet released
         downstream, :meth:`Stage.backlog`), for the run's MetricsLog and the live view."""
@@ -586,31 +589,12 @@ class _Executor:
         return out
 
     def run(self) -> RunResult:
-        t0 = self._m_t0 = time.perf_counter()
-        self.latency.t0 = t0
-        self._m_last: dict[str, tuple[float, float]] = {}
-        log = MetricsLog(t0)
-        sampler = MetricsSampler(self.ctl, log, METRICS_PERIOD, self._measure)
-        for st in self.stages[1:]:
-            log.parallelism_changed(st.name, st.stats.max_degree, t0)
-        ck = self.ck
-        # the workers' errors are raised after the sinks end: the session asks the control
-        # (checkpointed: the output is held as parts, published to the sinks at the end)
-        try:
-            with (sink_session(self.sinks, failed=lambda: self.ctl.error is not None)
-                  if ck is None else nullcontext()):
-                sampler.start()
-                try:
-                    self._run_workers()
-                finally:
-                    sampler.stop()
-            self.ctl.raise_error()
-            if ck is not None:
-                ck.publish()
-        finally:
-            if ck is not None:
-                ck.close()
-        elapsed = time.perf_counter() - t0
+        rt = self.rt
+        for k in range(self.n_workers):
+            rt.thread(self._worker, k, name=f"stretchflow-ordered-{k}")
+        rt.sample(METRICS_PERIOD, self._measure)
+        # the workers return at the line's end (END reached the sinks) or when the run stops
+        rt.execute(begin=self._begin, finished=lambda: self.finished)
         src = self.stages[0]
         assert isinstance(src, SourceStage)
         extra: dict[str, Any] = {
@@ -619,25 +603,20 @@ class _Executor:
             "scheduler": self.sched.policy,
             "reorder": self.reorder,
             "queue": self.queue_kind,
-            "metrics": log.rows,
             **paths_extra(self.stages, self.columnar_why),
-            **({"checkpoints": ck.taken, "checkpoint_log": ck.ckpt.stats.log()}
-               if ck is not None else {}),
             "operators": [
                 {"name": st.name, "cost_us": st.cost * 1e6, "selectivity": st.selectivity,
                  "tuples_in": st.tuples_in, "tuples_out": st.tuples_out, "busy": st.busy}
                 for st in self.sched.stats
             ],
         }
-        if src.marker_every:
-            extra["latency_ms"] = self.latency.summary()
-            extra["latency_series"] = self.latency.series()
+        if src.marker_every:  # §7's markers: each from its source to the sinks
             extra["marker_latencies_ms"] = self.marker_ms
-        return RunResult(
-            engine="ordered",
-            elapsed=elapsed,
-            tuples_in=({name: c[0] for name, c in src.counts.items()} if self.tagged
-                       else {src.stats.name: src.count}),
-            tuples_out={s.name: s.count for s in self.sinks},
-            extra=extra,
-        )
+            extra["marker_latency_ms"] = percentiles(self.marker_ms)
+        return rt.result({name: c[0] for name, c in src.counts.items()} if self.tagged
+                         else {src.stats.name: src.count}, extra)
+
+    def _begin(self, t0: float) -> None:
+        self._m_t0 = t0
+        for st in self.stages[1:]:
+            self.rt.metrics.parallelism_changed(st.name, st.stats.max_degree, t0)

@@ -6,8 +6,9 @@ tuple ``(T + 0.5, CheckpointBarrier(e, T))`` each source puts after its last tup
 ordered engine has one line of stages fed by one source stage that merges every source by
 timestamp, so the first barrier of epoch e out of that merge is the cut: every source's tuples
 <= T are before it, none later (the later copies, one per source, are dropped there). The
-sources are wrapped by :class:`~.vsn_checkpoint.VSNCheckpointer`, whose cut T is at or after
-every timestamp any source has read (the merge reads one tuple ahead of each source).
+sources are wrapped by the runtime's
+:class:`~stretchflow.runtime.threaded_checkpoint.ThreadedCheckpointer`, whose cut T is at or
+after every timestamp any source has read (the merge reads one tuple ahead of each source).
 
 The barrier travels the line as the line's own control items do (watermarks, END): in place,
 passed on by every stage (tagged: under the tag of END, which every stage keeps), released by
@@ -17,8 +18,9 @@ exactly the items before it (a unit leaves a reorder buffer only after its input
 processed, and every earlier unit left first) and no worker holds an item after it. There,
 under the scheduler's lock, :meth:`OrderedCheckpoints.at_barrier` snapshots each stateful
 stage (an O+'s σ by key group and its instances' progress, :mod:`~..operators.snapshot`, plus
-the tuples its readiness merge holds; a stateful stage's states per bucket), commits each
-sink's part e and writes the checkpoint; then the source goes on. The pause costs one drain of
+the tuples its readiness merge holds; a stateful stage's states per bucket), then each sink's
+drain commits its part e (the runtime's, as on every threaded engine) and the last one writes
+the checkpoint; then the source goes on. The pause costs one drain of
 the line per checkpoint, no change to the data path between checkpoints.
 
 Resume: each stage is restored before the workers start, the sources skip what the checkpoint
@@ -37,81 +39,44 @@ from ..errors import StretchflowError
 from ..operators import snapshot
 from ..operators.stateless import apply_batch
 from ..runtime.checkpoint import CheckpointBarrier
+from ..runtime.threaded_checkpoint import RunCheckpoints
 from .ordered_stages import OPlusStage
-from .vsn_checkpoint import VSNCheckpointer
 
 if TYPE_CHECKING:
     from ..flow import Flow, Node
     from .ordered_stages import Plan, Stage
 
-__all__ = ["OrderedCheckpoints", "PartSink", "apply_chain", "deferred"]
-
-
-class PartSink:
-    """Stands for sink ``j`` during a checkpointed run: what the line writes to it goes into
-    the sink's open part in the checkpoint directory as it comes (``part``, an
-    :class:`~stretchflow.runtime.pump.EpochParts`; the line delivers in serial order, one
-    thread at a time), and the next barrier commits it as a part. Holding it until the
-    barrier, as it first did, kept up to an epoch of output tuples alive and serialized them
-    all at the barrier, while the line was paused for it."""
-
-    def __init__(self, j: int, name: str, part: Any):
-        self.j = j
-        self.name = name
-        self.count = 0
-        self.part = part
-
-    def write(self, items: list[Any]) -> None:
-        self.part.write(items)
-        self.count += len(items)
+__all__ = ["OrderedCheckpoints", "apply_chain", "deferred"]
 
 
 class OrderedCheckpoints:
-    """One checkpointed run of the ordered engine (see the module doc)."""
+    """One checkpointed run of the ordered engine's stateful stages (see the module doc);
+    the sources' and sinks' side, the end and the result keys are the runtime's (``run``)."""
 
     def __init__(self, flow: Flow, plan: Plan, path: Any, every: Any,
                  stages: list[Stage]):
         stateful = [n.name for n in plan.ops if n.kind in ("oplus", "stateful")]
         # the engine in the fingerprint: another engine's snapshots have another layout
-        self.ckpt = VSNCheckpointer(path, every, flow, {"engine": "ordered"}, stateful)
-        self.sinks = [PartSink(j, s.name, self.ckpt.writers[j])
-                      for j, s in enumerate(plan.sinks)]
+        self.run = RunCheckpoints(path, every, flow, {"engine": "ordered"}, stateful)
         self.stages = [st for st in stages if st.name in set(stateful)]
         try:
             for st in self.stages:
-                blob = self.ckpt.restored(st.name)
+                blob = self.run.restored(st.name)
                 if blob is not None:
                     _restore(st, blob)
         except BaseException:
-            self.ckpt.close()
+            self.run.close()
             raise
-
-    @property
-    def taken(self) -> int:
-        return self.ckpt.taken
 
     def items(self, node: Node, counter: list[int]) -> Iterator[Any]:
         """Source ``node``'s items with the barriers, past the restored cut."""
-        return self.ckpt.source(node.name, node.spec.items(), counter)
+        return self.run.items(node, counter)
 
     def at_barrier(self, b: CheckpointBarrier) -> None:
         """The barrier reached the sinks with nothing in flight (the executor's lock is
-        held): snapshot every stateful stage, commit every sink's part."""
+        held): snapshot every stateful stage (then each sink's drain commits its part)."""
         for st in self.stages:
-            self.ckpt.snapshot(st.name, b.epoch, _snapshot(st))
-        for s in self.sinks:
-            self.ckpt.sink_barrier(s.j, b, ())  # its part holds its output
-
-    def end(self) -> None:
-        """END reached the sinks: the output after the last barrier is the last part."""
-        for s in self.sinks:
-            self.ckpt.sink_end(s.j, ())
-
-    def publish(self) -> None:
-        self.ckpt.publish()
-
-    def close(self) -> None:
-        self.ckpt.close()
+            self.run.snapshot(st.name, b.epoch, _snapshot(st))
 
 
 def _snapshot(st: Any) -> bytes:

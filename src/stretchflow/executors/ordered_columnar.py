@@ -1,9 +1,9 @@
-"""Whole Arrow batches through the ordered engine's O+ stage (issue #16, Deliver 1-2).
+"""Whole Arrow batches through the ordered engine's line (issues #16, #31).
 
-When the flow is one file source -> one A+ with columnar forms (``Aggregate.columnar``) ->
-sinks (a chain, :class:`~.ordered_stages.Plan`) and the source gives batches
-(``Source.batches``: a sorted, unpaced file), the line carries
-:class:`~stretchflow.batch.Batch` items ``(last ts, batch)`` instead of tuples:
+When the flow is one file source -> stateless operators and A+ with columnar forms
+(``Aggregate.columnar``) -> sinks (a chain, :class:`~.ordered_stages.Plan`; hot items' two
+A+ included) and the source gives batches (``Source.batches``: a sorted, unpaced file), the
+line carries :class:`~stretchflow.batch.Batch` items ``(last ts, batch)`` instead of tuples:
 
 * the **source stage** reads ``n`` tuples' worth of batches per slice (at least one batch;
   ``n`` is the scheduler's slice size, §6) and follows each batch with the watermark at its
@@ -21,6 +21,12 @@ sinks (a chain, :class:`~.ordered_stages.Plan`) and the source gives batches
   instance j combines the closed windows over the key groups it owns, ``g % p == j``, with
   f_O's columnar form. Windows leave as batches, one per window and instance; the merge keeps
   them in timestamp order and the sinks write them with ``write_batch``;
+* a **stateless stage** keeps its slices, serials and reorder buffer; each batch of a slice
+  goes through the operator's columnar form on its table (``batch_fn``: a filter's kept rows,
+  a projection's columns; :func:`through_batches`), a lambda tuple by tuple on its payloads;
+  an **A+ after an A+** takes the first's merged window batches as its input batches, its
+  watermarks the ones the first forwards (f_MK's explode then runs in the O+'s instances,
+  not in the source stage, as for an A+ after a stateless stage);
 * **flow control** counts an entry (a batch, or its watermark) as ``capacity / (2 max(4,
   capacity // COLUMNAR_BATCH))`` (:attr:`~.ordered_stages.OPlusStage.weight`), so the
   stage's input holds a few batches, as VSN's ESG_in of batches does, not ``capacity``; it
@@ -33,9 +39,9 @@ f_U per tuple), so a failing tuple is named as the reference names it; every ins
 every batch in order, so the first failing batch fails the run first.
 
 Not on this path (tuple at a time; ``extra["columnar_fallback"]`` says why): ``columnar="off"``,
-checkpoints (the partials are not snapshotted), a source that gives no batches, and any flow
-other than one source -> this A+ -> sinks (several sources or sinks on other nodes, operators
-before or after the A+).
+checkpoints (the partials are not snapshotted), a source that gives no batches, a stateful
+operator or an A+ without columnar forms on the line, and any flow other than a line (several
+sources, a node read twice, sinks on several nodes).
 """
 
 from __future__ import annotations
@@ -47,69 +53,109 @@ from typing import Any
 
 from ..batch import Batch, prefer_system_allocator
 from ..eventtime import WATERMARK
+from ..operators.stateless import through_batch
+from ..runtime import pump
 from ..runtime.control import raise_user_error
-from ..runtime.pump import write_items
-from . import vsn_batches
-from .ordered_stages import END, Item, OPlusStage, Plan, SourceStage, deposit_many
+from .ordered_stages import (
+    END,
+    Item,
+    OPlusStage,
+    Plan,
+    SourceStage,
+    StatelessStage,
+    deposit_many,
+)
 
 __all__ = ["decide", "paths_extra", "use_batches"]
 
 
 def decide(plan: Plan, columnar: str, checkpointing: bool) -> Iterator[Batch] | str | None:
-    """The source's batches when the O+ takes the columnar path, else why not (a string), or
-    None when no O+ of the flow has columnar forms (nothing to fall back from)."""
+    """The source's batches when the line takes the columnar path, else why not (a string),
+    or None when no O+ of the flow has columnar forms (nothing to fall back from)."""
     if not any(n.kind == "oplus" and getattr(n.spec, "columnar", False) for n in plan.ops):
         return None
     if columnar == "off":
         return "columnar='off'"
     if checkpointing:
         return "a checkpointed run: the partials are not snapshotted"
-    node = plan.ops[0]
-    if not plan.chain or len(plan.ops) != 1 or len(node.inputs) != 1:
-        return "a flow other than one source -> one A+ -> sinks"
+    if not plan.chain:
+        return ("a flow other than one line: one source -> operators, each read by the next "
+                "only -> sinks on the last")
+    for node in plan.ops:
+        if node.kind == "stateful":
+            return f"the stateful operator {node.name!r} takes tuples"
+        if node.kind == "oplus" and not getattr(node.spec, "columnar", False):
+            return f"the O+ {node.name!r} has no columnar forms"
     batches = getattr(plan.sources[0].spec, "batches", None)
     # read at run time: tests make batches small through this module attribute
-    it = batches(vsn_batches.COLUMNAR_BATCH) if batches is not None else None
+    it = batches(pump.COLUMNAR_BATCH) if batches is not None else None
     if it is None:
         return "a source that gives no batches (not a sorted, unpaced file)"
     return it
 
 
 def use_batches(ex: Any, batches: Iterator[Batch], key_groups: int | None) -> None:
-    """Switches the executor ``ex`` (ordered.py's ``_Executor``, laid out for a chain source
-    -> O+ -> sinks) to batches: the O+'s instances share a columnar σ, and the source's slice,
-    the O+'s lease and the sinks' flush take batches (the module doc)."""
+    """Switches the executor ``ex`` (ordered.py's ``_Executor``, laid out for a line source
+    -> stateless operators and A+ -> sinks) to batches: each O+'s instances share a columnar
+    σ, the stateless stages take batches (their columnar form on the table), and the
+    source's slice, the O+'s lease and the sinks' flush take batches (the module doc)."""
     from ..operators.columnar_shared import ColumnarShared, ColumnarVSNInstance
 
     prefer_system_allocator()
-    src, st = ex.stages
-    assert isinstance(src, SourceStage) and isinstance(st, OPlusStage)
-    p, op = st.p, st.op
-    # one instance owning everything needs no key groups (no hashing of keys at all)
-    groups = key_groups if key_groups is not None else (1 if p == 1 else 16 * p)
-    shared = ColumnarShared(op, groups)
-    assign = None if p == 1 else [g % p for g in range(groups)]
-    st.instances = [ColumnarVSNInstance(op, shared, j, assign, connected=True)
-                    for j in range(p)]
+    src = ex.stages[0]
+    assert isinstance(src, SourceStage)
     # a batch is two entries (itself and its watermark): the input holds about max(4,
     # capacity // COLUMNAR_BATCH) batches, as VSN's ESG_in of batches
-    allowed = max(4, ex.capacity // vsn_batches.COLUMNAR_BATCH)
-    st.weight = math.ceil(ex.capacity / (2 * allowed))
-    st.done_of = [0] * p  # flow control follows the slowest instance
-    ex.ctl.on_abort(lambda _e: shared.stop())  # nobody waits for a batch another sums
-    # f_MK's explode in the source stage's slices (operators/columnar.explode_ahead): the O+
-    # stage's instances then only sum and combine, and the two stages share the work
-    from ..operators.columnar import explode_ahead
+    allowed = max(4, ex.capacity // pump.COLUMNAR_BATCH)
+    shareds = []
+    for st in ex.stages[1:]:
+        if not isinstance(st, OPlusStage):
+            continue
+        p, op = st.p, st.op
+        # one instance owning everything needs no key groups (no hashing of keys at all)
+        groups = key_groups if key_groups is not None else (1 if p == 1 else 16 * p)
+        shared = ColumnarShared(op, groups)
+        assign = None if p == 1 else [g % p for g in range(groups)]
+        st.instances = [ColumnarVSNInstance(op, shared, j, assign, connected=True)
+                        for j in range(p)]
+        st.weight = math.ceil(ex.capacity / (2 * allowed))
+        st.done_of = [0] * p  # flow control follows the slowest instance
+        ex.ctl.on_abort(lambda _e, sh=shared: sh.stop())  # nobody waits for a batch another sums
+        shareds.append(shared)
+    first = ex.stages[1]
+    if isinstance(first, OPlusStage):
+        # f_MK's explode in the source stage's slices (operators/columnar.explode_ahead): the
+        # O+ stage's instances then only sum and combine, and the two stages share the work
+        from ..operators.columnar import explode_ahead
 
-    src.it = explode_ahead(op, iter(batches))
-    # the three steps that differ from the tuple path; everything else (queues, serials,
-    # reorder buffers, scheduler, merge) is the executor's own
-    ex._run_source = lambda task, t0: _run_source(ex, shared, task, t0)
+        src.it = explode_ahead(first.op, iter(batches))
+        offer = shareds[0].offer  # the source's batches are the first O+'s ESG_in
+    else:  # stateless stages first: the O+ reads their batches, it explodes them itself
+        src.it = iter(batches)
+        offer = None
+    # the steps that differ from the tuple path; everything else (queues, serials, reorder
+    # buffers, scheduler, merge, the sinks' drains, which take batches) is the executor's own
+    ex._run_source = lambda task, t0: _run_source(ex, offer, task, t0)
     ex._oplus_items = _oplus_items
-    ex._flush_sinks = lambda: _flush_sinks(ex)
+    ex._apply = through_batches
 
 
-def _run_source(ex: Any, shared: Any, task: tuple[Any, ...], t0: float) -> None:
+def through_batches(op: Any, items: list[Item], markers: tuple[Any, ...]) -> list[Item]:
+    """A stateless stage's slice on the columnar line: each batch through the operator
+    (:func:`~stretchflow.operators.stateless.through_batch`: its columnar form on the table),
+    watermarks and END passed on; a batch left empty is dropped (its watermark follows)."""
+    out: list[Item] = []
+    for ts, p in items:
+        if type(p) is Batch:
+            b = through_batch(op, p)
+            if len(b):
+                out.append((b.last, b))
+        else:
+            out.append((ts, p))
+    return out
+
+
+def _run_source(ex: Any, offer: Any, task: tuple[Any, ...], t0: float) -> None:
     """The source stage's slice on batches (ordered.py's ``_run_source``): ``n`` tuples'
     worth of batches, each followed by its watermark, END after the last."""
     _, st, n = task
@@ -138,13 +184,16 @@ def _run_source(ex: Any, shared: Any, task: tuple[Any, ...], t0: float) -> None:
                 with st.wm_lock:
                     sent.setdefault(last, time.perf_counter())
     st.count += tuples
+    if fresh:
+        ex.clock.record(fresh[-1].last)  # (latency)
     if end:
         items.append((math.inf, END))
     dt = time.perf_counter() - t0
     with ex.cond:
         if end:
             st.exhausted = True
-    shared.offer(fresh)  # an instance waiting for a batch another sums may sum these
+    if offer is not None:  # an instance waiting for a batch another sums may sum these
+        offer(fresh)
     ex._push(0, items)
     with ex.cond:
         st.busy = False  # only now: the next slice's items must follow these
@@ -191,22 +240,17 @@ def _oplus_items(st: OPlusStage, lease: Any) -> tuple[float, int]:
     return n_in / st.p, n_out
 
 
-def _flush_sinks(ex: Any) -> None:
-    """The sinks' buffered output, windows as batches (``write_batch``), tuples as tuples."""
-    for t, buf in ex.sink_buf.items():
-        if buf:
-            for s in ex.sink_of[t]:
-                write_items(s, buf)
-            ex.sink_buf[t] = []
-
-
 def paths_extra(stages: list[Any], why: str | None) -> dict[str, Any]:
     """The run's ``paths`` (each O+'s: ``columnar``, or its instances' tuple path --
-    ``sliced``, ``runs``, ``tuple``) and, when an O+ with columnar forms took tuples,
-    ``columnar_fallback`` with the reason."""
+    ``sliced``, ``runs``, ``tuple``; on the columnar line each stateless operator's too:
+    ``columnar`` on its table through ``batch_fn``, ``tuple`` tuple by tuple on the batch)
+    and, when an O+ with columnar forms took tuples, ``columnar_fallback`` with the reason."""
     ops = [st for st in stages if isinstance(st, OPlusStage)]
-    out: dict[str, Any] = {"paths": {st.name: getattr(st.instances[0], "path", "tuple")
-                                     for st in ops}}
+    paths = {st.name: getattr(st.instances[0], "path", "tuple") for st in ops}
+    out: dict[str, Any] = {"paths": paths}
+    if any(p == "columnar" for p in paths.values()):
+        paths.update({st.name: "columnar" if getattr(st.op, "batch_fn", None) is not None
+                      else "tuple" for st in stages if isinstance(st, StatelessStage)})
     if why is not None:
         out["columnar_fallback"] = {st.name: why for st in ops
                                     if getattr(st.op, "columnar", False)}

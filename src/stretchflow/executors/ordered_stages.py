@@ -70,7 +70,6 @@ class Plan:
     """The flow as a line: its sources, its operator nodes in order, tags and liveness."""
 
     def __init__(self, flow: Flow):
-        flow.validate()
         needed: set[Node] = set()
         todo = [node for node, _ in flow.sinks]
         while todo:  # only what reaches a sink runs (as in the reference executor)

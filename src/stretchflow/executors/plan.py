@@ -21,6 +21,14 @@ Stateless operators never get threads of their own: they run on the thread that 
 their input (STRETCH §7, "stateless operators in a chain run on the upstream threads"). A
 :class:`Pusher` applies them to a producer's batches and adds the results to the inlets
 downstream, each producer adding under its own source id.
+
+Streams of whole batches (issues #16, #31): an executor that runs batches tells the plan which
+nodes' streams may hold :class:`~stretchflow.batch.Batch` items (``batches``, a
+:class:`Batches`). A producer of such a stream applies a fused Map or Filter that has a
+columnar form to each batch at once (:func:`apply_columnar`), hands batches on to the
+consumers that take them (a sink, a columnar O+) and turns them into their tuples, in order,
+for every other one (a lambda operator, an O+ that takes tuples): the same tuples, in the same
+order, as tuple at a time.
 """
 
 from __future__ import annotations
@@ -30,10 +38,11 @@ from collections.abc import Callable, Hashable
 from operator import itemgetter
 from typing import Any, Protocol
 
+from ..batch import Batch
 from ..buffers.esg import ElasticScaleGate
 from ..eventtime import WATERMARK
 from ..flow import Flow, Node
-from ..operators.stateless import apply_batch
+from ..operators.stateless import apply_batch, through_batch
 
 Item = tuple[int, Any]
 _ts = itemgetter(0)
@@ -131,12 +140,18 @@ def esg_inlet(consumer: Any, name: str, producers: list[Hashable], readers: list
     return Inlet(name, producers, readers, capacity, n_inputs)
 
 
+#: how a :class:`Pusher` hands a producer's items to a target: as they are, their batches
+#: as tuples first (a consumer that takes tuples), or through a fused operator's columnar form
+AS_IS, EXPLODE, COLUMNAR = 0, 1, 2
+
+
 class Pusher:
     """One producer's view of the plan below a node: fused stateless operators, then inlets."""
 
-    def __init__(self, pid: Hashable, targets: list[tuple[str, Any, Any]]):
+    def __init__(self, pid: Hashable, targets: list[tuple[str, Any, Any, int]]):
         self.pid = pid
-        # ("inlet", Inlet, input index) | ("chain", stateless spec, Pusher)
+        # ("inlet", Inlet, input index, how) | ("chain", stateless spec, Pusher, how); ``how``
+        # is AS_IS, EXPLODE or COLUMNAR (a chain's operator over whole batches)
         self.targets = targets
         # an inlet reached on several paths (a self-join; two stateless branches into one
         # join) gets this producer's batches merged into one run per push (push_inputs)
@@ -150,21 +165,25 @@ class Pusher:
         if self._merge:
             self._push_merged(batch)
             return
-        for kind, target, arg in self.targets:
+        for kind, target, arg, how in self.targets:
+            items = exploded(batch) if how is EXPLODE else batch
             if kind == "inlet":
-                target.push_input(self.pid, batch, arg)
+                target.push_input(self.pid, items, arg)
             else:
-                out = apply_batch(target, batch)
+                out = apply_columnar(target, items) if how is COLUMNAR else \
+                    apply_batch(target, items)
                 if out:
                     arg.push(out)
 
     def _routes(self, batch: list[Item], acc: list[tuple[Any, int, list[Item]]]) -> None:
         """``(inlet, input index, batch)`` for every path of ``batch`` below this pusher."""
-        for kind, target, arg in self.targets:
+        for kind, target, arg, how in self.targets:
+            items = exploded(batch) if how is EXPLODE else batch
             if kind == "inlet":
-                acc.append((target, arg, batch))
+                acc.append((target, arg, items))
             else:
-                out = apply_batch(target, batch)
+                out = apply_columnar(target, items) if how is COLUMNAR else \
+                    apply_batch(target, items)
                 if out:
                     arg._routes(out, acc)
 
@@ -190,7 +209,7 @@ class Pusher:
 
     def inlets(self) -> list[Any]:
         found = []
-        for kind, target, arg in self.targets:
+        for kind, target, arg, _ in self.targets:
             if kind == "inlet":
                 found.append(target)
             else:
@@ -198,14 +217,82 @@ class Pusher:
         return found
 
 
+def exploded(items: list[Item]) -> list[Item]:
+    """``items`` with each Batch item replaced by its tuples, in order."""
+    if not any(type(p) is Batch for _, p in items):
+        return items
+    out: list[Item] = []
+    for item in items:
+        if type(item[1]) is Batch:
+            out.extend(item[1].items())
+        else:
+            out.append(item)
+    return out
+
+
+def apply_columnar(op: Any, items: list[Item]) -> list[Item]:
+    """A fused Map or Filter with a columnar form over a producer's items: each Batch through
+    it at once (:func:`~stretchflow.operators.stateless.through_batch`; one the form refuses
+    tuple by tuple through ``fn``, which names the tuple it fails on), anything else
+    (watermarks, tuples) through ``fn``. A batch a filter empties is dropped, as its tuples
+    would be."""
+    out: list[Item] = []
+    run: list[Item] = []  # non-batch items, in order
+    for item in items:
+        p = item[1]
+        if type(p) is not Batch:
+            run.append(item)
+            continue
+        if run:
+            out.extend(apply_batch(op, run))
+            run = []
+        b = through_batch(op, p)
+        if len(b):
+            out.append((b.last, b))
+    if run:
+        out.extend(apply_batch(op, run))
+    return out
+
+
+def columnar_form(node: Node) -> bool:
+    """Whether ``node`` is a stateless operator with a columnar form (``batch_fn``)."""
+    return node.kind == "stateless" and getattr(node.spec, "batch_fn", None) is not None
+
+
+def stateless_paths(flow: Flow, streams: set[Node]) -> dict[str, str]:
+    """The run summary's path of each Map or Filter with a columnar form: ``columnar`` where
+    it ran on batches (a batch its form refused went tuple by tuple), else ``tuple``."""
+    return {n.name: "columnar" if n in streams else "tuple" for n in flow.nodes
+            if columnar_form(n)}
+
+
+class Batches:
+    """Which streams of a plan may hold batches, for an executor that runs them: ``streams``,
+    the nodes whose output stream may hold Batch items (sources read in batches, fused
+    operators applied by their columnar forms, columnar O+), and ``takers``, the O+ that take
+    batches. A sink takes them too (the runtime's drain writes a batch at once)."""
+
+    def __init__(self, streams: set[Node], takers: set[Node]):
+        self.streams = streams
+        self.takers = takers
+
+    def how(self, node: Node, child: Node | None) -> int:
+        """How a producer of ``node``'s stream hands it to ``child`` (None: a sink)."""
+        if node not in self.streams or child is None:
+            return AS_IS
+        if child.kind == "stateless":
+            return COLUMNAR if child in self.streams else EXPLODE
+        return AS_IS if child in self.takers else EXPLODE
+
+
 class PhysicalPlan:
     """Which threads produce into which inlets, for a Flow whose stateful nodes are O+."""
 
     def __init__(self, flow: Flow, producer_ids: Callable[[Node], list[Hashable]],
                  reader_ids: Callable[[Node], list[Hashable]], capacity: int | None,
-                 inlet: InletFactory = esg_inlet):
-        flow.validate()
+                 inlet: InletFactory = esg_inlet, batches: Batches | None = None):
         self.flow = flow
+        self.batches = batches
         self.children: dict[Node, list[tuple[str, Any, int]]] = {n: [] for n in flow.nodes}
         for node in flow.nodes:
             for i, up in enumerate(node.inputs):
@@ -240,12 +327,15 @@ class PhysicalPlan:
 
     def pusher(self, node: Node, pid: Hashable) -> Pusher:
         """The pusher a producer of ``node``'s stream uses."""
-        targets: list[tuple[str, Any, Any]] = []
+        targets: list[tuple[str, Any, Any, int]] = []
+        bs = self.batches
         for kind, child, i in self.children[node]:
             if kind == "sink":
-                targets.append(("inlet", self.inlets[("sink", i)], 0))
-            elif child.kind == "stateless":
-                targets.append(("chain", child.spec, self.pusher(child, pid)))
+                targets.append(("inlet", self.inlets[("sink", i)], 0, AS_IS))
+                continue
+            how = bs.how(node, child) if bs is not None else AS_IS
+            if child.kind == "stateless":
+                targets.append(("chain", child.spec, self.pusher(child, pid), how))
             else:
-                targets.append(("inlet", self.inlets[child], i))
+                targets.append(("inlet", self.inlets[child], i, how))
         return Pusher(pid, targets)

@@ -16,15 +16,19 @@ Each node of the flow becomes a Python iterator of ``(ts, payload)`` items in ti
 A stream read by several consumers is teed; several sinks are pulled together through one
 timestamp merge so that no branch runs far ahead of another.
 
-Batches (issue #16): an A+ with columnar f_MK, f_O and ``combine`` (``Aggregate.columnar``)
-runs as a :class:`~stretchflow.operators.columnar.ColumnarSlicedInstance` at parallelism 1: a
-source whose every reader takes batches (such an A+, or a sink) delivers
-:class:`~stretchflow.batch.Batch` items ``(last ts, batch)`` (``Source.batches``), the A+
-processes each batch with Arrow kernels and emits its windows as batches, and a sink writes a
-batch at once. A reader that takes tuples gets a batch's tuples one by one, in order. The next
-batch is read on a thread while this one is computed, and the engine's file sinks write on a
-thread of their own (:mod:`.reference_overlap`): the same calls in the same order, so the same
-bytes; the three steps are mostly Arrow kernels, which release the GIL.
+Batches (issues #16, #31): an A+ with columnar f_MK, f_O and ``combine``
+(``Aggregate.columnar``) runs as a :class:`~stretchflow.operators.columnar.ColumnarSlicedInstance`
+at parallelism 1, and as P instances sharing one columnar σ at P > 1 (:func:`_oplus_columnar`).
+A source whose every reader takes batches (such an A+, a Map or Filter with a columnar form, or
+a sink) delivers :class:`~stretchflow.batch.Batch` items ``(last ts, batch)``
+(``Source.batches``); a Map or Filter with a columnar form applies it to each batch, the A+
+processes each batch with Arrow kernels and emits its windows as batches (which an A+ behind it
+takes whole), and a sink writes a batch at once. A reader that takes tuples gets a batch's
+tuples one by one, in order. The run summary's ``paths`` names the path of each O+ and of each
+Map or Filter with a columnar form, ``columnar_fallback`` why an O+ with columnar forms took
+tuples. The next batch is read on a thread while this one is computed, and the engine's file
+sinks write on a thread of their own (:mod:`.reference_overlap`): the same calls in the same
+order, so the same bytes; the three steps are mostly Arrow kernels, which release the GIL.
 
 Checkpoints (issue #17, ``checkpoint=DIR``): the sources put checkpoint barriers into their
 streams (:mod:`stretchflow.runtime.checkpoint`); a stateless operator forwards them; an O+ at
@@ -33,7 +37,8 @@ snapshots its instances (:mod:`stretchflow.operators.snapshot`) and forwards it;
 drain commits each epoch's output as a part and writes the checkpoint.
 
 Live sources (issue #19): a paced source gets a watermark before each wait for its next tuple
-(:func:`_paced_live`; a followed file yields its own when it goes quiet), which flushes the
+(:func:`_live_items`, the sources' one pacing with watermarks; a followed file yields its own
+when it goes quiet), which flushes the
 O+'s run and the drain's buffer: outputs reach the sink as the watermark passes them.
 """
 
@@ -41,22 +46,24 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import time
 from collections.abc import Iterator
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from ..batch import Batch, prefer_system_allocator
+from ..engines import Settings, given
+from ..engines import run as run_engine
 from ..eventtime import WATERMARK
 from ..flow import Flow, Node
 from ..io.sinks import CsvSink, JsonLinesSink, ParquetSink
+from ..io.sources import Source, pace
 from ..operators.oplus import OPlus, OPlusInstance, SharedState
-from ..operators.stateless import Filter, FlatMap, Map
-from ..runtime.checkpoint_drain import CheckpointBarrier
-from ..runtime.control import raise_user_error, user_error
-from ..runtime.pump import write_batch
+from ..operators.stateless import Filter, FlatMap, Map, through_batch
+from ..runtime.control import CheckpointBarrier, raise_user_error, user_error
+from ..runtime.drain import SinkDrain, pull_merged
 from ..runtime.result import RunResult
-from ..runtime.sinks import sink_session
+from ..runtime.skeleton import Run
+from .plan import stateless_paths
 from .reference_overlap import WriteBehind, read_ahead
 
 if TYPE_CHECKING:  # imported by a run that checkpoints (hashlib, pickle, json: start-up time)
@@ -76,8 +83,8 @@ BATCH = 16_384
 _OVERLAPPED = (JsonLinesSink, CsvSink, ParquetSink)
 
 
-def run(flow: Flow, parallelism: int = 1, key_groups: int | None = None,
-        columnar: str = "on", checkpoint: str | None = None,
+def run(flow: Flow, parallelism: int | None = None, key_groups: int | None = None,
+        columnar: str | None = None, checkpoint: str | None = None,
         checkpoint_every: Any = None) -> RunResult:
     """Runs ``flow`` to the end of its inputs on one thread.
 
@@ -92,102 +99,69 @@ def run(flow: Flow, parallelism: int = 1, key_groups: int | None = None,
     ``checkpoint`` DIR takes a checkpoint there every ``checkpoint_every`` (N input tuples,
     ``"Ns"`` seconds; default 10 s), holds the output there until the end of input and resumes
     from the checkpoint DIR holds (docs/checkpoints.md)."""
-    flow.validate()
-    G = key_groups or (max(128, 16 * parallelism) if parallelism > 1 else 1)
+    return run_engine(flow, "reference", given(locals()))
+
+
+def execute(flow: Flow, s: Settings) -> RunResult:
+    """Runs ``flow`` with checked settings ``s`` (:func:`stretchflow.engines.run`'s call)."""
+    parallelism, columnar = s.parallelism, s.columnar
+    G = s.key_groups or (max(128, 16 * parallelism) if parallelism > 1 else 1)
     counts: dict[str, list[int]] = {}
     instances: dict[str, list[OPlusInstance]] = {}
     ckpt = None
-    if checkpoint is not None:
+    if s.checkpoint is not None:
         from ..runtime.checkpoint import Checkpointer
 
-        ckpt = Checkpointer(checkpoint, checkpoint_every, flow, {"columnar": columnar},
+        ckpt = Checkpointer(s.checkpoint, s.checkpoint_every, flow, {"columnar": columnar},
                             [n.name for n in flow.nodes if n.kind in ("oplus", "stateful")])
-    elif checkpoint_every is not None:
-        raise ValueError("checkpoint_every needs checkpoint (the directory)")
-    t0 = time.perf_counter()
-    sinks = [s for _, s in flow.sinks]
+    # the runtime's skeleton: the sinks (or the checkpoint's held output), the result; no
+    # threads of its own (the pull below runs on the caller's), no latency nor metrics
+    rt = Run("reference", flow, checkpoints=ckpt, measures=())
+    info: dict[str, Any] = {}
     try:
-        streams = _compile(flow, counts, parallelism, G, instances, columnar == "on", ckpt)
-        if ckpt is not None:
-            ckpt.drain(streams)
-            ckpt.publish()
-        else:
-            with sink_session(sinks):
-                if len(sinks) == 1:
-                    _drain(streams[0], sinks[0])
-                else:
-                    _drain_many(streams, sinks)
-    finally:
+        streams = _compile(flow, counts, parallelism, G, instances, columnar == "on", ckpt,
+                           info)
+    except BaseException:
         if ckpt is not None:
             ckpt.close()
-    elapsed = time.perf_counter() - t0
-    return RunResult(
-        engine="reference",
-        elapsed=elapsed,
-        tuples_in={name: c[0] for name, c in counts.items()},
-        tuples_out={s.name: s.count for s in sinks},
-        extra={"paths": {name: insts[0].path for name, insts in instances.items() if insts},
-               **({"checkpoints": ckpt.taken, "checkpoint_log": ckpt.stats.log()}
-                  if ckpt is not None else {})},
-    )
+        raise
+    sinks = rt.sinks
+
+    def pull() -> None:
+        if ckpt is not None:  # the checkpoint's drain: parts per epoch, then the checkpoint
+            ckpt.drain(streams)
+        elif len(sinks) == 1:
+            _drain(streams[0], sinks[0])
+        else:
+            pull_merged(streams, [SinkDrain(s) for s in sinks])
+
+    rt.execute(body=pull)
+    fallback = info.get("fallback")
+    return rt.result({name: c[0] for name, c in counts.items()},
+                     {"paths": {**{name: insts[0].path for name, insts in instances.items()
+                                   if insts},
+                                **stateless_paths(flow, info.get("streams", set()))},
+                      # why an O+ with columnar forms took tuples
+                      **({"columnar_fallback": fallback} if fallback else {})})
 
 
-def _drain(stream: Iterator[Item], sink: Any, batch: int = 4096) -> None:
+def _drain(stream: Iterator[Item], sink: Any) -> None:
+    """One sink's stream through the runtime's drain, the engine's file sinks written on a
+    thread of their own (:class:`~.reference_overlap.WriteBehind`)."""
     if type(sink) in _OVERLAPPED:
         with WriteBehind(sink.write, sink.write_batch, "stretchflow-sink") as w:
-            _drain_to(stream, w.write, w.write_batch, batch)
+            SinkDrain(w).pull(stream)
     else:
-        _drain_to(stream, sink.write, lambda b: write_batch(sink, b), batch)
-
-
-def _drain_to(stream: Iterator[Item], write: Any, write_b: Any, batch: int) -> None:
-    buf: list[Item] = []
-    append = buf.append
-    for item in stream:
-        if type(item[1]) is Batch:
-            if buf:
-                write(buf)
-                buf = []
-                append = buf.append
-            write_b(item[1])
-            continue
-        if item[1] is not WATERMARK:
-            append(item)
-            if len(buf) < batch:
-                continue
-        elif not buf:
-            continue
-        # a full batch, or a watermark: what it closed reaches the sink now, not at the end
-        write(buf)
-        buf = []
-        append = buf.append
-    if buf:
-        write(buf)
-
-
-def _drain_many(streams: list[Iterator[Item]], sinks: list[Any]) -> None:
-    tagged = [_tag(_explode(s), i) for i, s in enumerate(streams)]
-    bufs: list[list[Item]] = [[] for _ in sinks]
-    for ts, i, p in heapq.merge(*tagged, key=itemgetter(0)):
-        if p is WATERMARK:
-            if bufs[i]:
-                sinks[i].write(bufs[i])
-                bufs[i] = []
-            continue
-        bufs[i].append((ts, p))
-        if len(bufs[i]) >= 4096:
-            sinks[i].write(bufs[i])
-            bufs[i] = []
-    for b, s in zip(bufs, sinks, strict=True):
-        if b:
-            s.write(b)
+        SinkDrain(sink).pull(stream)
 
 
 def _compile(flow: Flow, counts: dict[str, list[int]], P: int = 1, G: int = 1,
              instances: dict[str, list[OPlusInstance]] | None = None,
-             batches_on: bool = True, ckpt: Checkpointer | None = None
-             ) -> list[Iterator[Item]]:
-    """One iterator per sink, built bottom-up; shared streams are teed."""
+             batches_on: bool = True, ckpt: Checkpointer | None = None,
+             info: dict[str, Any] | None = None) -> list[Iterator[Item]]:
+    """One iterator per sink, built bottom-up; shared streams are teed. ``info`` gets
+    ``streams`` (the nodes whose streams hold batches) and ``fallback`` (why each O+ with
+    columnar forms takes tuples)."""
     consumers = flow.consumers()
     readers: dict[Node, list[Node | None]] = {node: [] for node in flow.nodes}
     for node in flow.nodes:
@@ -195,8 +169,21 @@ def _compile(flow: Flow, counts: dict[str, list[int]], P: int = 1, G: int = 1,
             readers[up].append(node)
     for node, _ in flow.sinks:
         readers[node].append(None)  # a sink
-    columnar = {node for node in flow.nodes if node.kind == "oplus" and len(node.inputs) == 1
-                and P == 1 and G == 1 and batches_on and getattr(node.spec, "columnar", False)}
+    able = [node for node in flow.nodes
+            if node.kind == "oplus" and getattr(node.spec, "columnar", False)]
+    # at P > 1 (or G > 1) P instances share one columnar σ (_oplus_columnar); their
+    # partials have no snapshot here, so a checkpointed run takes tuples there
+    shared_ok = (P == 1 and G == 1) or ckpt is None
+    fallback = {node.name: "columnar='off'" if not batches_on else
+                "several inputs" if len(node.inputs) > 1 else
+                "a checkpointed run at parallelism > 1: the shared columnar state has no "
+                "snapshot on this engine" for node in able}
+    columnar = {node for node in able
+                if len(node.inputs) == 1 and batches_on and shared_ok}
+    for node in columnar:
+        del fallback[node.name]
+    if info is not None:
+        info["fallback"] = fallback
     if columnar:
         prefer_system_allocator()
     one_sink = len(flow.sinks) == 1  # several sinks read through one tuple merge
@@ -249,10 +236,13 @@ def _compile(flow: Flow, counts: dict[str, list[int]], P: int = 1, G: int = 1,
         insts = instances.setdefault(node.name, []) if instances is not None else []
         if node in columnar:
             batchy.add(node)
-            return _oplus_columnar(node.spec, ups[0], insts, node.name, ckpt)
+            return _oplus_columnar(node.spec, ups[0], insts, node.name, ckpt, P, G)
         return _oplus(node.spec, ups, P, G, insts, node.name, ckpt)
 
-    return [take(node, None) for node, _ in flow.sinks]
+    out = [take(node, None) for node, _ in flow.sinks]
+    if info is not None:
+        info["streams"] = batchy
+    return out
 
 
 def _counted_batches(batches: Iterator[Batch], counter: list[int]) -> Iterator[Item]:
@@ -266,56 +256,15 @@ def _counted_batches(batches: Iterator[Batch], counter: list[int]) -> Iterator[I
 
 
 def _live_items(src: Any) -> Iterator[Item]:
-    """``src.items()``; for a paced source (``at_rate``, ``replay``) with a watermark at the
-    latest timestamp before each wait for the next tuple (:func:`_paced_live`)."""
+    """``src.items()``; for a paced source (``at_rate``, ``replay``) paced with a watermark at
+    the latest timestamp before each wait for the next tuple (:func:`~stretchflow.io.sources.
+    pace` with ``marks``): without it a window's output waited in the O+'s run (:data:`RUN`)
+    and the drain's buffer for more tuples or the end of input. A source whose class reads
+    its items its own way (``items`` overridden) is read as it is."""
     rate, speed = getattr(src, "rate", None), getattr(src, "speed", None)
-    if not rate and not speed:
+    if (not rate and not speed) or type(src).items is not Source.items:
         return src.items()
-    # the source's own items() unpaced (its order checks and reordering included), paced
-    # here instead; the attributes are put back at once: items() reads them when called
-    src.rate = src.speed = None
-    try:
-        items = src.items()
-    finally:
-        src.rate, src.speed = rate, speed
-    return _paced_live(items, rate, speed)
-
-
-#: a paced source's waits shorter than this, within this long of its last watermark, get
-#: no watermark of their own: a fast paced source keeps its runs (at most this much later)
-LIVE_MARK_S = 0.01
-
-
-def _paced_live(items: Iterator[Item], rate: float | None, speed: float | None
-                ) -> Iterator[Item]:
-    """``items`` paced as ``Source.items`` paces them (item n at n / ``rate`` s, or at
-    (ts − first ts) / ``speed`` ms), yielding ``(latest ts, WATERMARK)`` before a wait: without
-    it a window's output waited in the O+'s run (:data:`RUN`) and the drain's buffer for more
-    tuples or the end of input. ``items()`` is timestamp-ordered (sorted or reordered), so no
-    later tuple is before the latest one read: the watermark is safe."""
-    clock, sleep = time.perf_counter, time.sleep
-    t0 = clock()
-    first: int | None = None
-    last: Any = None  # the latest data timestamp yielded
-    marked: Any = None  # the latest watermark yielded
-    marked_at = t0
-    for n, item in enumerate(items):
-        if first is None:
-            t0, first = clock(), item[0]
-        due = n / rate if rate else (item[0] - first) / speed / 1000  # type: ignore[operator]
-        now = clock()
-        ahead = due - (now - t0)
-        if ahead > 0:
-            if last is not None and (marked is None or last > marked) and (
-                    ahead >= LIVE_MARK_S or now - marked_at >= LIVE_MARK_S):
-                marked, marked_at = last, now
-                yield last, WATERMARK
-            sleep(ahead)
-        if item[1] is not WATERMARK:
-            last = item[0]
-        else:
-            marked = item[0]
-        yield item
+    return pace(src.ordered_items(), rate, speed, marks=True)
 
 
 def _explode(items: Iterator[Item]) -> Iterator[Item]:
@@ -358,28 +307,15 @@ def _stateless(op: Map | FlatMap | Filter, up: Iterator[Item]) -> Iterator[Item]
 
 def _stateless_columnar(op: Map | Filter, up: Iterator[Item]) -> Iterator[Item]:
     """A Map or Filter with a columnar form (``batch_fn``) over a stream that holds
-    batches: a batch with a table goes through ``batch_fn`` at once; anything else tuple by
-    tuple through ``fn``. A failing batch is redone tuple by tuple, so the error names the
-    tuple ``fn`` fails on; if every tuple passes alone (the columnar form was stricter, e.g.
-    about types mixed across rows), their outputs stand: both forms are row-wise."""
-    fn = op.batch_fn
-    assert fn is not None
+    batches: a batch goes through it at once
+    (:func:`~stretchflow.operators.stateless.through_batch`: a batch without a table, or one
+    the form refuses, tuple by tuple through ``fn``, which names the tuple it fails on);
+    anything else through ``fn``."""
     for ts, v in up:
         if type(v) is not Batch:
             yield from _stateless(op, iter(((ts, v),)))
             continue
-        if v.table is None:  # payloads that fit no table
-            yield from _stateless(op, iter(v.items()))
-            continue
-        try:
-            if type(op) is Map:
-                out = Batch(v.ts, table=fn(v.table))
-            else:
-                rows, kept = fn(v.table)
-                out = Batch(v.ts[rows], table=kept)
-        except Exception:  # noqa: BLE001 - redone tuple by tuple, which names the tuple
-            yield from _stateless(op, iter(v.items()))
-            continue
+        out = through_batch(op, v)
         if len(out):
             yield out.last, out
 
@@ -523,25 +459,41 @@ def _oplus_runs(op: OPlus, insts: list[OPlusInstance],
 
 def _oplus_columnar(op: Any, up: Iterator[Item],
                     registry: list[OPlusInstance] | None = None, name: str = "",
-                    ckpt: Checkpointer | None = None) -> Iterator[Item]:
+                    ckpt: Checkpointer | None = None, P: int = 1, G: int = 1
+                    ) -> Iterator[Item]:
     """A columnar A+ (``Aggregate.columnar``): batches go through Arrow kernels as they come;
     tuples (from a reader upstream that takes tuples) are gathered into batches of up to
     :data:`RUN` first, cut at every watermark; windows leave as batches. Errors are reported
-    as tuple at a time: the columnar instance falls back to tuples to name the tuple."""
-    inst = op.columnar_instance()
+    as tuple at a time: the columnar instance falls back to tuples to name the tuple.
+
+    At P > 1 (or G > 1) the P instances share one columnar σ, as VSN's do
+    (:class:`~stretchflow.operators.columnar_shared.ColumnarShared`): every instance reads
+    every batch in turn, the first sums it once for all, each combines the windows of the key
+    groups f_μ gives it (g mod P) and the instances' windows are merged by timestamp — the
+    partitioned algorithm on one thread, as :func:`_oplus` runs the tuple path."""
+    if P == 1 and G == 1:
+        insts = [op.columnar_instance()]
+        take = _taken_batch
+    else:
+        from ..operators.columnar_shared import ColumnarShared, ColumnarVSNInstance
+
+        shared = ColumnarShared(op, G)
+        assign = [g % P for g in range(G)]  # f_μ: key group g to instance g mod P
+        insts = [ColumnarVSNInstance(op, shared, j, assign, True) for j in range(P)]
+        take = _merged
     if registry is not None:
-        registry[:] = [inst]
-    at_barrier = _Barriers(name, [inst], ckpt)
+        registry[:] = insts
+    at_barrier = _Barriers(name, insts, ckpt)
     run: list[Item] = []
     ts = v = None
 
     def flush() -> Iterator[Item]:
         if run:
-            inst.process_batch(Batch.of_items(run))
+            b = Batch.of_items(run)
+            for inst in insts:
+                inst.process_batch(b)
             run.clear()
-        out = inst.take_batch()
-        if out is not None:
-            yield out.last, out
+        yield from take(insts)
 
     try:
         for item in _then_failure(up):
@@ -553,11 +505,13 @@ def _oplus_columnar(op: Any, up: Iterator[Item],
             ts, v = item
             if type(v) is Batch:
                 yield from flush()
-                inst.process_batch(v)
+                for inst in insts:
+                    inst.process_batch(v)
                 yield from flush()
             elif v is WATERMARK:
                 yield from flush()
-                inst.advance(ts)
+                for inst in insts:
+                    inst.advance(ts)
                 yield from flush()
                 yield ts, WATERMARK
             elif type(v) is CheckpointBarrier:
@@ -569,10 +523,18 @@ def _oplus_columnar(op: Any, up: Iterator[Item],
                     yield from flush()
         ts = v = None
         yield from flush()
-        inst.finish()
+        for inst in insts:
+            inst.finish()
     except Exception as e:
         raise_user_error(op.name, ts, v if type(v) is not Batch else v.payloads[0], e)
     yield from flush()
+
+
+def _taken_batch(insts: list[Any]) -> Iterator[Item]:
+    """The one sequential columnar instance's windows so far, as one batch."""
+    out = insts[0].take_batch()
+    if out is not None:
+        yield out.last, out
 
 
 class _Barriers:

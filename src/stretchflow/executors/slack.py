@@ -1,9 +1,12 @@
 """The slack executor: O+ operators read their inputs through Slack ScaleGates under a query
 deadline (determinism-latency §3–§5).
 
-Threads (the SSGOperator of §4.2, Fig. 7):
+Threads (the SSGOperator of §4.2, Fig. 7), on the runtime's skeleton
+(:mod:`stretchflow.runtime.skeleton`: the threads, the first-error-wins stop, the sinks'
+drains and session, the output latency):
 
-* one *writer* thread per source; stateless operators downstream of a source run on it;
+* one *writer* thread per source; stateless operators downstream of a source run on it
+  (:func:`~stretchflow.executors.slack_inlet.write_source`);
 * per O+, ``parallelism`` processing threads (PThreads) that share the operator's state σ as in
   VSN (:class:`~stretchflow.operators.oplus.SharedState`, key groups owned via f_μ): each
   reads every tuple of the operator's SSG and handles the keys of its groups; its outputs go,
@@ -11,21 +14,13 @@ Threads (the SSGOperator of §4.2, Fig. 7):
   writers) or to a sink;
 * one thread per sink, reading an SSG with SLT = ∞ (ready tuples only) fed by the producers
   of the sink's stream;
-* a monitor (the MThread; the thread that called :func:`run`) that every
-  ``metrics_interval`` seconds measures each operator and the end-to-end latency, records
-  the time series and lets a tuner (the SLTuner or a baseline,
-  :mod:`stretchflow.elastic.sltuner`) set new SLTs (the SLT Setter).
+* the MThread, the run's metrics sampler (:mod:`.slack_monitor`): every ``metrics_interval``
+  seconds it measures each operator (Eq. 1) and the end-to-end latency (Eq. 2), records the
+  time series and lets a tuner (the SLTuner or a baseline, :mod:`stretchflow.elastic.sltuner`)
+  set new SLTs (the SLT Setter).
 
-Measurements
-    * per operator (Eq. 1): for each thread, the 95th percentile over the interval of queue
-      delay (from the insertion of a tuple in the SSG to its read; transfer from the upstream
-      operator included, so ``comm`` of Eq. 2 is part of it) plus processing time, and at
-      least the age of the oldest tuple the thread has not read yet (a thread stalled on an
-      unready tuple reads nothing, and its latency must still show); the operator's latency
-      is the slowest thread's;
-    * end to end (Eq. 2): the maximum over source-to-sink paths of the sum of the latencies
-      of the O+ on the path;
-    * slack-ready tuples read (Eq. 4–5), per operator and in total.
+The SSGs and their writers are :mod:`.slack_inlet`; this module holds the processing threads'
+instance and loop, the run and its result.
 
 Slack-ready tuples processed out of order (the paper's deliberate approximation, §3 Fig. 6)
     An O+ thread's watermark W is the largest timestamp it has read. A tuple with ts < W
@@ -38,106 +33,54 @@ Slack-ready tuples processed out of order (the paper's deliberate approximation,
     dropped. A tuple is counted by the instance(s) owning its keys (once for a one-key tuple).
     Outputs stay timestamp-sorted per thread (f_U outputs carry right boundaries > W).
 
-Plan and runtime
-    The inlets of the O+ and the sinks are those of the shared physical plan
-    (:class:`~stretchflow.executors.plan.PhysicalPlan` with :class:`SSGInlet` as the
-    inlet factory), stateless operators run fused on their producer's thread as in VSN; the
-    threads, the first-error-wins stop, the source batching and the output latency are the
-    shared runtime's (:mod:`stretchflow.runtime`).
-
 Flow control
     Every SSG (the O+ inputs and the sinks') has a capacity (``capacity``, default 65 536 tuples
-    held; None, only by calling :func:`run` directly, for unbounded): a source or upstream O+
-    thread writing into a full SSG blocks until its readers free room, so a fast source in front
-    of a slow operator does not grow memory (the bound and its deadlock-freedom argument are in
-    :mod:`stretchflow.buffers.ssg`). A failing thread aborts every SSG so no thread stays
-    blocked on a full or empty buffer (the SSGs' aborts are the run's abort hooks).
+    held): a source or upstream O+ thread writing into a full SSG blocks until its readers
+    free room, so a fast source in front of a slow operator does not grow memory (the bound
+    and its deadlock-freedom argument are in :mod:`stretchflow.buffers.ssg`). A failing thread
+    aborts every SSG so no thread stays blocked on a full or empty buffer (the SSGs' aborts
+    are the run's abort hooks).
 
 With SLT ≥ max_ts − merge_ts throughout (in particular SLT = ∞, the default) no tuple is
 slack-ready and the output equals the reference executor's, per timestamp.
 
-Checkpoints (issue #17, ``checkpoint=DIR``, SLT = inf only): VSN's barriers through the SSGs
-(:mod:`.slack_checkpoint`).
+Checkpoints (issue #17, ``checkpoint=DIR``, SLT = inf only): the threaded engines' barriers
+through the SSGs (:mod:`.slack_checkpoint`).
 """
 
 from __future__ import annotations
 
-import heapq
 import math
 import threading
 import time
 from collections.abc import Hashable, Mapping
-from contextlib import nullcontext
-from operator import itemgetter
 from typing import Any
 
 from ..buffers.esg import Aborted
-from ..buffers.ssg import DEFAULT_CAPACITY, END, SlackScaleGate
-from ..elastic.controller import Controller, Metrics
-from ..errors import FlowDefinitionError
+from ..buffers.ssg import END, SlackScaleGate
+from ..elastic.controller import Controller
+from ..engines import Settings, given
+from ..engines import run as run_engine
 from ..eventtime import WATERMARK
 from ..flow import Flow, Node
 from ..operators.oplus import OPlus, OPlusInstance, SharedState
 from ..runtime import (
-    IngestClock,
-    LatencyRecorder,
-    MetricsLog,
-    RunControl,
     RunResult,
-    SourcePump,
     Stopped,
-    sink_session,
     user_error,
 )
-from ..runtime.checkpoint import CheckpointBarrier
-from .plan import Item, PhysicalPlan
-from .slack_checkpoint import SlackCheckpoints, check
+from ..runtime.control import CheckpointBarrier
+from ..runtime.drain import SINK_BATCH, SinkDrain, drain_buffer
+from ..runtime.skeleton import Run, controller_name
+from ..runtime.threaded_checkpoint import RunCheckpoints
+from .plan import PhysicalPlan
+from .slack_checkpoint import SlackCheckpoints
+from .slack_inlet import ssg_inlets, write_source
+from .slack_monitor import Monitor, end_to_end
 
-__all__ = ["SlackInstance", "run"]
+__all__ = ["SlackInstance", "end_to_end", "run"]
 
 BATCH = 64  # tuples a thread takes from its SSG at once
-SOURCE_BATCH = 256  # tuples a non-live source inserts at once
-# seconds a partial batch of a slow non-live source may wait: well above the GIL's switch
-# interval (5 ms), so that a source thread waiting once for the GIL does not cut its batch
-SOURCE_DELAY = 0.05
-SINK_BATCH = 4096  # tuples a sink thread takes at once
-
-
-class SSGInlet:
-    """The Slack ScaleGate a consumer reads (the slack executor): the same producer-side
-    interface as :class:`Inlet` (push, close, abort; the slack executor changes no membership
-    at run time), items ``(ts, payload, input index, t_in)``."""
-
-    def __init__(self, name: str, producers: list[Hashable], readers: list[Hashable],
-                 capacity: int | None, slt: float = math.inf):
-        self.name = name
-        self.ssg = SlackScaleGate(producers, readers, slt, capacity=capacity)
-
-    def push_input(self, pid: Hashable, batch: list[Item], i: int) -> None:
-        """Adds a producer's ``(ts, payload)`` batch bound for input ``i``, stamped with the
-        time it is added (the start of the queue delay of Eq. 1)."""
-        now = time.perf_counter()
-        self.ssg.insert_batch([(ts, p, i, now) for ts, p in batch], pid)
-
-    def push_inputs(self, pid: Hashable, parts: list[tuple[int, list[Item]]]) -> None:
-        """One producer's batches for several inputs as one sorted run (as
-        :meth:`Inlet.push_inputs`)."""
-        now = time.perf_counter()
-        runs = [[(ts, p, i, now) for ts, p in b] for i, b in parts]
-        self.ssg.insert_batch(list(heapq.merge(*runs, key=itemgetter(0))), pid)
-
-    def push(self, pid: Hashable, items: list[Item]) -> None:
-        """Adds a producer's control items (a checkpoint barrier, past the stateless
-        operators: :func:`~.vsn_checkpoint.forward_barrier`); the input index is not read."""
-        self.push_input(pid, items, 0)
-
-    def close(self, pid: Hashable) -> None:
-        """A producer's end of input."""
-        self.ssg.close_writer(pid)
-
-    def abort(self, cause: BaseException) -> None:
-        """Wakes every thread blocked on the buffer (a run's abort hook)."""
-        self.ssg.abort(cause)
 
 
 class SlackInstance(OPlusInstance):
@@ -181,16 +124,6 @@ class SlackInstance(OPlusInstance):
                     self._emit_later(l + ws_, out)
 
 
-def _p95(values: list[float]) -> float:
-    """Eq. 1's per-thread statistic: the 95th percentile (nearest rank) of one interval's
-    samples, 0 for none. Not :func:`stretchflow.runtime.percentiles`: that reports p50/p99/max
-    of a whole run; the paper's operator latency is the p95 of the interval."""
-    if not values:
-        return 0.0
-    v = sorted(values)
-    return v[min(len(v) - 1, int(0.95 * len(v)))]
-
-
 class _Reader:
     """One processing thread of an O+ and its measurements for the current interval."""
 
@@ -225,35 +158,26 @@ class _Run:
 
     def __init__(self, flow: Flow, slt: Any, parallelism: Any, key_groups: int,
                  capacity: int | None):
-        flow.validate()
         self.flow = flow
         self.ops: dict[Node, _Operator] = {}
         for node in flow.nodes:
             if node.kind == "oplus":
+                # (checked with the engine's options: a positive integer per operator)
                 k = (parallelism.get(node.name, 1) if isinstance(parallelism, Mapping)
                      else parallelism)
-                if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-                    raise FlowDefinitionError(f"{node.name}: parallelism must be a positive "
-                                              f"integer, got {k!r}")
                 self.ops[node] = _Operator(node, k, max(key_groups, k))
 
-        def inlet(consumer: Any, name: str, producers: list[Hashable],
-                  readers: list[Hashable], cap: int | None, n_inputs: int) -> SSGInlet:
-            # a sink reads ready tuples only (SLT = inf): its order is the output's
-            s = (slt.get(name, math.inf) if isinstance(slt, Mapping) else slt
-                 ) if isinstance(consumer, Node) else math.inf
-            return SSGInlet(name, producers, readers, cap, s)
-
-        self.plan = PhysicalPlan(flow, self._producer_ids, self._reader_ids, capacity, inlet)
+        self.plan = PhysicalPlan(flow, self._producer_ids, self._reader_ids, capacity,
+                                 ssg_inlets(slt))
         for node, o in self.ops.items():
             o.ssg = self.plan.inlets[node].ssg
-        self.control = RunControl()
+        # the runtime's skeleton: threads, sinks, metrics, latency, checkpoints, the result
+        self.rt = Run("slack", flow)
+        self.control, self.clock, self.latency = self.rt.control, self.rt.clock, self.rt.latency
         for i in self.plan.inlets.values():
             self.control.on_abort(i.abort)
-        self.clock = IngestClock()
-        self.latency = LatencyRecorder()
         self.source_counts: dict[str, int] = {}
-        self.sink_counts = [0] * len(flow.sinks)
+        self.drains: list[SinkDrain | None] = [None] * len(flow.sinks)
         self.ck: Any = None  # slack_checkpoint.SlackCheckpoints of a checkpointed run
 
     def _producer_ids(self, node: Node) -> list[Hashable]:
@@ -266,21 +190,8 @@ class _Run:
 
     # -- threads --------------------------------------------------------------------------------
     def source_thread(self, node: Node) -> None:
-        pusher = self.plan.pusher(node, node.name)
-        spec, push = node.spec, pusher.push
-        if self.ck is not None:  # barriers in the stream, skipping on resume
-            spec, push, _ = self.ck.pump_args(node, pusher, None)
-        # a live source (paced, replayed) sends each tuple at once; a file or iterable in
-        # batches of SOURCE_BATCH, the delay only bounding how long a slow one's tuples wait
-        pump = SourcePump(spec, push, self.control, clock=self.clock,
-                          batch=SOURCE_BATCH, delay=SOURCE_DELAY)
-        try:
-            pump.run()
-            pusher.close()
-        except Aborted:
-            raise Stopped from None
-        finally:
-            self.source_counts[node.name] = pump.count
+        write_source(node, self.plan.pusher(node, node.name), self.control, self.clock,
+                     self.source_counts, self.ck.run if self.ck is not None else None)
 
     def reader_thread(self, o: _Operator, r: _Reader) -> None:
         inst = r.inst
@@ -334,94 +245,33 @@ class _Run:
             raise user_error(o.name, ts, p, e) from e
 
     def sink_thread(self, k: int) -> None:
-        if self.ck is not None:  # output held per epoch, published at the end
-            return self.ck.sink(k)
-        sink = self.flow.sinks[k][1]
+        """Sink ``k``'s thread: its SSG's hand-overs (SLT = inf: ready tuples only, in order)
+        through the runtime's drain (into the sink, or its part of a checkpointed run)."""
         ssg = self.plan.inlets[("sink", k)].ssg
         reader = ("sink", k)
+        drain = self.drains[k] = self.rt.drain(k)
+
+        def get() -> Any:
+            got = ssg.get_batch(reader, SINK_BATCH)
+            # the SSG's (ts, payload, i, t_in) back to (ts, payload), watermarks left out
+            return got if got is END else [(t[0], t[1]) for t, _ in got
+                                           if t[1] is not WATERMARK]
+
         try:
-            while True:
-                got = ssg.get_batch(reader, SINK_BATCH)
-                if got is END:
-                    break
-                # one pass: the SSG's (ts, payload, i, t_in) back to (ts, payload), without
-                # the watermarks (the runtime's drain_batch, fused with the unpacking)
-                items = [(t[0], t[1]) for t, _ in got if t[1] is not WATERMARK]
-                if items:
-                    sink.write(items)
-                    self.sink_counts[k] += len(items)
-                    self.latency.measure_outputs(self.clock, items)
+            drain_buffer(drain, get, END, self.control)
         except Aborted:
             raise Stopped from None
 
-    # -- Eq. 1, Eq. 2 -------------------------------------------------------------------------
-    def measure(self, now: float) -> dict[str, dict[str, Any]]:
-        out = {}
-        for o in self.ops.values():
-            per_thread = []
-            last_ts = -math.inf
-            for r in o.readers:
-                with r.lock:
-                    samples, r.samples = r.samples, []
-                    last_ts = max(last_ts, r.last_ts)
-                head = o.ssg.get_head(r.name)
-                age = now - head[3] if head is not None else 0.0
-                per_thread.append(max(_p95(samples), age) * 1000.0)
-            st = o.ssg.stats()
-            slack = sum(st["slack_ready"].values())
-            # tuples handed to the readers so far (every reader gets every tuple once)
-            read = slack + sum(st["ready"].values()) + sum(st["late"].values())
-            late = sum(r.inst.late for r in o.readers if r.inst is not None)
-            lost = sum(r.inst.lost for r in o.readers if r.inst is not None)
-            out[o.name] = {
-                "latency_ms": max(per_thread),
-                "slack_ready": slack - o.prev_slack,
-                "late": late - o.prev_late,
-                "lost": lost - o.prev_lost,
-                "slt": o.ssg.slt,
-                "last_ts": last_ts,
-                "max_ts": o.ssg.max_ts(),
-                "threads": o.k,
-                "window_ms": o.op.WS,
-                "skew_ms": o.ssg.max_ts() - o.ssg.merge_ts()
-                if math.isfinite(o.ssg.merge_ts()) else 0.0,
-                "max_skew_ms": o.ssg.max_skew,
-                "held": st["held"],
-                "read_total": read,
-            }
-            o.prev_slack, o.prev_late, o.prev_lost = slack, late, lost
-        return out
-
-    def paths(self) -> list[list[str]]:
-        """The O+ names on every source-to-sink path (Eq. 2's max over paths)."""
-        found: list[list[str]] = []
-        children = self.plan.children
-
-        def walk(node: Node, acc: list[str]) -> None:
-            if node.kind == "oplus":
-                acc = [*acc, node.name]
-            for kind, child, _ in children[node]:
-                if kind == "sink":
-                    found.append(acc)
-                else:
-                    walk(child, acc)
-
-        for node in self.flow.nodes:
-            if node.kind == "source":
-                walk(node, [])
-        return found
+    def events(self) -> int:
+        """Output tuples the sinks have written so far."""
+        return sum(d.count for d in self.drains if d is not None)
 
 
-def end_to_end(per_op: Mapping[str, Mapping[str, Any]], paths: list[list[str]]) -> float:
-    """Eq. 2: the maximum over paths of the sum of the operators' latencies (ms)."""
-    return max((sum(per_op[n]["latency_ms"] for n in p) for p in paths), default=0.0)
-
-
-def run(flow: Flow, parallelism: int | Mapping[str, int] = 1, key_groups: int = 64,
-        capacity: int | None = DEFAULT_CAPACITY, metrics_interval: float = 0.5,
-        controller: Controller | None = None, deadline: float | None = None,
-        slt: float | Mapping[str, float] = math.inf, checkpoint: str | None = None,
-        checkpoint_every: Any = None) -> RunResult:
+def run(flow: Flow, parallelism: int | Mapping[str, int] | None = None,
+        key_groups: int | None = None, capacity: int | None = None,
+        metrics_interval: float | None = None, controller: Controller | None = None,
+        deadline: float | None = None, slt: float | Mapping[str, float] | None = None,
+        checkpoint: str | None = None, checkpoint_every: Any = None) -> RunResult:
     """Runs ``flow`` with every O+ reading its inputs through an SSG.
 
     Args:
@@ -429,10 +279,8 @@ def run(flow: Flow, parallelism: int | Mapping[str, int] = 1, key_groups: int = 
             operator not in it gets 1).
         key_groups: key groups of each O+'s shared state (at least ``parallelism``).
         capacity: the flow-control bound of every SSG (tuples held, see
-            :mod:`stretchflow.buffers.ssg`): a writer (source or upstream O+ thread) blocks
-            while the SSG it writes to is full; None (only when calling this function
-            directly: ``Flow.run`` reads None as "the default") disables it, and memory then
-            grows with the skew.
+            :mod:`stretchflow.buffers.ssg`, default 65 536): a writer (source or upstream O+
+            thread) blocks while the SSG it writes to is full.
         metrics_interval: seconds between measurements (time series points, tuner calls).
         controller: the SLT tuner, a :class:`~stretchflow.elastic.controller.Controller`
             that answers :class:`~stretchflow.elastic.sltuner.SLTDecision` with new SLTs.
@@ -456,132 +304,37 @@ def run(flow: Flow, parallelism: int | Mapping[str, int] = 1, key_groups: int = 
     ``slack_ready``, ``lost_tuples``, ``events``, ``decisions`` and
     ``deadline_ms``.
     """
-    if not metrics_interval > 0:
-        raise ValueError(f"metrics_interval must be > 0, got {metrics_interval!r}")
-    if deadline is not None and not deadline > 0:
-        raise ValueError(f"deadline must be > 0 (ms), got {deadline!r}")
-    if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, int)
-                                 or capacity < 1):
-        raise ValueError(f"capacity must be a positive integer or None, got {capacity!r}")
-    if controller is not None and not isinstance(controller, Controller):
-        raise FlowDefinitionError(
-            "the slack engine's controller is an SLT tuner object "
-            f"(stretchflow.elastic.sltuner), got {controller!r}")
-    if checkpoint is None and checkpoint_every is not None:
-        raise ValueError("checkpoint_every needs checkpoint (the directory)")
-    if checkpoint is not None:
-        check(slt, controller)
+    return run_engine(flow, "slack", given(locals()))
+
+
+def execute(flow: Flow, s: Settings) -> RunResult:
+    """Runs ``flow`` with checked settings ``s`` (:func:`stretchflow.engines.run`'s call)."""
+    controller, deadline, metrics_interval = s.controller, s.deadline, s.metrics_interval
+    checkpoint, checkpoint_every = s.checkpoint, s.checkpoint_every
     if controller is not None:
         controller.reset()
-    R = _Run(flow, slt, parallelism, key_groups, capacity)
+    R = _Run(flow, s.slt, s.parallelism, s.key_groups, s.capacity)
+    rt = R.rt
     if checkpoint is not None:
-        R.ck = SlackCheckpoints(R, checkpoint, checkpoint_every)
-    control = R.control
-    paths = R.paths()
-    threads = [control.thread(R.sink_thread, k, name=f"sink-{k}")
-               for k in range(len(flow.sinks))]
+        R.ck = SlackCheckpoints(R, RunCheckpoints(checkpoint, checkpoint_every, flow,
+                                                  {"engine": "slack"},
+                                                  [o.name for o in R.ops.values()]))
+        rt.checkpoints = R.ck.run
+    for k in range(len(flow.sinks)):
+        rt.thread(R.sink_thread, k, name=f"sink-{k}")
     for o in R.ops.values():
-        threads += [control.thread(R.reader_thread, o, r, name=r.name) for r in o.readers]
-    threads += [control.thread(R.source_thread, n, name=f"source-{n.name}")
-                for n in flow.nodes if n.kind == "source"]
-    sinks = [s for _, s in flow.sinks]
-    # the threads' errors are raised after the sinks end: the session asks the control
-    # (checkpointed: the output is held as parts, published by R.ck.end)
-    with (sink_session(sinks, failed=lambda: control.error is not None) if R.ck is None
-          else nullcontext()):
-        series: list[dict[str, Any]] = []
-        decisions: list[dict[str, Any]] = []
-        log = MetricsLog()  # per-operator rows (backlog: the SSG's depth) for the live view
-        t0 = time.perf_counter()
-        R.latency.t0 = log.t0 = t0
-        try:  # a signal while the threads start stops them too
-            for t in threads:
-                t.start()
-            _monitor(R, threads, t0, metrics_interval, controller, deadline, paths, series,
-                     decisions, log)
-        except BaseException as e:  # noqa: BLE001  # a tuner's error stops the run like any other
-            control.fail(e)
-        finally:
-            if control.stopped:
-                for t in threads:  # the aborted SSGs wake every blocked thread
-                    if t.ident is not None:  # started
-                        t.join(5)
-    if R.ck is not None:
-        R.ck.end(control.error is None)
-    control.raise_error()
-    elapsed = time.perf_counter() - t0
-    return RunResult(
-        engine="slack", elapsed=elapsed, tuples_in=dict(R.source_counts),
-        tuples_out={s.name: s.count for s in sinks},
-        extra={**_summary(R, series, decisions, deadline, controller), "metrics": log.rows,
-               **({"checkpoints": R.ck.ckpt.taken, "checkpoint_log": R.ck.ckpt.stats.log()}
-                  if R.ck is not None else {})},
-    )
-
-
-def _monitor(R: _Run, threads: list[threading.Thread], t0: float, interval: float,
-             controller: Controller | None, deadline: float | None, paths: list[list[str]],
-             series: list[dict[str, Any]], decisions: list[dict[str, Any]],
-             log: MetricsLog) -> None:
-    """The MThread and the SLT Setter (§4.2): measures every ``interval`` until the threads
-    end or the run stops, and applies the tuner's new SLTs. Each operator's period goes to
-    ``log`` too (the runtime's schema: the live view and /metrics read it)."""
-    prev_out = 0
-    prev_t = t0
-    k_total = sum(o.k for o in R.ops.values())
-    prev_read = {o.name: 0 for o in R.ops.values()}
-    for o in R.ops.values():
-        log.parallelism_changed(o.name, o.k, t0)
-    while any(t.is_alive() for t in threads):
-        _wait_any(threads, interval)
-        if R.control.stopped:
-            return
-        now = time.perf_counter()
-        per_op = R.measure(now)
-        out_now = sum(R.sink_counts)
-        # tuples the operators read in this interval: one that read none (the tail after
-        # the input ended, a stalled source) measured no latency, whatever Eq. 2 gives
-        read = sum(max(0, per_op[o.name]["read_total"] - prev_read[o.name])
-                   for o in R.ops.values())
-        point = {"t": now - t0, "latency_ms": end_to_end(per_op, paths),
-                 "events": out_now - prev_out, "operators": per_op, "read": read,
-                 "slack_ready": sum(v["slack_ready"] for v in per_op.values())}
-        prev_out = out_now
-        series.append(point)
-        for o in R.ops.values():
-            v = per_op[o.name]
-            # tuples of the operator's input per second: each reader read each tuple once
-            rate = max(0, v["read_total"] - prev_read[o.name]) / o.k / max(now - prev_t, 1e-6)
-            prev_read[o.name] = v["read_total"]
-            log.record(o.name, Metrics(time=now - t0, period=max(now - prev_t, 1e-6),
-                                       parallelism=o.k, throughput=rate, input_rate=rate,
-                                       max_parallelism=o.k, extras={"backlog": v["held"]}))
-        if controller is not None and per_op:
-            period = max(now - prev_t, 1e-6)
-            m = Metrics(time=now - t0, period=period, parallelism=k_total,
-                        throughput=point["events"] / period, input_rate=0.0,
-                        max_parallelism=k_total,
-                        extras={"operators": per_op, "latency_ms": point["latency_ms"],
-                                "deadline_ms": deadline, "paths": paths})
-            d = controller.observe(m)
-            new = getattr(d, "slt", None)
-            if new:
-                for o in R.ops.values():
-                    if o.name in new:
-                        o.ssg.set_slt(new[o.name])
-                decisions.append({"t": now - t0, "slt": dict(new),
-                                  "reason": getattr(d, "reason", None)})
-        prev_t = now
-
-
-def _wait_any(threads: list[threading.Thread], timeout: float) -> None:
-    """Sleeps ``timeout`` seconds, or less once every thread has ended."""
-    end = time.perf_counter() + timeout
-    for t in threads:
-        left = end - time.perf_counter()
-        if left <= 0:
-            return
-        t.join(left)
+        for r in o.readers:
+            rt.thread(R.reader_thread, o, r, name=r.name)
+    for n in flow.nodes:
+        if n.kind == "source":
+            rt.thread(R.source_thread, n, name=f"source-{n.name}")
+    mon = Monitor(R, controller, deadline)
+    # every interval, and the last one cut short by the end of the run
+    rt.sample(metrics_interval, mon.measure, final=True)
+    rt.execute(begin=lambda t0: [rt.metrics.parallelism_changed(o.name, o.k, t0)
+                                 for o in R.ops.values()])
+    return rt.result(R.source_counts, _summary(R, mon.series, mon.decisions, deadline,
+                                               controller))
 
 
 def _summary(R: _Run, series: list[dict[str, Any]], decisions: list[dict[str, Any]],
@@ -609,16 +362,13 @@ def _summary(R: _Run, series: list[dict[str, Any]], decisions: list[dict[str, An
     return {
         # the runtime's schema (stretchflow.runtime.result)
         "parallelism": {o.name: o.k for o in R.ops.values()},
-        "latency_ms": R.latency.summary(),
-        "latency_series": R.latency.series(),
-        "controller": None if controller is None else getattr(controller, "name",
-                                                              type(controller).__name__),
+        "controller": controller_name(controller),
         # the slack engine's own
         "deadline_ms": deadline,
         "operators": ops,
         "slack_ready": sum(v["slack_ready"] for v in ops.values()),
         "lost_tuples": sum(v["lost_tuples"] for v in ops.values()),
-        "events": sum(R.sink_counts),
+        "events": R.events(),
         "e2e_latency_ms": {"max": max(lat, default=0.0),
                            "mean": sum(lat) / len(lat) if lat else 0.0},
         "violations": sum(1 for x in lat if deadline is not None and x >= deadline),

@@ -1,10 +1,11 @@
-"""Checkpoints and resume on the slack engine (issue #17): :mod:`.vsn_checkpoint`'s protocol on
-Slack ScaleGates (docs/checkpoints.md, "Ordered and slack engines").
+"""Checkpoints and resume on the slack engine (issue #17): the threaded engines' protocol
+(:mod:`stretchflow.runtime.threaded_checkpoint`) on Slack ScaleGates (docs/checkpoints.md,
+"Ordered and slack engines").
 
 The slack engine is VSN's plan with SSGs for inlets, so the checkpoint is VSN's: each source
 thread puts ``(T + 0.5, CheckpointBarrier(e, T))`` after its last tuple <= T (the cut T at or
-after every timestamp any source has published, :class:`~.vsn_checkpoint.VSNCheckpointer`),
-straight into the inlets it reaches (past the stateless operators fused on its thread). An SSG
+after every timestamp any source has published), straight into the inlets it reaches (past
+the stateless operators fused on its thread: the runtime's ``forward_barrier``). An SSG
 with SLT = inf hands out ready tuples only, in timestamp order, so every processing thread of
 an O+ reads the first barrier of epoch e after every tuple <= T of every source. There
 (:meth:`SlackCheckpoints.at_barrier`) it advances W to T and pushes what that closes (its later
@@ -16,50 +17,31 @@ every sink has.
 
 A finite SLT lets slack-ready tuples through out of timestamp order (a barrier before a slow
 source's tuples <= T), so no cut is consistent: a checkpointed run needs SLT = inf and no SLT
-tuner (:func:`check`), which is also what makes the engine deterministic (its output equals
-the reference engine's per timestamp) and a resumed run equal an uninterrupted one.
+tuner (checked with the engine's options, :mod:`stretchflow.engines`), which is also what
+makes the engine deterministic (its output equals the reference engine's per timestamp) and a
+resumed run equal an uninterrupted one.
 """
 
 from __future__ import annotations
 
-import math
 import threading
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..buffers.esg import Aborted
-from ..buffers.ssg import END
-from ..errors import FlowDefinitionError
-from ..eventtime import WATERMARK
 from ..operators import snapshot
-from ..runtime import Stopped
 from ..runtime.checkpoint import CheckpointBarrier
-from .vsn_checkpoint import BARRIER_TIMEOUT, VSNCheckpointer, VSNCheckpoints, forward_barrier
+from ..runtime.threaded_checkpoint import RunCheckpoints, forward_barrier
 
 if TYPE_CHECKING:
     from .slack import _Operator, _Reader, _Run
 
-SINK_BATCH = 4096
+class SlackCheckpoints:
+    """One slack run's operators at checkpoint barriers; the sources' and the sinks' side,
+    the end and the result keys are the runtime's (``run``)."""
 
-
-def check(slt: Any, controller: Any) -> None:
-    """Refuses a checkpoint where the engine is not deterministic (see the module doc)."""
-    slts = list(slt.values()) if isinstance(slt, Mapping) else [slt]
-    if controller is not None or any(s != math.inf for s in slts):
-        raise FlowDefinitionError(
-            "checkpoint: the slack engine checkpoints only with slt=inf and no controller "
-            "(a finite SLT processes tuples out of timestamp order, so no cut is consistent "
-            "and a resumed run could not equal an uninterrupted one)")
-
-
-class SlackCheckpoints(VSNCheckpoints):
-    """One slack run's checkpoints: the sources' side is VSN's (:meth:`pump_args`), and so is
-    :meth:`end`; the operators' and sinks' are the slack threads'."""
-
-    def __init__(self, R: _Run, path: Any, every: Any):  # noqa: N803 - the engine's name
+    def __init__(self, R: _Run, run: RunCheckpoints):  # noqa: N803 - the engine's name
         self.R = R
-        self.ckpt = VSNCheckpointer(path, every, R.flow, {"engine": "slack"},
-                                    [o.name for o in R.ops.values()])
+        self.run = run
+        self.ckpt = run.ckpt
         self.passed: dict[str, int] = {}  # per processing thread: its latest barrier epoch
         self.rendezvous: dict[str, threading.Barrier] = {}
         self.epoch: dict[str, int] = {}  # per operator: the epoch being snapshotted
@@ -71,7 +53,7 @@ class SlackCheckpoints(VSNCheckpoints):
                     snapshot.restore(o.name, [r.inst for r in o.readers], blob)
             R.control.on_abort(self._abort)
         except BaseException:
-            self.ckpt.close()
+            run.close()
             raise
 
     def _abort(self, e: BaseException) -> None:
@@ -88,7 +70,7 @@ class SlackCheckpoints(VSNCheckpoints):
                 raise
         return act
 
-    def at_barrier(self, o: _Operator, r: _Reader, pusher: Any, ts: float,  # type: ignore[override]
+    def at_barrier(self, o: _Operator, r: _Reader, pusher: Any, ts: float,
                    b: CheckpointBarrier) -> bool:
         """Thread ``r`` of ``o`` read barrier ``(ts, b)``: False for another source's copy
         of a barrier it passed, else True once it forwarded it (see the module doc)."""
@@ -101,50 +83,6 @@ class SlackCheckpoints(VSNCheckpoints):
         if inst.out:
             pusher.push(inst.take())
         self.epoch[o.name] = b.epoch
-        try:
-            self.rendezvous[o.name].wait(BARRIER_TIMEOUT)
-        except threading.BrokenBarrierError:
-            if self.R.control.error is not None:
-                raise Stopped from None
-            raise RuntimeError(f"{o.name}: checkpoint barrier {b.epoch} broke") from None
+        self.R.control.wait_at(self.rendezvous[o.name], f"{o.name}: checkpoint barrier {b.epoch}")
         forward_barrier(pusher.pid, pusher.inlets(), (ts, b))
         return True
-
-    def sink(self, k: int, sink: Any = None) -> None:
-        """Sink thread ``k``: its output written into its open part as it comes (each batch
-        taken from the SSG in one write, as vsn's sinks do) and committed as part ``e`` at
-        the first barrier of epoch ``e``. Holding an epoch's output until its barrier, as it
-        first did, kept up to an epoch of output tuples alive and serialized them all at the
-        barrier."""
-        R, ckpt = self.R, self.ckpt
-        ssg = R.plan.inlets[("sink", k)].ssg
-        part = ckpt.writers[k]  # this thread is its one writer
-        reader = ("sink", k)
-        epoch = ckpt.plan.base
-        try:
-            while True:
-                got = ssg.get_batch(reader, SINK_BATCH)
-                if got is END:
-                    break
-                items: list[Any] = []
-                n = 0
-                for t, _ in got:
-                    p = t[1]
-                    if type(p) is CheckpointBarrier:
-                        if items:
-                            part.write(items)
-                            R.latency.measure_outputs(R.clock, items)
-                            items = []
-                        if p.epoch > epoch:
-                            epoch = p.epoch
-                            ckpt.sink_barrier(k, p, ())
-                    elif p is not WATERMARK:
-                        items.append((t[0], p))
-                        n += 1
-                if items:
-                    part.write(items)
-                    R.latency.measure_outputs(R.clock, items)
-                R.sink_counts[k] += n
-        except Aborted:
-            raise Stopped from None
-        ckpt.sink_end(k, ())

@@ -14,11 +14,13 @@ ties to the lower input index, as the reference executor. A source read only by 
 by several consumers, or by sinks only) is read by a tap thread. Operators whose output reaches
 no sink do not run, as in the reference executor.
 
-An A+ with columnar forms reading a sorted file, on process channels, written only by sinks,
-runs on whole Arrow batches instead (:mod:`.sn_columnar`: the parent deals whole batches
-round robin as Arrow IPC; the channels explode them, combine per (slice, key) and shuffle the
-rows to each key's owner; ``extra["paths"]`` says ``columnar``); a
-reconfiguring or checkpointed run takes the tuple path (``extra["columnar_fallback"]``).
+A line from a sorted file through stateless operators to an A+ with columnar forms (and on
+through stateless operators and A+ with columnar forms to the sinks) runs on whole Arrow
+batches instead, on process or thread channels (:mod:`.sn_columnar`: the parent deals whole
+batches round robin, as Arrow IPC to processes; the channels explode them, combine per (slice,
+key) and shuffle the rows to each key's owner; the parent runs what follows the first A+ on
+the merged windows; ``extra["paths"]`` says ``columnar``); a reconfiguring or checkpointed
+run takes the tuple path (``extra["columnar_fallback"]``).
 
 ``reconfigure`` and the controller apply to every region: a ``(COUNT, P)`` step migrates every
 region to P channels once the run has read COUNT source tuples (the region whose splitter reads
@@ -28,8 +30,6 @@ tuple it takes after that); a controller given by name runs once per region.
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import functools
 import shutil
 import time
@@ -39,17 +39,15 @@ from typing import Any
 
 from ..elastic.controller import Controller
 from ..elastic.migration import SQLiteStateStore, StateStore, open_store
-from ..errors import FlowDefinitionError
-from ..eventtime import WATERMARK
+from ..engines import Settings, given
+from ..engines import run as run_engine
 from ..flow import Flow, Node
 from ..runtime import (
-    IngestClock,
-    LatencyRecorder,
-    MetricsLog,
     RunControl,
     RunResult,
-    sink_session,
 )
+from ..runtime.drain import SinkDrain
+from ..runtime.skeleton import Run
 from ..runtime.tempdirs import make_tempdir
 from .sn_channel import ChannelCore, group_assignment
 from .sn_links import ChainLink, QueueLink, SinkLink, Tap, inline_input, queued_input
@@ -63,14 +61,16 @@ _QUEUE_BATCHES = 64  # default channel queue, in splitter batches (capacity = 64
 CLOCK_EVERY = 256
 
 
-def run(flow: Flow, parallelism: int = 1, max_parallelism: int | None = None,
-        key_groups: int = 128, capacity: int | None = None,
-        reconfigure: list[tuple[int, int]] | None = None,
+def run(flow: Flow, parallelism: int | None = None, max_parallelism: int | None = None,
+        key_groups: int | None = None, capacity: int | None = None,
+        reconfigure: list[tuple[int, int]] | str | None = None,
         controller: str | Controller | None = None,
-        controller_options: dict[str, Any] | None = None, metrics_interval: float = 1.0,
-        channels: str = "threads", store: str | StateStore | None = None, batch: int = 256,
-        pulse_ms: float = 50, start_method: str = "forkserver", columnar: str = "on",
-        checkpoint: str | None = None, checkpoint_every: Any = None) -> RunResult:
+        controller_options: dict[str, Any] | None = None,
+        metrics_interval: float | None = None, channels: str | None = None,
+        store: str | StateStore | None = None, batch: int | None = None,
+        pulse_ms: float | None = None, start_method: str | None = None,
+        columnar: str | None = None, checkpoint: str | None = None,
+        checkpoint_every: Any = None) -> RunResult:
     """Runs ``flow`` with every O+ on ``parallelism`` shared-nothing channels.
 
     Args:
@@ -100,155 +100,110 @@ def run(flow: Flow, parallelism: int = 1, max_parallelism: int | None = None,
         start_method: multiprocessing start method of process channels (``"forkserver"`` or
             ``"spawn"``; never ``"fork"`` with threads running).
         columnar: ``"on"``: an A+ with columnar forms (``Aggregate.columnar``) reading a
-            sorted, unpaced file source, on process channels, takes whole Arrow batches
-            (:mod:`.sn_columnar`); a reconfiguring or checkpointed run, thread channels or
-            another flow shape take the tuple path, ``extra["columnar_fallback"]`` says why.
+            sorted, unpaced file source (through stateless operators; A+ with columnar forms
+            and stateless operators after it) takes whole Arrow batches
+            (:mod:`.sn_columnar`); a reconfiguring or checkpointed run or another flow shape
+            takes the tuple path, ``extra["columnar_fallback"]`` says why.
             ``"off"``: always the tuple path.
         checkpoint: a directory: checkpoints are taken there every ``checkpoint_every`` (N
             input tuples, ``"Ns"``, ``"Nms"``; default 10 s) and a run given a directory
             holding one resumes from it, at any parallelism (:mod:`.sn_checkpoint`,
             docs/checkpoints.md).
     """
-    if checkpoint_every is not None and checkpoint is None:
-        raise ValueError("checkpoint_every needs checkpoint (the directory)")
-    if channels not in ("threads", "processes"):
-        raise FlowDefinitionError(
-            f"the sn engine runs channels as 'threads' or 'processes', got {channels!r}")
-    interval = float(metrics_interval)
-    pulse = float(pulse_ms) / 1000
-    schedule = sorted(reconfigure or [])
-    wanted = [parallelism] + [p for _, p in schedule]
-    ctl_given = controller is not None
-    if max_parallelism is None:
-        max_parallelism = max(wanted) if not ctl_given else max(max(wanted), 4)
-    if any(not 1 <= p <= max_parallelism for p in wanted):
-        raise ValueError(f"parallelism must be between 1 and max_parallelism={max_parallelism}")
-    if key_groups < 1 or batch < 1 or (capacity is not None and capacity < 1):
-        raise ValueError("key_groups, batch and capacity must be positive")
-    if not interval > 0:
-        raise ValueError(f"metrics_interval must be > 0, got {metrics_interval!r}")
+    return run_engine(flow, "sn", given(locals()))
+
+
+def execute(flow: Flow, s: Settings) -> RunResult:
+    """Runs ``flow`` with checked settings ``s`` (:func:`stretchflow.engines.run`'s call)."""
+    parallelism, key_groups, capacity = s.parallelism, s.key_groups, s.capacity
+    max_parallelism, schedule, batch = s.max_parallelism, s.reconfigure, s.batch
+    channels, start_method, checkpoint = s.channels, s.start_method, s.checkpoint
+    interval = float(s.metrics_interval)
+    pulse = float(s.pulse_ms) / 1000
     queue_size = _QUEUE_BATCHES if capacity is None else max(1, capacity // batch)
-    make_controller = _controllers(controller, dict(controller_options or {}))
-    if channels == "processes":
-        if store is None:
-            store = "sqlite"
-        if store == "memory" or (isinstance(store, StateStore)
-                                 and not isinstance(store, SQLiteStateStore)):
-            raise ValueError("process channels migrate state through a file every process can "
-                             "open: use store='sqlite' (or an SQLiteStateStore)")
-    if columnar not in ("on", "off"):
-        raise FlowDefinitionError(f"columnar must be 'on' or 'off', got {columnar!r}")
-    flow.validate()
-    sinks = [s for _, s in flow.sinks]
-    cp = _columnar_plan(flow, channels, columnar, bool(schedule) or ctl_given,
+    ctl_given = s.controller is not None
+    cp = _columnar_plan(flow, channels, s.columnar, bool(schedule) or ctl_given,
                         checkpoint is not None)
     if cp is not None and not isinstance(cp, str):
-        return _run_columnar(flow, cp, sinks, parallelism=parallelism, key_groups=key_groups,
+        return _run_columnar(flow, cp, parallelism=parallelism, key_groups=key_groups,
                              capacity=capacity, start_method=start_method,
-                             max_parallelism=max_parallelism)
-    state_store, own_store, state_dir = _open_store(store)
-    t0 = time.perf_counter()
-    ck = (checkpoint, checkpoint_every) if checkpoint is not None else None
+                             max_parallelism=max_parallelism, channels=channels)
+    state_store, own_store, state_dir = _open_store(s.store)
+    ck = (checkpoint, s.checkpoint_every) if checkpoint is not None else None
     try:
-        # a checkpointed run holds its output and writes the sinks only at the end
-        with contextlib.nullcontext() if ck else sink_session(sinks):
-            ex = _Executor(flow, state_store, parallelism=parallelism, n_groups=key_groups,
-                           batch=batch, queue_size=queue_size, schedule=schedule, pulse=pulse,
-                           make_controller=make_controller, max_parallelism=max_parallelism,
-                           interval=interval, channels=channels, start_method=start_method,
-                           checkpoint=ck)
-            ok = False
-            try:
-                ex.execute()
-                ok = True
-            finally:
-                if ex.ck is not None:
-                    ex.ck.end(ok)
+        ex = _Executor(flow, state_store, parallelism=parallelism, n_groups=key_groups,
+                       batch=batch, queue_size=queue_size, schedule=schedule, pulse=pulse,
+                       make_controller=s.controllers, max_parallelism=max_parallelism,
+                       interval=interval, channels=channels, start_method=start_method,
+                       checkpoint=ck)
+        ex.rt.at_end(ex.close_channels)
+        ex.rt.execute(start=ex.start)
     finally:
         if own_store:
             state_store.close()
         if state_dir is not None:
             shutil.rmtree(state_dir, ignore_errors=True)
-    elapsed = time.perf_counter() - t0
     regions = ex.regions
     log = [r for reg in regions for r in reg.log]
     routed = sum(reg.routed for reg in regions)
     sent = sum(reg.sent for reg in regions)
     ctl_names = {reg.name: reg.controller.name for reg in regions if reg.controller is not None}
-    return RunResult(
-        engine="sn",
-        elapsed=elapsed,
-        tuples_in={name: c[0] for name, c in ex.counts.items()},
-        tuples_out={s.name: s.count for s in sinks},
-        extra={
-            "parallelism": {reg.name: reg.p for reg in regions},
-            "parallelism_series": ex.metrics.parallelism,
-            "reconfigurations": log,
-            "metrics": ex.metrics.rows,
-            "controller": next(iter(ctl_names.values()), None),
-            # the SN engine's own keys
-            "channels": channels,
-            "max_parallelism": max_parallelism,
-            "key_groups": key_groups,
-            "store": type(state_store).__name__,
-            "tuples_routed": routed,
-            "tuples_sent": sent,
-            "duplication_factor": sent / routed if routed else 0.0,
-            "migration_time_ms": sum(r["duration_ms"] for r in log if r["applied"]),
-            "bytes_moved": sum(r["bytes_moved"] for r in log if r["applied"]),
-            "blocked_s": sum(reg.blocked_total for reg in regions),
-            "startup_s": ex.startup_s,
-            "regions": {reg.name: reg.stats() for reg in regions},
-            "paths": {reg.name: "sliced" if getattr(reg.op, "sliced", False) else "tuple"
-                      for reg in regions},
-            **({"columnar_fallback": {reg.name: cp for reg in regions
-                                      if getattr(reg.op, "columnar", False)}}
-               if isinstance(cp, str) else {}),
-            "latency_ms": ex.latency.summary(),
-            "latency_series": ex.latency.series(),
-            **({"checkpoints": ex.ck.taken, "checkpoint_log": ex.ck.ckpt.stats.log()}
-               if ex.ck is not None else {}),
-        },
-    )
+    return ex.rt.result({name: c[0] for name, c in ex.counts.items()}, {
+        "parallelism": {reg.name: reg.p for reg in regions},
+        "reconfigurations": log,
+        "controller": next(iter(ctl_names.values()), None),
+        # the SN engine's own keys
+        "channels": channels,
+        "max_parallelism": max_parallelism,
+        "key_groups": key_groups,
+        "store": type(state_store).__name__,
+        "tuples_routed": routed,
+        "tuples_sent": sent,
+        "duplication_factor": sent / routed if routed else 0.0,
+        "migration_time_ms": sum(r["duration_ms"] for r in log if r["applied"]),
+        "bytes_moved": sum(r["bytes_moved"] for r in log if r["applied"]),
+        "blocked_s": sum(reg.blocked_total for reg in regions),
+        "startup_s": ex.startup_s,
+        "regions": {reg.name: reg.stats() for reg in regions},
+        "paths": {reg.name: "sliced" if getattr(reg.op, "sliced", False) else "tuple"
+                  for reg in regions},
+        **({"columnar_fallback": {reg.name: cp for reg in regions
+                                  if getattr(reg.op, "columnar", False)}}
+           if isinstance(cp, str) else {}),
+    })
 
 
 def _columnar_plan(flow: Flow, channels: str, columnar: str, reconfiguring: bool,
                    checkpointing: bool) -> Any:
-    """:func:`.sn_columnar.plan` (imported only for process channels: it imports
-    multiprocessing), or the reason the columnar path does not apply, or None when no O+
-    has columnar forms."""
+    """:func:`.sn_columnar.plan` (process or thread channels), or the reason the columnar
+    path does not apply, or None when no O+ has columnar forms."""
     if not any(getattr(n.spec, "columnar", False) for n in flow.nodes if n.kind == "oplus"):
         return None
     if columnar != "on":
         return "columnar='off'"
-    if channels != "processes":
-        return "thread channels (the columnar path runs on process channels)"
     from . import sn_columnar
 
     return sn_columnar.plan(flow, reconfiguring=reconfiguring, checkpointing=checkpointing)
 
 
-def _run_columnar(flow: Flow, cp: Any, sinks: list[Any], *, parallelism: int, key_groups: int,
+def _run_columnar(flow: Flow, cp: Any, *, parallelism: int, key_groups: int,
                   capacity: int | None, start_method: str,
-                  max_parallelism: int) -> RunResult:
+                  max_parallelism: int, channels: str) -> RunResult:
     """The columnar path (:mod:`.sn_columnar`), reported as the tuple path reports a run."""
     from . import sn_columnar
 
-    t0 = time.perf_counter()
-    with sink_session(sinks):
-        out = sn_columnar.run_columnar(flow, cp, parallelism=parallelism, n_groups=key_groups,
-                                       capacity=capacity, start_method=start_method)
+    rt, out = sn_columnar.run_columnar(flow, cp, parallelism=parallelism, n_groups=key_groups,
+                                       capacity=capacity, start_method=start_method,
+                                       channels=channels)
     extra = out["extra"]
     name = cp.node.name
-    return RunResult(
-        engine="sn", elapsed=time.perf_counter() - t0, tuples_in=out["tuples_in"],
-        tuples_out={s.name: s.count for s in sinks},
-        extra={**extra, "channels": "processes", "max_parallelism": max_parallelism,
-               "regions": {name: {"parallelism": parallelism,
-                                  "tuples_routed": extra["tuples_routed"],
-                                  "tuples_sent": extra["tuples_sent"],
-                                  "duplication_factor": extra["duplication_factor"],
-                                  "blocked_s": extra["blocked_s"]}}})
+    return rt.result(out["tuples_in"], {
+        **extra, "channels": channels, "max_parallelism": max_parallelism,
+        "regions": {name: {"parallelism": parallelism,
+                           "tuples_routed": extra["tuples_routed"],
+                           "tuples_sent": extra["tuples_sent"],
+                           "duplication_factor": extra["duplication_factor"],
+                           "blocked_s": extra["blocked_s"]}}})
 
 
 def _open_store(store: str | StateStore | None) -> tuple[StateStore, bool, Path | None]:
@@ -266,24 +221,6 @@ def _open_store(store: str | StateStore | None) -> tuple[StateStore, bool, Path 
         raise
 
 
-def _controllers(controller: str | Controller | None,
-                 options: dict[str, Any]) -> Callable[[int], Controller | None]:
-    """``k -> the controller of the k-th region``: one per region (a controller keeps the
-    state of the operator it watches: levels, history)."""
-    if controller is None:
-        if options:
-            raise ValueError("controller_options given without a controller")
-        return lambda _k: None
-    if isinstance(controller, Controller):
-        if options:
-            raise ValueError("controller_options apply to a controller given by name only")
-        return lambda k: controller if k == 0 else copy.deepcopy(controller)
-    from ..elastic import make_controller
-
-    make_controller(str(controller), **options)  # a bad name or option fails before any run
-    return lambda _k: make_controller(str(controller), **options)
-
-
 class _Executor:
     """Builds the regions, taps and links of a flow (see the module docstring) and runs them."""
 
@@ -292,28 +229,32 @@ class _Executor:
                  make_controller: Callable[[int], Controller | None], max_parallelism: int,
                  interval: float, channels: str, start_method: str,
                  checkpoint: tuple[str, Any] | None = None):
-        self.run = RunControl()
-        self.metrics = MetricsLog()
-        # latency (issue #18): when source tuples entered, measured at the sinks' links
-        self.clock = IngestClock()
-        self.latency = LatencyRecorder()
-        self.threads: list[Any] = []
+        # the runtime's skeleton: threads, sinks, metrics, latency, checkpoints, the result
+        self.rt = Run("sn", flow)
+        self.run, self.metrics = self.rt.control, self.rt.metrics
+        # latency (issue #18): when source tuples entered, measured at the sinks' drains
+        self.clock, self.latency = self.rt.clock, self.rt.latency
+        self.threads = self.rt.threads  # the regions add their channels' threads
         self.counts: dict[str, list[int]] = {}
         self.batch, self.pulse, self.queue_size = batch, pulse, queue_size
         self.startup_s = 0.0  # until every initial channel runs (process start, imports)
         self.ck: Any = None
+        self.sink_index = {id(s): k for k, (_, s) in enumerate(flow.sinks)}
         self._plan(flow)
         ops = [n for n in flow.nodes if n.kind == "oplus" and n in self.live]
         if checkpoint is not None:
+            from ..runtime.threaded_checkpoint import RunCheckpoints
             from .sn_checkpoint import SNCheckpoints
 
-            self.ck = SNCheckpoints(*checkpoint, flow, [n.name for n in ops])
+            self.ck = SNCheckpoints(RunCheckpoints(*checkpoint, flow, {"engine": "sn"},
+                                                   [n.name for n in ops]))
+            self.rt.checkpoints = self.ck.run
         try:
             self._build(ops, store, parallelism, n_groups, batch, queue_size, schedule, pulse,
                         make_controller, max_parallelism, interval, channels, start_method)
         except BaseException:
             if self.ck is not None:
-                self.ck.end(False)
+                self.ck.run.end(False)
             raise
 
     def _build(self, ops: list[Node], store: StateStore, parallelism: int, n_groups: int,
@@ -400,8 +341,12 @@ class _Executor:
     def _items(self, src: Node) -> Callable[[], Iterator]:
         """A source's items as its reader gets them (with checkpoints: with barriers, past
         the restored cut); called when the reader starts, once ``self.ck`` exists."""
-        return lambda: _clocked(self.ck.items(src) if self.ck is not None else src.spec.items(),
-                                self.clock)
+        return lambda: self.clock.clocked(
+            self.ck.run.items(src) if self.ck is not None else src.spec.items(), CLOCK_EVERY)
+
+    def _drain(self, sink: Any) -> SinkDrain:
+        """The drain of ``sink`` (its part, in a checkpointed run), measuring latency."""
+        return self.rt.drain(self.sink_index[id(sink)])
 
     def _leaves(self, node: Node) -> int:
         n = 0
@@ -418,7 +363,7 @@ class _Executor:
         subs: list[Any] = []
         for r in self.readers[node]:
             if r[0] == "sink":
-                subs.append(_MeasuredSink(r[1], [], self.ck, self.clock, self.latency))
+                subs.append(SinkLink(self._drain(r[1]), []))
                 continue
             _, consumer, idx = r
             if consumer.kind == "oplus":
@@ -444,7 +389,7 @@ class _Executor:
         for region in self.regions:  # the queues exist now: the region reads them
             region.inputs = self.inputs[self._node_of(region)]
         self.tap_threads = [
-            Tap(self.run, src.spec if self.ck is None else self.ck.source(src),
+            Tap(self.run, src.spec if self.ck is None else self.ck.run.proxy(src),
                 self.source_counters[src], self._links(src, self._leaves(src) == 1),
                 self.batch, self.pulse, checkpoints=self.ck is not None)
             for src in self.taps]
@@ -455,75 +400,31 @@ class _Executor:
         return next(n for n, r in self.region_of.items() if r is region)
 
     # -- lifecycle -----------------------------------------------------------------------------
-    def execute(self) -> None:
-        run = self.run
+    def start(self) -> None:
+        """Starts the channels (and waits until every process channel has loaded the O+),
+        then the splitters, mergers and taps (the skeleton's ``start``)."""
         t_start = time.perf_counter()
-        try:
-            for region in self.regions:
-                if region.transport is not None:
-                    region.transport.open(region)
-                for j in range(region.p):
-                    region.start_channel(j)
-            for region in self.regions:
-                if region.transport is not None:
-                    region.transport.wait_ready(region)
-            self.startup_s = time.perf_counter() - t_start
-            for region in self.regions:
-                region.start()
-            for tap in self.tap_threads:
-                self.threads.append(tap.thread)
-                tap.thread.start()
-        except BaseException as e:
-            run.fail(e)
-        finally:
-            try:
-                self._join()
-            except BaseException as e:  # interrupted while waiting: stop everything, wait
-                run.fail(e)
-                self._join()
-            failed = run.error is not None
-            for region in self.regions:
-                for ch in region.all_channels:
-                    ch.close(failed)
-        run.raise_error()
+        for region in self.regions:
+            if region.transport is not None:
+                region.transport.open(region)
+            for j in range(region.p):
+                region.start_channel(j)
+        for region in self.regions:
+            if region.transport is not None:
+                region.transport.wait_ready(region)
+        self.startup_s = time.perf_counter() - t_start
+        for region in self.regions:
+            region.start()
+        for tap in self.tap_threads:
+            self.threads.append(tap.thread)
+            tap.thread.start()
 
-    def _join(self) -> None:
-        # splitters start channels while we join (migrations): join until none is new
-        joined = 0
-        while joined < len(self.threads):
-            self.threads[joined].join()
-            joined += 1
-
-
-def _clocked(items: Iterator[Any], clock: IngestClock, every: int = CLOCK_EVERY
-             ) -> Iterator[Any]:
-    """``items``, recording in ``clock`` every ``every``-th item's timestamp as it enters
-    (the first one too): one counter test per tuple, one lock per ``every`` tuples."""
-    record = clock.record
-    n = every
-    for item in items:
-        n += 1
-        if n >= every:
-            n = 0
-            record(item[0])
-        yield item
-
-
-class _MeasuredSink(SinkLink):
-    """A sink's link sampling the latency of what it is handed (up to 16 outputs a batch,
-    one lock per batch: :meth:`LatencyRecorder.measure_outputs`)."""
-
-    def __init__(self, sink: Any, chain: list, held: Any, clock: IngestClock,
-                 latency: LatencyRecorder):
-        super().__init__(sink, chain, held)
-        self.clock, self.latency = clock, latency
-
-    def deliver(self, items: list[Any]) -> None:
-        super().deliver(items)
-        # a sample of at most ~16 outputs, watermarks left out: O(16) per batch, not O(batch)
-        data = [it for it in items[::max(1, len(items) // 16)] if it[1] is not WATERMARK]
-        if data:
-            self.latency.measure_outputs(self.clock, data)
+    def close_channels(self) -> None:
+        """Ends every channel (a process channel's process too), after every thread."""
+        failed = self.run.error is not None
+        for region in getattr(self, "regions", ()):
+            for ch in region.all_channels:
+                ch.close(failed)
 
 
 def _inline_factory(items: Callable[[], Iterator], chain: list, idx: int,

@@ -4,8 +4,8 @@
 The cut is the reference's, "every input tuple with ts <= T", carried by the control tuple
 ``(T + 0.5, CheckpointBarrier(e, T))`` each source puts after its last tuple <= T. Sources
 run on several threads (inline in a splitter, or in a tap), so T is chosen as on vsn
-(:class:`~.vsn_checkpoint.VSNCheckpointer`: each source publishes its timestamp before it
-yields a tuple; T is the largest published one).
+(:class:`~stretchflow.runtime.threaded_checkpoint.ThreadedCheckpointer`: each source
+publishes its timestamp before it yields a tuple; T is the largest published one).
 
 Barriers flow source → splitter → channels → merger → next region or sink:
 
@@ -39,13 +39,13 @@ from __future__ import annotations
 import copy
 import heapq
 import pickle
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import StretchflowError
 from ..operators import snapshot
 from ..runtime.checkpoint import CheckpointBarrier
-from .vsn_checkpoint import SourceProxy, VSNCheckpointer
+from ..runtime.threaded_checkpoint import RunCheckpoints
 
 __all__ = ["CheckpointBarrier", "SNCheckpoints", "channel_restore", "channel_snapshot",
            "split_restore"]
@@ -113,27 +113,15 @@ def split_restore(name: str, blob: bytes, assign: list[int], n_groups: int,
 
 
 class SNCheckpoints:
-    """One SN run's checkpoints: sources with barriers, region snapshots, held sink output."""
+    """One SN run's regions at checkpoint barriers: their snapshots and restore; the sources'
+    and the sinks' side, the end and the result keys are the runtime's (``run``)."""
 
-    def __init__(self, path: Any, every: Any, flow: Any, stateful: list[str]):
-        self.ckpt = VSNCheckpointer(path, every, flow, {"engine": "sn"}, stateful)
-        self.sink_index = {id(s): j for j, (_, s) in enumerate(flow.sinks)}
-
-    @property
-    def taken(self) -> int:
-        return self.ckpt.taken
-
-    def items(self, node: Any) -> Iterator[Any]:
-        """Source ``node``'s items with barriers, past the restored cut."""
-        return self.ckpt.source(node.name, node.spec.items(), [0])
-
-    def source(self, node: Any) -> Any:
-        """Source ``node`` as a tap reads it: its items with barriers."""
-        return SourceProxy(node.spec, lambda: self.items(node))
+    def __init__(self, run: RunCheckpoints):
+        self.run = run
 
     def restore(self, name: str, assign: list[int], n_groups: int,
                 group_of: Callable[[Any], int]) -> list[bytes] | None:
-        blob = self.ckpt.restored(name)
+        blob = self.run.restored(name)
         if blob is None:
             return None
         return split_restore(name, blob, assign, n_groups, group_of)
@@ -153,20 +141,4 @@ class SNCheckpoints:
                     groups[g] = sg
             own.extend(d["instances"])
         data = {"kind": kind, "G": G, "groups": groups, "instances": own}
-        self.ckpt.snapshot(name, epoch, pickle.dumps(data, protocol=5))
-
-    # -- sinks ---------------------------------------------------------------------------------
-    def sink_barrier(self, sink: Any, b: CheckpointBarrier, chunks: list[Any]) -> None:
-        self.ckpt.sink_barrier(self.sink_index[id(sink)], b, chunks)
-
-    def sink_end(self, sink: Any, chunks: list[Any]) -> None:
-        self.ckpt.sink_end(self.sink_index[id(sink)], chunks)
-
-    def end(self, ok: bool) -> None:
-        """On success the held output goes to the sinks (then the checkpoint is cleared);
-        the directory's lock is released either way."""
-        try:
-            if ok:
-                self.ckpt.publish()
-        finally:
-            self.ckpt.close()
+        self.run.snapshot(name, epoch, pickle.dumps(data, protocol=5))

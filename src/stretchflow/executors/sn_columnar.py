@@ -1,16 +1,20 @@
 """SN process channels on whole Arrow batches: the columnar sliced A+ split across processes
-(issue #16, Deliver 2).
+(issues #16, #31).
 
-When the SN engine runs an A+ with columnar forms (``Aggregate.columnar``) on process channels,
-reading a source that gives batches (``Source.batches``: a sorted, unpaced file) and written
-only by sinks, no tuple is pickled and the parent does no per-row work:
+When the SN engine runs a flow that is one line -- a source that gives batches
+(``Source.batches``: a sorted, unpaced file) -> stateless operators -> an A+ with columnar
+forms (``Aggregate.columnar``: wordcount's hand-written ones, or a declarative aggregate's
+count, sum, min, max, mean, top_k) -> stateless operators and further A+ with columnar forms
+-> sinks -- on process channels, no tuple is pickled and the parent does no per-row work:
 
 * **Dealer** (a thread of the parent): reads the source's Arrow batches and deals them whole,
   round robin, to the channels (one Arrow IPC stream each, timestamps beside the payloads):
   batch ``seq`` (a *pulse*, from 1) to channel ``(seq - 1) % p``, with its last timestamp as
   watermark (every later tuple is at or after it). At most ``queue_size`` pulses are in flight
   (dealt, not yet written): the flow control.
-* **Channels** (processes, :mod:`.sn_columnar_channel`): the dealt channel explodes its batch
+* **Channels** (processes, or threads of the parent with ``channels="threads"``: the same core,
+  batches and parts handed over in-process; :mod:`.sn_columnar_channel`): the dealt channel
+  explodes its batch
   (f_MK's columnar form), combines it per (slice, key), and sends every channel the combined
   rows of the key groups f_μ gives it — channel to channel, the SN paper's shuffle — and each
   channel runs a :class:`~stretchflow.operators.columnar.ColumnarSlicedInstance` over the keys
@@ -18,16 +22,27 @@ only by sinks, no tuple is pickled and the parent does no per-row work:
   State stays key-partitioned (shared nothing): only the explode is spread round robin.
 * **Merger** (a thread of the parent): once every channel answered a pulse (a window closes in
   the output only when every channel has passed its end: the min across channels), merges the
-  answers by timestamp and writes the sinks' batches — the reference's output, in timestamp
-  order.
+  answers by timestamp, runs them through the nodes after the A+ (:class:`Downstream`) and
+  writes the sinks' batches — the reference's output, in timestamp order.
+
+The stateless operators before the A+ run on each dealt batch (their columnar form,
+``batch_fn``, on its table; tuple by tuple on its payloads otherwise), in the channels
+(:data:`PRE_IN_CHANNELS`) or in the dealer. The nodes after the A+ run in the parent, on
+each pulse's merged windows: stateless operators so, an A+ as one
+:class:`~stretchflow.operators.columnar.ColumnarSlicedInstance` (parallelism 1, reported in
+``parallelism``: hot items' second A+ reads a few rows per window), advanced to the pulse's
+watermark. ``extra["paths"]`` names every operator's path; ``extra["columnar"]`` counts the
+pulses exploded tuple at a time (``pulses_tuple``) and the downstream A+'s batches taken
+tuple at a time (``batches_tuple``).
 
 A batch the columnar f_MK refuses (a payload without a string ``text``, say) is exploded tuple
 at a time by its channel (f_MK per tuple, so its error names the tuple) and its (key, value)
 pairs travel pickled to their owners, which apply f_U into the same instance's dict slices.
 
 Not on this path (the run takes the tuple path and ``extra["columnar_fallback"]`` says why):
-thread channels, ``columnar="off"``, reconfiguration (``reconfigure`` or a controller: the
-partials are not migrated), checkpoints, and any flow other than one source -> this A+ -> sinks.
+``columnar="off"``, reconfiguration (``reconfigure`` or a controller: the
+partials are not migrated), checkpoints, and any flow other than such a line (several sources,
+a node read twice, sinks on several nodes, a stateful operator, an A+ without columnar forms).
 """
 
 from __future__ import annotations
@@ -42,45 +57,127 @@ from typing import Any
 
 from ..batch import Batch, arrow_ints
 from ..flow import Flow, Node
-from ..runtime import IngestClock, LatencyRecorder, RunControl, Stopped
-from ..runtime.pump import write_batch
+from ..operators.stateless import through_batch
+from ..runtime import RunControl, Stopped, pump
+from ..runtime.control import raise_user_error
+from ..runtime.skeleton import Run
 from ..runtime.tempdirs import sweep_stale
-from . import vsn_batches
 from .sn_channel import group_assignment
-from .sn_columnar_channel import Channel, channel_main, pack, unpack
-from .sn_process import ProcessChannel, ProcessTransport, _preload_modules
+from .sn_columnar_channel import Channel, channel_main, keep, pack, unpack
+from .sn_process import ProcessChannel, ProcessTransport, _preload_modules, ship
 
 __all__ = ["ColumnarPlan", "plan", "run_columnar"]
 
-_QUEUE_BATCHES = 16  # default pulses in flight, in source batches (vsn_batches.COLUMNAR_BATCH)
+_QUEUE_BATCHES = 16  # default pulses in flight, in source batches (pump.COLUMNAR_BATCH)
+#: the stateless operators between the source and the A+ run in the channels (True), on the
+#: batch dealt to each, or in the parent's dealer before it deals (False): measured in
+#: docs/sn.md's columnar section
+PRE_IN_CHANNELS = True
 
 
 class ColumnarPlan:
-    """What the columnar SN path runs: the A+ node, its source node, the source's batches."""
+    """What the columnar SN path runs: the A+ node its channels run, its source node and the
+    source's batches, the stateless nodes between them (``pre``) and the nodes after it, up
+    to the sinks (``post``: stateless operators and A+ with columnar forms, run by the
+    parent on the merged windows, :class:`Downstream`)."""
 
-    def __init__(self, node: Node, source: Node, batches: Iterator[Batch]):
+    def __init__(self, node: Node, source: Node, batches: Iterator[Batch],
+                 pre: list[Node] | None = None, post: list[Node] | None = None):
         self.node, self.source, self.batches = node, source, batches
+        self.pre, self.post = pre or [], post or []
 
 
 def plan(flow: Flow, *, reconfiguring: bool, checkpointing: bool) -> ColumnarPlan | str:
     """The columnar path for ``flow`` on process channels with ``columnar="on"`` (the SN
     executor checks those, and that the flow has an A+ with columnar forms), or why not."""
-    ops = [n for n in flow.nodes if n.kind == "oplus"]
     if reconfiguring:
         return "a reconfiguring run (reconfigure or controller): partials are not migrated"
     if checkpointing:
         return "a checkpointed run: partials are not snapshotted"
-    sources = [n for n in flow.nodes if n.kind == "source"]
-    node = ops[0]
-    if (len(ops) != 1 or len(sources) != 1 or len(flow.nodes) != 2
-            or node.inputs != [sources[0]] or not flow.sinks
-            or any(n is not node for n, _ in flow.sinks)):
-        return "a flow other than one source -> one A+ -> sinks"
-    batches = getattr(sources[0].spec, "batches", None)
-    it = batches(vsn_batches.COLUMNAR_BATCH) if batches is not None else None
+    line = _line(flow)
+    if isinstance(line, str):
+        return line
+    source, chain = line
+    first = next(i for i, n in enumerate(chain) if n.kind == "oplus")
+    node, pre, post = chain[first], chain[:first], chain[first + 1:]
+    if not getattr(node.spec, "columnar", False):
+        return f"the first O+ {node.name!r} has no columnar forms"
+    for n in pre + post:
+        if n.kind == "stateful":
+            return f"the stateful operator {n.name!r} takes tuples"
+        if n.kind == "oplus" and not getattr(n.spec, "columnar", False):
+            return f"the O+ {n.name!r} after the first has no columnar forms"
+    batches = getattr(source.spec, "batches", None)
+    it = batches(pump.COLUMNAR_BATCH) if batches is not None else None
     if it is None:
         return "a source that gives no batches (not a sorted, unpaced file)"
-    return ColumnarPlan(node, sources[0], it)
+    return ColumnarPlan(node, source, it, pre, post)
+
+
+_LINE = ("a flow other than one line: one source -> operators, each read by the next only "
+         "-> sinks on the last")
+
+
+def _line(flow: Flow) -> tuple[Node, list[Node]] | str:
+    """The flow as one source and the nodes after it, each read only by the next and sinks
+    only on the last, with an O+ among them; or why it is not such a line."""
+    sources = [n for n in flow.nodes if n.kind == "source"]
+    if len(sources) != 1 or not flow.sinks:
+        return _LINE
+    readers: dict[Node, list[Node]] = {n: [] for n in flow.nodes}
+    for n in flow.nodes:
+        for up in n.inputs:
+            readers[up].append(n)
+    sunk = {id(n) for n, _ in flow.sinks}
+    chain: list[Node] = []
+    node = sources[0]
+    while id(node) not in sunk:
+        nxt = readers[node]
+        if len(nxt) != 1 or len(nxt[0].inputs) != 1:
+            return _LINE
+        node = nxt[0]
+        chain.append(node)
+    if readers[node] or len(sunk) != 1 or len(chain) + 1 != len(flow.nodes) or \
+            not any(n.kind == "oplus" for n in chain):
+        return _LINE
+    return sources[0], chain
+
+
+class Downstream:
+    """The nodes after the channels' A+, run by the parent on each pulse's merged windows (one
+    batch): stateless operators through their columnar form (``through_batch``), A+ as one
+    :class:`~stretchflow.operators.columnar.ColumnarSlicedInstance` each (parallelism 1: the
+    windows of a window, hot items' arg max, are few rows), advanced to the pulse's watermark
+    -- every channel has passed it, so every later window of the first A+ ends after it."""
+
+    def __init__(self, nodes: list[Node]):
+        self.steps = [(n.spec, n.spec.columnar_instance() if n.kind == "oplus" else None)
+                      for n in nodes]
+
+    def push(self, batch: Batch | None, wm: int | None) -> Batch | None:
+        """One pulse's windows (``wm`` None: the last, then every A+ finishes) through the
+        nodes; what reaches the sinks."""
+        for op, inst in self.steps:
+            if inst is None:
+                if batch is not None and len(batch):
+                    batch = through_batch(op, batch)
+                continue
+            try:
+                if batch is not None and len(batch):
+                    inst.process_batch(batch)
+                if wm is None:
+                    inst.finish()
+                else:
+                    inst.advance(wm)
+            except Exception as e:  # noqa: BLE001 - named by its batch's first tuple
+                if batch is not None and len(batch):
+                    raise_user_error(op.name, batch.first, batch.payloads[0], e)
+                raise_user_error(op.name, wm, "<watermark>", e)
+            batch = inst.take_batch()
+        return batch
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        return {op.name: dict(inst.batch_counts) for op, inst in self.steps if inst is not None}
 
 
 # -- the parent: dealer, merger, lifecycle -----------------------------------------------------
@@ -94,7 +191,8 @@ class _PeerChannel(ProcessChannel):
         pdeathsig = t.start_method == "forkserver" or threading.get_ident() == t.owner
         self.proc = t.ctx.Process(
             target=channel_main, name=f"sn-channel-{self.j}", daemon=True,
-            args=(t.blob, self.j, t.G, list(t.assign), peers, self.inq, self.resq, pdeathsig))
+            args=(t.blob, self.j, t.G, list(t.assign), peers, self.inq, self.resq, pdeathsig,
+                  t.pre_blobs))
         self.attached = True
 
     def start(self) -> None:
@@ -106,18 +204,53 @@ class _PeerChannel(ProcessChannel):
 class _Transport(ProcessTransport):
     """Process channels running :func:`.sn_columnar_channel.channel_main` (no store)."""
 
-    def __init__(self, op: Any, n_groups: int, start_method: str, assign: list[int]):
+    def __init__(self, op: Any, n_groups: int, start_method: str, assign: list[int],
+                 pre: list[Any]):
         super().__init__(op, n_groups, start_method)
         self.store_path, self.assign = "", assign
+        self.pre_blobs = [ship(o) for o in pre]  # the stateless operators before the A+
         if start_method == "forkserver":  # channels fork with Arrow and the channel loaded
             # (pyarrow.compute too: the explode's kernels import it, once in the server
             # rather than in every channel on its first batch)
-            self.ctx.set_forkserver_preload(_preload_modules([op]) + [
+            self.ctx.set_forkserver_preload(_preload_modules([op, *pre]) + [
                 __name__, "stretchflow.executors.sn_columnar_channel", "pyarrow",
                 "pyarrow.compute"])
 
     def channel(self, ex: Any, j: int) -> _PeerChannel:
         return _PeerChannel(self, ex, j)
+
+
+class _ThreadChannel:
+    """A channel as a thread of the parent (``channels="threads"``): the same
+    :class:`~.sn_columnar_channel.Channel` core and loop, its messages and parts handed over
+    in-process as they are (no IPC; the Arrow kernels release the GIL)."""
+
+    def __init__(self, r: _Run, j: int):
+        import queue
+
+        self.r, self.j = r, j
+        self.q: queue.Queue = queue.Queue()  # unbounded, as a process channel's (see _Host)
+        self.ready = threading.Event()
+        self.ready.set()  # nothing to load
+        self.threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        t = self.r.run.thread(self._serve, name=f"sn-channel-{self.r.op.name}-{self.j}")
+        self.threads.append(t)
+        t.start()
+
+    def _serve(self) -> None:
+        r = self.r
+        chans = r.host.channels
+        ch = Channel(self.j, r.op, r.p, r.G, r.assign, lambda o, msg: chans[o].q.put(msg),
+                     r.pre_there, ipc=False)
+        t0 = time.thread_time()
+        final = ch.serve(lambda: r.run.get(self.q), r.host.outq.put)
+        final[3]["cpu_s"] = time.thread_time() - t0
+        r.host.outq.put(final)
+
+    def close(self, failed: bool) -> None:
+        pass
 
 
 class _Host:
@@ -134,65 +267,68 @@ class _Host:
 
 
 class _Run:
-    def __init__(self, flow: Flow, cp: ColumnarPlan, parallelism: int, n_groups: int,
-                 window: int, start_method: str):
+    def __init__(self, rt: Run, cp: ColumnarPlan, parallelism: int, n_groups: int,
+                 window: int, start_method: str, channels: str = "processes"):
+        self.rt = rt  # the runtime's skeleton: threads, sinks, latency, the result
         self.op = cp.node.spec
         self.cp = cp
         self.p, self.G, self.window = parallelism, n_groups, window
-        self.sinks = [s for _, s in flow.sinks]
-        self.run = RunControl()
+        self.run = rt.control
         self.assign = group_assignment(parallelism, n_groups)
         self.host = _Host(self.run, self.op.name, self.assign)
-        self.transport = _Transport(self.op, n_groups, start_method, self.assign)
-        self.clock, self.latency = IngestClock(), LatencyRecorder()
+        pre = [n.spec for n in cp.pre]
+        # the stateless operators before the A+ run where f_MK does (PRE_IN_CHANNELS: in
+        # the channels, on the batch dealt to each), or in the dealer before it deals
+        self.pre_here = [] if PRE_IN_CHANNELS else pre
+        self.pre_there = pre if PRE_IN_CHANNELS else []
+        self.threads = channels == "threads"
+        self.transport = None if self.threads else _Transport(
+            self.op, n_groups, start_method, self.assign, self.pre_there)
+        self.pack = keep if self.threads else pack
+        self.down = Downstream(cp.post)
+        self.clock = rt.clock
+        self.drains = [rt.drain(k) for k in range(len(rt.sinks))]
         self.read = self.pulses = self.written = self.parent_pulses = 0
         self.local: Channel | None = None  # explodes pulses while their channel starts
         self.bytes_out = self.bytes_in = 0
         self.blocked = self.startup_s = 0.0
         self.stats: list[dict] = [{} for _ in range(parallelism)]
+        self.chans: list[Any] = []
         self._progress = threading.Condition()
 
     # -- lifecycle --------------------------------------------------------------------------
-    def execute(self) -> None:
-        run, host = self.run, self.host
-        threads: list[Any] = []
-        chans: list[_PeerChannel] = []
+    def start(self) -> None:
+        """The skeleton's ``start``: the channels' queues, the dealer and merger threads,
+        then the channel processes (waiting until each has loaded the O+)."""
+        run, host, rt = self.run, self.host, self.rt
         t0 = time.perf_counter()
         run.on_abort(lambda _e: self._wake())
-        try:
-            for j in range(self.p):  # the queues first: the dealer fills them meanwhile
-                ch = self.transport.channel(host, j)
-                host.channels[j] = ch
-                chans.append(ch)
-            for ch in chans:
-                ch.attach([c.inq for c in chans])
-            # the dealer reads the first batches while the channel processes start (a fork
-            # server's start-up imports the engine and Arrow: the longest step)
-            for fn, role in ((self._dealer, "dealer"), (self._merger, "merger")):
-                t = run.thread(fn, name=f"sn-{role}-{self.op.name}")
-                t.start()
-                threads.append(t)
-            for ch in chans:
-                if run.stop.is_set():
-                    break
-                ch.start()
-                threads.extend(ch.threads)
+        for j in range(self.p):  # the queues first: the dealer fills them meanwhile
+            ch = _ThreadChannel(self, j) if self.transport is None else \
+                self.transport.channel(host, j)
+            host.channels[j] = ch
+            self.chans.append(ch)
+        if self.transport is not None:
+            for ch in self.chans:
+                ch.attach([c.inq for c in self.chans])
+        # the dealer reads the first batches while the channel processes start (a fork
+        # server's start-up imports the engine and Arrow: the longest step)
+        for fn, role in ((self._dealer, "dealer"), (self._merger, "merger")):
+            rt.thread(fn, name=f"sn-{role}-{self.op.name}").start()
+        for ch in self.chans:
+            if run.stop.is_set():
+                break
+            ch.start()
+            rt.threads.extend(ch.threads)
+        if self.transport is not None:
             self.transport.wait_ready(host)
-            self.startup_s = time.perf_counter() - t0
-        except BaseException as e:
-            run.fail(e)
-        finally:
-            try:
-                for t in threads:
-                    t.join()
-            except BaseException as e:  # interrupted while waiting: stop everything, wait
-                run.fail(e)
-                for t in threads:
-                    t.join()
-            failed = run.error is not None
-            for ch in chans:
-                ch.close(failed)
-        run.raise_error()
+        self.startup_s = time.perf_counter() - t0
+
+    def close(self) -> None:
+        """Ends the channels' processes, after every thread (the skeleton's ``at_end``)."""
+        failed = self.run.error is not None
+        for ch in self.chans:
+            ch.close(failed)
 
     def _wake(self) -> None:
         with self._progress:
@@ -209,17 +345,22 @@ class _Run:
                 continue
             self.clock.record(b.first)
             self.read += len(b)
+            wm = b.last  # the source's: a filter may leave the batch empty, not its watermark
+            for op in self.pre_here:
+                if not len(b):
+                    break
+                b = through_batch(op, b)
             self._wait_window(seq)
             seq += 1
             j = (seq - 1) % self.p
             if self._channel_ready(j):
-                packed = pack(b)
-                if packed[0] == "ipc":
+                packed = self.pack(b)
+                if packed is not None and packed[0] == "ipc":
                     self.bytes_out += len(packed[1])
-                chans[j].q.put(("batch", seq, packed, b.last))
+                chans[j].q.put(("batch", seq, packed, wm))
             else:
-                self._explode_here(seq, b)
-            self.clock.record(b.last)
+                self._explode_here(seq, b, wm)
+            self.clock.record(wm)
         self.pulses = seq
         for ch in chans.values():
             ch.q.put(("end", seq))
@@ -228,7 +369,7 @@ class _Run:
         """Whether channel ``j``'s process has started (loaded the O+)."""
         return self.host.channels[j].ready.is_set()
 
-    def _explode_here(self, seq: int, b: Batch) -> None:
+    def _explode_here(self, seq: int, b: Batch, wm: int) -> None:
         """Pulse ``seq`` exploded by the parent, its parts sent to their owners: only while
         the channel it is dealt to is still starting (a fork server's start-up imports the
         engine and Arrow), so that time is not lost; the owners cannot tell the difference."""
@@ -241,8 +382,9 @@ class _Run:
             chans[o].q.put(msg)
 
         if self.local is None:
-            self.local = Channel(-1, self.op, self.p, self.G, self.assign, send)
-        self.local.explode_batch(seq, b, b.last)
+            self.local = Channel(-1, self.op, self.p, self.G, self.assign, send,
+                                 self.pre_there)
+        self.local.explode_batch(seq, b, wm)
         self.parent_pulses += 1
 
     def _wait_window(self, seq: int) -> None:
@@ -271,25 +413,30 @@ class _Run:
                     if m[0] == "final":
                         finals += 1
                         self.stats[m[1]] = m[3]
-                self._write([m[2] for m in msgs if m[2] is not None])
+                self._write([m[2] for m in msgs if m[2] is not None],
+                            msgs[0][3] if msgs[0][0] == "out" else None)
                 if msgs[0][0] == "out":
                     with self._progress:
                         self.written = msgs[0][4]
                         self._progress.notify_all()
 
-    def _write(self, packed: list[tuple]) -> None:
-        """One pulse's windows of every channel, merged by timestamp, to every sink."""
-        if not packed:
-            return
+    def _write(self, packed: list[tuple], wm: int | None) -> None:
+        """One pulse's windows of every channel, merged by timestamp, through the nodes
+        after the A+ (:class:`Downstream`; ``wm`` the pulse's watermark, None for the last)
+        to every sink."""
         for pk in packed:
             if pk[0] == "ipc":
                 self.bytes_in += len(pk[1])
         bs = [unpack(pk) for pk in packed]
-        batch = bs[0] if len(bs) == 1 else _merge(bs)
-        for sink in self.sinks:
-            write_batch(sink, batch)
-        ts = batch.ts[:: max(1, len(batch) // 16)].tolist()
-        self.latency.measure_outputs(self.clock, [(t, None) for t in ts])
+        batch = None if not bs else bs[0] if len(bs) == 1 else _merge(bs)
+        if self.down.steps:
+            batch = self.down.push(batch, wm)
+        if batch is None or not len(batch):
+            return
+        item = [(batch.last, batch)]
+        for d in self.drains:
+            d.take(item)
+            d.flush()
 
 
 def _merge(bs: list[Batch]) -> Batch:
@@ -314,34 +461,47 @@ def _merge(bs: list[Batch]) -> Batch:
 
 
 def run_columnar(flow: Flow, cp: ColumnarPlan, *, parallelism: int, n_groups: int,
-                 capacity: int | None, start_method: str) -> dict[str, Any]:
-    """Runs the columnar path (the sinks are open); returns what the run reports: the
-    counts and the SN engine's ``extra`` keys that apply."""
+                 capacity: int | None, start_method: str,
+                 channels: str = "processes") -> tuple[Run, dict[str, Any]]:
+    """Runs the columnar path; returns the run's skeleton (for its result) and what the run
+    reports: the counts and the SN engine's ``extra`` keys that apply."""
     # flow control counts tuples: ``capacity`` source tuples per channel, in whole source
     # batches (at least two), as pulses in flight across the channels; by default 16 batches
     # a channel, so that the dealer can read ahead while the channel processes start
     queue_size = (_QUEUE_BATCHES if capacity is None
-                  else max(2, capacity // vsn_batches.COLUMNAR_BATCH))
+                  else max(2, capacity // pump.COLUMNAR_BATCH))
     # this path makes no migration store, but sweeps what killed sn runs left (as the tuple
     # path does when it makes its store): a stale directory is removed by the next sn run
     sweep_stale("sn")
-    r = _Run(flow, cp, parallelism, n_groups, queue_size * parallelism, start_method)
+    # the common keys this path reports: latency (its parallelism is fixed, metrics none)
+    rt = Run("sn", flow, measures=("latency",))
+    r = _Run(rt, cp, parallelism, n_groups, queue_size * parallelism, start_method, channels)
     cpu0 = time.process_time()
-    r.execute()
+    rt.at_end(r.close)
+    rt.execute(start=r.start)
     # the parent's CPU over the run, all its threads (reading, dealing, exploding while the
     # channels start, the relays, merging and writing): beside the channels' cpu_s, where the
     # run's CPU went (a whole-process CPU/wall from outside counts the parent alone: the
     # channels are the fork server's children, not the parent's)
     parent_cpu = time.process_time() - cpu0
     name = cp.node.name
+    # what ran how: the channels' A+ on columns (its pulses exploded tuple at a time, if any,
+    # in "pulses_tuple"), each A+ after it as the parent's columnar instance (its batches
+    # taken tuple at a time in "batches_tuple"), a stateless operator on its table where it
+    # has a columnar form (batch_fn), else tuple by tuple on the batch's payloads
+    paths = {n.name: ("columnar" if getattr(n.spec, "batch_fn", None) is not None
+                      else "tuple") for n in cp.pre + cp.post if n.kind != "oplus"}
+    paths.update({n.name: "columnar" for n in (cp.node, *cp.post) if n.kind == "oplus"})
     # the parent's counts are those of pulses it exploded while their channel started (its
     # rows sent to a channel count as shuffled: they cross a process boundary)
     stats = [*r.stats, r.local.stats() if r.local is not None else {}]
-    return {
+    return rt, {
         "tuples_in": {cp.source.name: r.read},
         "extra": {
-            "paths": {name: "columnar"},
-            "parallelism": {name: parallelism},
+            "paths": paths,
+            # the A+ after the first run in the parent: one instance each
+            "parallelism": {name: parallelism, **{n.name: 1 for n in cp.post
+                                                  if n.kind == "oplus"}},
             "parallelism_series": {name: [(0.0, parallelism)]},
             "reconfigurations": [],
             "metrics": [],
@@ -355,14 +515,15 @@ def run_columnar(flow: Flow, cp: ColumnarPlan, *, parallelism: int, n_groups: in
             "bytes_moved": 0,
             "blocked_s": r.blocked,
             "startup_s": r.startup_s,
-            "latency_ms": r.latency.summary(),
-            "latency_series": r.latency.series(),
             # rows_exploded: f_MK's rows; rows_combined: after the per-batch combine;
             # rows_shuffled: combined rows a channel sent to another (ipc_bytes_*: the
             # parent's own IPC, batches dealt and windows back)
             "columnar": {"batches": r.pulses, "batches_exploded_in_parent": r.parent_pulses,
                          **{k: sum(s.get(k, 0) for s in stats)
-                            for k in ("rows_exploded", "rows_combined", "rows_shuffled")},
+                            for k in ("rows_exploded", "rows_combined", "rows_shuffled",
+                                      "pulses_columnar", "pulses_tuple")},
+                         "batches_tuple": {n: c["tuple"] for n, c in r.down.counts().items()},
+                         "pre_in": "channels" if PRE_IN_CHANNELS else "parent",
                          "ipc_bytes_to_channels": r.bytes_out,
                          "ipc_bytes_from_channels": r.bytes_in,
                          "busy_s": [s.get("busy_s", 0.0) for s in r.stats],

@@ -5,12 +5,14 @@ channel owning its key group, and runs a columnar sliced A+ instance over the ro
 Per source batch (a *pulse*, numbered from 1; batch ``seq`` is dealt to channel
 ``(seq - 1) % p``):
 
-* **Explode** (the dealt channel; STRETCH Alg. 1's f_MK, on a batch): f_MK's columnar form
-  gives (row, key, value) columns; one grouping
-  (:func:`~stretchflow.operators.columnar_kernels.sum_by`) sums them per (slice, key) —
-  Hazelcast Jet's accumulate step, done where the batch was exploded, so what crosses
-  processes is one row per distinct (slice, key) of the batch, not one per token (f_U adds:
-  a combined row adds to the owner's slice what its rows would have); the combined keys' groups
+* **Explode** (the dealt channel; STRETCH Alg. 1's f_MK, on a batch): the stateless operators
+  before the A+ run on the batch (``pre``), then f_MK's columnar form
+  (:mod:`~stretchflow.operators.column_forms`) gives each row's keys and state; the form's
+  fold combines them per (slice, key) — Hazelcast Jet's accumulate step, done where the batch
+  was exploded, so what crosses processes is one row per distinct (slice, key) of the batch,
+  not one per token (a combined row adds to the owner's slice what its rows would have; a
+  float sum or mean, whose additions must follow the tuple path's order, sends its rows
+  unfolded, and the owner folds a slice once it is complete); the combined keys' groups
   come from :func:`~stretchflow.operators.columnar_kernels.key_groups` (a hash of the key's
   value, the same in every process) and their channel from f_μ (``assign``). Every channel
   gets one *part* of every pulse — its rows as an Arrow IPC stream, or nothing — straight
@@ -33,18 +35,21 @@ from __future__ import annotations
 
 import pickle
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from ..batch import Batch, arrow_ints, int_numpy
 from ..errors import RunTupleError, StretchflowError
 from ..operators.aggregate_instance import _MISSING
-from ..operators.columnar import ColumnarSlicedInstance, columns_of, key_arrays
-from ..operators.columnar_kernels import key_groups, sum_by
+from ..operators.column_forms import Refused, form_of, partial, plain_column
+from ..operators.columnar import ColumnarSlicedInstance
+from ..operators.columnar_kernels import key_groups
 from ..operators.keys import key_pairs
+from ..operators.stateless import through_batch
 from ..runtime import raise_user_error, user_error
 from .sn_process import channel_io, report_error, stable_group_function
 
-__all__ = ["channel_main", "pack", "unpack"]
+__all__ = ["Channel", "channel_main", "keep", "pack", "unpack"]
 
 _TS = "__stretchflow_ts"  # the timestamp column of a batch crossing processes
 
@@ -76,7 +81,16 @@ def pack(batch: Batch | None) -> tuple | None:
     return ("py", batch.ts.tolist(), list(batch.payloads))
 
 
+def keep(batch: Batch | None) -> tuple | None:
+    """A batch for a thread of this process (thread channels): itself; None if empty."""
+    if batch is None or not len(batch):
+        return None
+    return ("batch", batch)
+
+
 def unpack(packed: tuple) -> Batch:
+    if packed[0] == "batch":
+        return packed[1]
     if packed[0] == "py":
         return Batch(packed[1], payloads=packed[2])
     table = read_ipc(packed[1])
@@ -90,12 +104,19 @@ class Channel:
     ``send(o, msg)`` puts a part on channel ``o``'s queue (never called for this channel)."""
 
     def __init__(self, j: int, op: Any, p: int, n_groups: int, assign: list[int],
-                 send: Any):
+                 send: Any, pre: Sequence[Any] = (), ipc: bool = True):
         import numpy as np
 
         if not getattr(op, "columnar", False):
             raise ValueError(f"{op.name}: not an A+ with columnar forms")
         self.j, self.op, self.p, self.G = j, op, p, n_groups
+        self.form = form_of(op)
+        #: the stateless operators applied to a dealt batch before f_MK (Map/Filter on the
+        #: table through ``batch_fn``); ``ipc`` False: parts stay tables (thread channels)
+        self.pre, self.ipc = list(pre), ipc
+        self.pack = pack if ipc else keep
+        # pulses exploded through the columnar form and tuple at a time (the run summary)
+        self.columnar_pulses = self.tuple_pulses = 0
         self.assign, self.send = assign, send
         self._owner = np.asarray(assign, dtype=np.int64)
         self.inst = ColumnarSlicedInstance(op)
@@ -121,55 +142,65 @@ class Channel:
         """Pulse ``seq`` (``batch``, watermark ``wm``) into every owner's part (the parent
         calls this directly on the batch it read: no IPC round trip of its own)."""
         t0 = time.perf_counter()
-        parts = self._parts(batch) if batch is not None else [None] * self.p
+        for op in self.pre:  # the stateless operators between the source and the A+
+            if batch is None or not len(batch):
+                break
+            batch = through_batch(op, batch)
+        parts = self._parts(batch) if batch is not None and len(batch) else [None] * self.p
         for o, part in enumerate(parts):
             if o == self.j:
                 self.pending[seq] = (part, wm)
             else:
-                if part is not None and part[0] == "table":
-                    part = ("ipc", ipc(part[1]))
+                if part is not None and part[0] == "table" and self.ipc:
+                    part = ("ipc", ipc(part[1]), part[2])
                 self.send(o, ("part", seq, part, wm))
         self.busy += time.perf_counter() - t0
 
     def _parts(self, b: Batch) -> list[tuple | None]:
-        """Every channel's part of batch ``b``: combined rows ``(s, k0.., v)`` of the keys it
-        owns (a table: IPC only when it leaves this process), pairs, or None."""
+        """Every channel's part of batch ``b``: rows ``(s, k0.., v)`` of the keys it owns,
+        combined per (slice, key) by the form's fold — or, for a float sum or mean
+        (``pregroup`` False: its additions wait for the whole slice, in time order), the
+        exploded rows as they are — a table (IPC only when it leaves this process), pairs,
+        or None."""
         import numpy as np
         import pyarrow as pa
 
-        op = self.op
-        cols = columns_of(op, b)
+        form = self.form
+        cols = form.explode(b)
         if cols is None:  # refused: the tuple path names the tuple it fails on
             return self._pairs(b)
-        rows, keys, values = cols
-        rows = np.asarray(rows, dtype=np.int64)
-        if not len(rows):
+        rows, keys, v = cols
+        if not len(v):
+            self.columnar_pulses += 1
             return [None] * self.p
-        cols = key_arrays(keys)
         try:
-            t = b.ts[rows]
-            sl, ks, sums = sum_by(cols, np.asarray(values, dtype=np.int64),
-                                  t - t % op.slice_width)
+            t = b.ts if rows is None else b.ts[np.asarray(rows, dtype=np.int64)]
+            t = t - t % self.op.slice_width
+            raw = not form.pregroup(v)
+            sl, ks, vs = (t, keys, v) if raw else form.fold(keys, v, t)
             chan = self._owner[key_groups(ks, self.G)] if self.p > 1 else None
-        except TypeError:  # a key type key_groups cannot hash (a float): per key, in Python
+        except (Refused, OverflowError, TypeError, ValueError, UnicodeError):
+            # a key type key_groups cannot hash (a float), a fold that cannot be exact:
+            # tuple at a time (f_MK and f_U per tuple), as the reference's instance does
             return self._pairs(b)
         except (RunTupleError, StretchflowError):
             raise
         except Exception as e:  # as the reference's columnar instance names a batch it fails
             raise RunTupleError(b.first, b.payloads[0], e) from e
-        self.exploded += len(rows)
-        self.combined += len(sums)
-        table = pa.Table.from_arrays([arrow_ints(sl), *ks, arrow_ints(sums)],
+        self.columnar_pulses += 1
+        self.exploded += len(v)
+        self.combined += len(vs)
+        table = pa.Table.from_arrays([arrow_ints(np.asarray(sl, dtype=np.int64)), *ks, vs],
                                      names=["s", *[f"k{i}" for i in range(len(ks))], "v"])
         if chan is None:
-            return [("table", table)]
+            return [("table", table, raw)]
         out: list[tuple | None] = []
         for o in range(self.p):
             sel = np.flatnonzero(chan == o)
             if not len(sel):
                 out.append(None)
                 continue
-            out.append(("table", table.take(arrow_ints(sel))))
+            out.append(("table", table.take(arrow_ints(sel)), raw))
             if o != self.j:
                 self.shuffled += len(sel)
         return out
@@ -197,6 +228,7 @@ class Channel:
                 self.exploded += len(pairs)
                 if o != self.j:
                     self.shuffled += len(pairs)
+        self.tuple_pulses += 1
         return [("py", t) if t else None for t in per]
 
     def _group_of(self, k: Any) -> int:
@@ -233,34 +265,38 @@ class Channel:
                 if part[0] == "py":
                     self._add_pairs(part[1])
                 else:
-                    self._add_rows(part[1] if part[0] == "table" else read_ipc(part[1]))
+                    self._add_rows(part[1] if part[0] == "table" else read_ipc(part[1]),
+                                   part[2])
             try:
                 self.inst.advance(wm)
             except Exception as e:  # noqa: BLE001 - f_O's columnar form, named by the watermark
                 raise_user_error(self.op.name, wm, "<watermark>", e)
             self.applied = seq
             self.busy += time.perf_counter() - t0
-            out.append(("out", self.j, pack(self.inst.take_batch()), wm, seq))
+            out.append(("out", self.j, self.pack(self.inst.take_batch()), wm, seq))
         return out
 
-    def _add_rows(self, table: Any) -> None:
-        """Combined rows ``(s, k0.., v)``, ascending by slice and one per (slice, key): each
-        slice's run is a partial as the reference's accumulate step makes it (the combine
-        where the batch was exploded was that step's grouping: not done again here)."""
+    def _add_rows(self, table: Any, raw: bool) -> None:
+        """Rows ``(s, k0.., v)``, ascending by slice: each slice's run is a partial as the
+        reference's accumulate step makes it (combined per key where the batch was exploded,
+        or ``raw`` rows a float sum or mean folds once its slice is complete), added to the
+        instance in pulse order, hence in time order."""
         import numpy as np
-        import pyarrow as pa
 
         inst = self.inst
-        keys = [table.column(c).combine_chunks() for c in table.column_names
-                if c.startswith("k")]
-        cols = inst._key_columns(keys[0] if len(keys) == 1 else tuple(keys))
-        v = table.column("v").combine_chunks()
+        keys = [plain_column(table.column(c)) for c in table.column_names if c.startswith("k")]
+        cols = list(inst._key_columns(keys).values())
+        v = plain_column(table.column("v"))
+        try:
+            inst._state_type(v)  # the type the tuple path's dict slices convert to
+        except Refused:  # ints after floats: the window combines them in Python
+            pass
         sl = int_numpy(table.column("s"))
         cut = np.flatnonzero(sl[1:] != sl[:-1]) + 1
         sg = inst.groups[0]
         for a, b in zip(np.r_[0, cut].tolist(), np.r_[cut, len(sl)].tolist(), strict=True):
-            part = {name: c.slice(a, b - a) for name, c in cols.items()}
-            inst._add_part(sg, int(sl[a]), pa.table({**part, "v": v.slice(a, b - a)}))
+            inst._add_part(sg, int(sl[a]), partial([c.slice(a, b - a) for c in cols],
+                                                   v.slice(a, b - a)), raw)
 
     def _add_pairs(self, tuples: list[tuple[int, Any, list]]) -> None:
         """f_U per (slice, key) for the pairs of tuples the columnar f_MK refused, into the
@@ -287,15 +323,34 @@ class Channel:
         except Exception as e:  # noqa: BLE001
             raise_user_error(self.op.name, None, None, e)
         self.busy += time.perf_counter() - t0
-        return ("final", self.j, pack(self.inst.take_batch()), self.stats())
+        return ("final", self.j, self.pack(self.inst.take_batch()), self.stats())
+
+    def serve(self, get: Any, put: Any) -> tuple:
+        """The channel's loop: ``batch`` (dealt by the parent), ``part`` (from the peer that
+        exploded a pulse) and ``end`` messages from ``get()``, replies to ``put``, until every
+        pulse is applied; returns the final reply (not put)."""
+        while not self.done:
+            msg = get()
+            kind = msg[0]
+            if kind == "batch":
+                self.explode(msg)
+            elif kind == "part":
+                self.receive(msg)
+            else:  # "end"
+                self.total = msg[1]
+            for reply in self.ready():
+                put(reply)
+        return self.end()
 
     def stats(self) -> dict[str, Any]:
         return {"busy_s": self.busy, "rows_exploded": self.exploded,
-                "rows_combined": self.combined, "rows_shuffled": self.shuffled}
+                "rows_combined": self.combined, "rows_shuffled": self.shuffled,
+                "pulses_columnar": self.columnar_pulses, "pulses_tuple": self.tuple_pulses}
 
 
 def channel_main(blob: bytes, j: int, n_groups: int, assign: list[int], peers: list[Any],
-                 inq: Any, outq: Any, pdeathsig: bool = True) -> None:
+                 inq: Any, outq: Any, pdeathsig: bool = True,
+                 pre: Sequence[bytes] = ()) -> None:
     """A columnar channel process: ``batch`` (dealt by the parent), ``part`` (from the peer
     that exploded a pulse) and ``end`` messages, until every pulse is applied; ``peers`` are
     every channel's input queue (unbounded: a put never blocks, so two channels shuffling to
@@ -306,20 +361,10 @@ def channel_main(blob: bytes, j: int, n_groups: int, assign: list[int], peers: l
         peers[o].put(pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL))
 
     try:
-        ch = Channel(j, pickle.loads(blob), len(peers), n_groups, assign, send)
+        ch = Channel(j, pickle.loads(blob), len(peers), n_groups, assign, send,
+                     [pickle.loads(b) for b in pre])
         put(("ready", j))
-        while not ch.done:
-            msg = get()
-            kind = msg[0]
-            if kind == "batch":
-                ch.explode(msg)
-            elif kind == "part":
-                ch.receive(msg)
-            else:  # "end"
-                ch.total = msg[1]
-            for reply in ch.ready():
-                put(reply)
-        final = ch.end()
+        final = ch.serve(get, put)
         final[3]["cpu_s"] = time.process_time()  # this process's CPU (forked: from zero)
         put(final)
     except SystemExit:

@@ -5,7 +5,7 @@ through its stateless chain, in the splitter's own thread: the single-O+ fast pa
 or from a *link queue* filled by another thread. What produces a stream (a region's merger, or
 a tap thread reading a source that is not read inline) hands each batch to its subscribers:
 
-* :class:`SinkLink` applies a stateless chain and writes a sink;
+* :class:`SinkLink` applies a stateless chain and writes a sink (through its drain);
 * :class:`QueueLink` puts the batch on a downstream region's input queue;
 * :class:`ChainLink` applies one stateless operator and passes the result on (a stream read
   by several consumers after a stateless operator: the operator runs once, in the producer).
@@ -25,8 +25,9 @@ from typing import Any
 
 from ..eventtime import WATERMARK
 from ..operators.stateless import Filter, FlatMap, Map, apply_batch
-from ..runtime import RunControl, SourcePump, drain_batch, is_live
-from ..runtime.checkpoint import CheckpointBarrier
+from ..runtime import RunControl, SourcePump, is_live
+from ..runtime.control import CheckpointBarrier
+from ..runtime.drain import SinkDrain
 
 Stateless = Map | FlatMap | Filter
 Item = tuple[int, Any]
@@ -82,42 +83,29 @@ def queued_input(run: RunControl, q: Any, chain: list[Stateless],
 
 
 class SinkLink:
-    """A stateless chain into a sink (written from the producer's thread). With checkpoints
-    (``held``: the run's :class:`~.sn_checkpoint.SNCheckpoints`) the output is held as the
-    epoch's chunks and committed as a part at each barrier."""
+    """A stateless chain into a sink's drain (:class:`~stretchflow.runtime.drain.SinkDrain`:
+    into the sink, or its part of a checkpointed run), written from the producer's thread;
+    each delivery is written whole."""
 
-    def __init__(self, sink: Any, chain: list[Stateless], held: Any = None):
-        self.sink = sink
+    def __init__(self, drain: SinkDrain, chain: list[Stateless]):
+        self.drain = drain
         self.chain = chain
-        self.held = held
-        self.chunks: list[Any] = []
-        self.epoch = 0
 
     def deliver(self, items: list[Item]) -> None:
         for op in self.chain:
             items = apply_batch(op, items)
             if not items:
                 return
-        data = drain_batch(items)  # watermarks are the engine's, not output
-        if data:
-            if self.held is not None:
-                self.chunks.append(data)
-            else:
-                self.sink.write(data)
+        self.drain.take(items)
+        self.drain.flush()
 
     def barrier(self, item: Item) -> None:
-        b = item[1]
-        if self.held is not None and b.epoch > self.epoch:  # the first copy of the epoch
-            self.epoch = b.epoch
-            self.held.sink_barrier(self.sink, b, self.chunks)
-            self.chunks = []
+        self.drain.take([item])  # the first copy of its epoch commits the sink's part
 
     def end(self) -> None:
-        """The sink is closed by the executor, after every thread ended; held output after
-        the last barrier is the last part."""
-        if self.held is not None:
-            self.held.sink_end(self.sink, self.chunks)
-            self.chunks = []
+        """The sink is ended by the executor, after every thread ended; in a checkpointed
+        run the output after the last barrier is the last part."""
+        self.drain.end()
 
 
 class QueueLink:

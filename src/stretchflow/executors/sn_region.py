@@ -22,11 +22,13 @@ operators, the splitter of the next.
 * **Migration** (Alg. 4), asked for by ``reconfigure`` or by the controller, at a tuple
   boundary of the splitter: flush (the horizontal barrier), migration pulse, donate, vertical
   barrier, collect; then the splitter resumes with the new ring.
-* **Control** (§4): every ``metrics_interval`` seconds the splitter measures the congestion
-  index (the fraction of the interval it spent blocked on full channel queues: it sends
-  without blocking first and times only the sends that would block), the throughput (tuples
-  every channel has finished, from the sequence numbers the channels report back) and each
-  channel's busy fraction, logs them and hands them to its controller.
+* **Control** (§4): every ``metrics_interval`` seconds the splitter ticks the runtime's
+  metrics sampler, between two flushes: it measures the congestion index (the fraction of the
+  interval it spent blocked on full channel queues: it sends without blocking first and times
+  only the sends that would block), the throughput (tuples every channel has finished, from
+  the sequence numbers the channels report back) and each channel's busy fraction; the
+  sampler logs them and hands them to the region's controller, whose decision becomes a
+  migration right there.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from ..elastic.controller import Controller, Metrics
 from ..elastic.migration import StateStore
 from ..eventtime import WATERMARK
 from ..operators.oplus import OPlus
-from ..runtime import MetricsLog, RunControl, Stopped, user_error
+from ..runtime import MetricsLog, MetricsSampler, RunControl, Stopped, user_error
 from ..runtime.checkpoint import CheckpointBarrier
 from .sn_channel import ThreadChannel, group_assignment, migrate_threads
 from .sn_links import DROPPED
@@ -110,6 +112,11 @@ class Region:
         self.checkpoints: Any = None
         self.node_name = self.name
         self.restore_blobs: dict[int, bytes] = {}
+        # the runtime's metrics sampler, ticked by the splitter between two flushes, where a
+        # decision can become a migration (_observe)
+        self.sampler = MetricsSampler(run, metrics, interval, self._measure, controller,
+                                      self._decided, note_decisions=True)
+        self._decision: tuple[int, str] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start_channel(self, j: int) -> None:
@@ -171,7 +178,6 @@ class Region:
         clock = time.monotonic
         pulse = self.pulse
         next_pulse = clock() + pulse
-        ctl = self.controller
         next_metrics = clock() + self.interval
         send = self._send
         cum = self.cum
@@ -182,8 +188,7 @@ class Region:
                 return
             seq += 1
             next_pulse = clock() + pulse
-            if ctl is not None:
-                cum[seq] = self.routed
+            cum[seq] = self.routed
             for j, ch in self.channels.items():
                 send(ch.q, ("batch", seq, bufs[j], wm, last_ts))
                 bufs[j] = []
@@ -208,8 +213,7 @@ class Region:
             next_metrics = clock() + self.interval
 
         due()
-        if ctl is not None:
-            self._start_measuring()
+        self._start_measuring()
         assign = self.assign
         ck_epoch = 0
         for ts, i, v, new in self._merged():
@@ -267,7 +271,7 @@ class Region:
             n_buf += 1
             if n_buf >= self.batch or clock() >= next_pulse:
                 flush()
-                if ctl is not None and clock() >= next_metrics:
+                if clock() >= next_metrics:
                     control()
                     assign = self.assign
         due()
@@ -279,6 +283,8 @@ class Region:
         for ch in self.channels.values():
             run.put(ch.q, ("end", last_ts))
         run.put(self.outq, ("eos", sorted(self.channels)))
+        self.blocked_total += self._blocked  # since the last measurement
+        self._blocked = 0.0
 
     # -- control: elastic-scaling §4 metrics, decisions become migrations ----------------------
     def _start_measuring(self) -> None:
@@ -290,7 +296,15 @@ class Region:
         self._blocked = 0.0
 
     def _observe(self) -> tuple[int, str] | None:
-        """One measurement interval at one parallelism → the controller → (P, reason)."""
+        """One measurement interval at one parallelism (the sampler's period: measured,
+        logged, handed to the controller) → (P, reason) of a migration, or None."""
+        self._decision = None
+        self.sampler.tick()
+        decision, self._decision = self._decision, None
+        return decision
+
+    def _measure(self) -> list[tuple[str, Metrics]]:
+        """The region's Metrics since the last call (elastic-scaling §4)."""
         now = time.perf_counter()
         dt = max(now - self._m_t, 1e-9)
         done_seq = self.region_seq
@@ -313,16 +327,16 @@ class Region:
                     # backlog (issue #18): tuples routed to the channels (thread or process:
                     # counted here, in the splitter) that the slowest channel has not finished
                     extras={"backlog": max(0, self.routed - done)})
-        decision = self.controller.observe(m)  # type: ignore[union-attr]
-        p = None
-        if decision is not None:
-            p = min(self.max_p, max(1, decision.parallelism))
-        row = self.metrics.record(self.name, m)
-        row.update(period=dt, decision=p, reason=decision and decision.reason)
         self._start_measuring()
-        if p is None or p == self.p:
-            return None  # consistent hashing: same P, same ring, nothing to rebalance
-        return p, f"controller {self.controller.name}: {decision.reason}"  # type: ignore
+        return [(self.name, m)]
+
+    def _decided(self, operator: str, decision: Any) -> None:
+        """The controller's decision: a migration if it changes P (consistent hashing: the
+        same P is the same ring, nothing to rebalance)."""
+        p = min(self.max_p, max(1, decision.parallelism))
+        if p != self.p:
+            self._decision = (p, f"controller {self.controller.name}: "  # type: ignore[union-attr]
+                                 f"{decision.reason}")
 
     def _migrate(self, p: int, wm: float, last_ts: int | None, seq: int,
                  note: str = "") -> None:

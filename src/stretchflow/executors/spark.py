@@ -101,7 +101,6 @@ def _run(flow: Flow, parallelism: int | None, key_groups: int | None, master: st
     from ..spark.errors import log_path
     from ..spark.session import get_session, ui_url
 
-    flow.validate()
     t0 = time.perf_counter()
     spark = get_session(master, parse_conf(spark_conf), ui=spark_ui)
     t_session = time.perf_counter() - t0

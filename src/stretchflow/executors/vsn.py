@@ -11,13 +11,14 @@ This module holds the instances' loop (processVSN, Alg. 4, with the epoch switch
 tuple) and the executor; the operator's side of elasticity (requests, control tuples, the
 barrier and its action, Alg. 5–6) is :mod:`stretchflow.executors.vsn_operator`.
 
-The executor runs on the shared runtime (:mod:`stretchflow.runtime`): its threads come from
-one :class:`~stretchflow.runtime.RunControl` (the first error wins; aborting the ESGs and
-waking the operators are its abort hooks), sources are read by a
-:class:`~stretchflow.runtime.SourcePump` (batches, live sources, the ``--reconfigure``
-schedule), latency is measured by the runtime's ingest clock and recorder, and a
+The executor runs on the runtime's skeleton (:mod:`stretchflow.runtime.skeleton`): its
+threads are the run's (the first error wins; aborting the ESGs and waking the operators are
+its abort hooks), sources are read by a :class:`~stretchflow.runtime.SourcePump` (batches,
+live sources, the ``--reconfigure`` schedule), each sink thread hands ESG_out's batches to
+the runtime's sink drain (which measures latency), and the run's
 :class:`~stretchflow.runtime.MetricsSampler` measures every operator each
-``metrics_interval`` and hands the measurement to the controller, if there is one.
+``metrics_interval`` and hands the measurement to the controller, if there is one. What it
+plugs in is listed in the skeleton's docstring.
 
 Threads: one per source (stateless operators run on it), ``n`` per O+, one per sink, and the
 metrics sampler. Everything blocks on conditions; nothing spins.
@@ -26,60 +27,39 @@ The spread between instances is bounded (``max_spread``): an instance reads at m
 tuples of ESG_in ahead of the slowest instance of its operator, in batches of at most half of
 it, so a reconfiguration, whose control tuple goes right after the furthest instance, waits
 for at most about ``1.5 × max_spread`` tuples per instance; from a control tuple until its
-switch, ESG_in's sources wait (``CONTROL_HOLD``), so the instances get the GIL (docs/vsn.md).
+switch, ESG_in's sources wait (the option ``control_hold``), so the instances get the GIL
+(docs/vsn.md).
 """
 
 from __future__ import annotations
 
 import math
-import threading
 import time
 from collections.abc import Callable, Hashable
 from typing import Any
 
 from ..batch import Batch
 from ..buffers.esg import END
-from ..engines import parse_schedule
-from ..errors import FlowDefinitionError
+from ..engines import Settings, given
+from ..engines import run as run_engine
+from ..engines import settings as engine_settings
 from ..eventtime import WATERMARK
 from ..flow import Flow, Node
-from ..runtime import (
-    IngestClock,
-    LatencyRecorder,
-    MetricsLog,
-    MetricsSampler,
-    ReconfigureSchedule,
-    RunControl,
-    RunResult,
-    SourcePump,
-    Stopped,
-    drain_batch,
-    raise_user_error,
-    sink_session,
-)
-from ..runtime.checkpoint import CheckpointBarrier
-from ..runtime.pump import write_items
-from .plan import PhysicalPlan, Pusher, Tagged
+from ..runtime import ReconfigureSchedule, RunResult, SourcePump, Stopped, raise_user_error
+from ..runtime.control import CheckpointBarrier
+from ..runtime.drain import SINK_BATCH, drain_buffer
+from ..runtime.skeleton import Run, controller_name
+from .plan import PhysicalPlan, Pusher, Tagged, stateless_paths
 from .vsn_batches import BatchAwareInlets, plan_batches, spread_in_entries
 from .vsn_operator import Control, Reconfiguration, VSNOperator, default_assignment
 
 BATCH = 256  # tuples an instance takes from ESG_in at once, and a source adds at once
 RUN_BATCH = 1024  # tuples an instance of an O+ whose kernels take runs takes at once
-SINK_BATCH = 4096  # tuples a sink takes at once
 BATCH_DELAY = 0.001  # seconds a source holds a partial batch
-BARRIER_TIMEOUT = 120.0
 # default max_spread (docs/vsn.md, "The spread between instances"): tuples an instance may
 # read ahead of the slowest one; an O+ whose kernels take runs keeps its 1 024-tuple runs
 MAX_SPREAD = 64
 MAX_SPREAD_RUNS = 2 * RUN_BATCH
-# seconds ESG_in's sources wait at most after a control tuple (the control hold, docs/vsn.md):
-# until the switch is applied, the instances need not win the GIL from the sources; read
-# when an executor is built (None: no hold; the reconfiguration bench compares both)
-CONTROL_HOLD: float | None = 0.05
-# lower the GIL switch interval from a request until its switch (runtime/switch_hold.py);
-# off: measured, a reconfiguration's time is CPU work, not waits for the GIL (docs/vsn.md).
-# Read when an executor is built (the reconfiguration bench compares both)
-HOLD_SWITCH = False
 
 
 class VSNInstance:
@@ -244,12 +224,7 @@ class VSNInstance:
         self.trigger_ts = ts
         self.remaining = items[idx:]
         self.W_bar = self.inst.W
-        try:
-            vop.barrier(ctrl.epoch).wait(BARRIER_TIMEOUT)
-        except threading.BrokenBarrierError:
-            if vop.control.error is not None:
-                raise Stopped from None
-            raise RuntimeError(f"{vop.name}: barrier of epoch {ctrl.epoch} broke") from None
+        vop.control.wait_at(vop.barrier(ctrl.epoch), f"{vop.name}: barrier of epoch {ctrl.epoch}")
         if leaving:
             return False  # the barrier action has moved this instance to the pool
         self.remaining = None
@@ -287,10 +262,7 @@ class VSNInstance:
             joined(acting.inst)
 
     def _emit(self) -> None:
-        out = self.inst.take()
-        if out and self.vop.explode_outputs:  # batches, for a consumer that takes tuples
-            out = [t for item in out for t in
-                   (item[1].items() if type(item[1]) is Batch else (item,))]
+        out = self.inst.take()  # windows as batches: the pusher explodes them where needed
         w = self.inst.W
         # lets ESG_out's readiness pass this instance (Lemma 2); a leaving instance that
         # flushed outputs beyond W is about to be removed and needs none
@@ -317,48 +289,37 @@ class VSNExecutor:
     list of ``(COUNT, P)`` steps.
     """
 
-    def __init__(self, flow: Flow, parallelism: int = 1, max_parallelism: int | None = None,
-                 key_groups: int | None = None, capacity: int = 4096,
-                 reconfigure: list[tuple[int, int]] | None = None, controller: Any = None,
-                 metrics_interval: float = 1.0,
-                 on_start: Callable[[VSNExecutor], None] | None = None,
-                 defer_gc: bool = True, max_spread: int | None = None,
-                 columnar: str = "on", checkpoint: Any = None,
-                 checkpoint_every: Any = None):
+    def __init__(self, flow: Flow, settings: Settings | None = None, **options: Any):
+        s = settings if settings is not None else engine_settings("vsn", options)
         self.flow = flow
-        self.defer_gc = defer_gc  # no cyclic GC pause inside a reconfiguration (gc_hold.py)
-        steps = sorted(reconfigure or [])
-        n = max_parallelism or max([parallelism] + [p for _, p in steps])
-        if any(p > n for _, p in steps):
-            raise FlowDefinitionError(f"--reconfigure asks for more than max_parallelism={n}")
-        if not metrics_interval > 0:
-            raise FlowDefinitionError(f"metrics_interval must be a positive number, got "
-                                      f"{metrics_interval!r}")
+        self.defer_gc = s.defer_gc  # no cyclic GC pause inside a reconfiguration (gc_hold.py)
+        n = s.max_parallelism
         # key groups let f_μ move keys between instances; with one instance at most there is
         # nothing to move, and one group keeps the per-key routing as cheap as the reference
-        self.G = key_groups or (max(128, 16 * n) if n > 1 else 1)
-        self.control = RunControl()
-        self.metrics_log = MetricsLog()
-        self.clock = IngestClock()
-        self.latency = LatencyRecorder()
+        self.G = s.key_groups or (max(128, 16 * n) if n > 1 else 1)
+        # the runtime's skeleton: threads, sinks, metrics, latency, checkpoints, the result
+        self.rt = Run("vsn", flow)
+        self.control, self.metrics_log = self.rt.control, self.rt.metrics
+        self.clock, self.latency = self.rt.clock, self.rt.latency
+        switch = s.hold_switch
         self.ops: dict[Node, VSNOperator] = {
-            node: VSNOperator(node, parallelism, n, self.G, control=self.control,
-                              log=self.metrics_log, defer_gc=defer_gc, hold_switch=HOLD_SWITCH)
+            node: VSNOperator(node, s.parallelism, n, self.G, control=self.control,
+                              log=self.metrics_log, defer_gc=s.defer_gc, hold_switch=switch)
             for node in flow.nodes if node.kind == "oplus"
         }
-        if columnar not in ("on", "off"):
-            raise FlowDefinitionError(f"columnar must be 'on' or 'off', got {columnar!r}")
-        self.batches = plan_batches(flow, self.ops, self.G, columnar == "on")
-        self.plan = PhysicalPlan(flow, self._producer_ids, self._reader_ids, capacity,
-                                 inlet=BatchAwareInlets(flow, self.ops, self.batches))
+        self.batches = plan_batches(flow, self.ops, self.G, s.columnar == "on",
+                                    s.checkpoint is not None)
+        self.plan = PhysicalPlan(flow, self._producer_ids, self._reader_ids, s.capacity,
+                                 inlet=BatchAwareInlets(flow, self.ops, self.batches),
+                                 batches=self.batches)
         for node, vop in self.ops.items():
             vop.inlet = self.plan.inlets[node]
             vop.instances = [VSNInstance(vop, j) for j in range(n)]
-            spread = _spread(max_spread, vop.instances[0].inst.takes_runs)
+            spread = _spread(s.max_spread, vop.instances[0].inst.takes_runs)
             if vop.columnar_state is not None:  # positions are batches here
                 spread = spread_in_entries(spread)
             vop.inlet.esg.set_max_spread(spread)
-            vop.inlet.esg.set_control_hold(CONTROL_HOLD)
+            vop.inlet.esg.set_control_hold(s.control_hold)
             for vi in vop.instances:
                 vi.bound_take(spread)
                 vi.pusher = self.plan.pusher(node, (vop.name, vi.j))
@@ -369,20 +330,21 @@ class VSNExecutor:
             if vop.columnar_state is not None:  # nor waiting for another's batch
                 self.control.on_abort(lambda _e, st=vop.columnar_state: st.stop())
         sources = sum(1 for node in flow.nodes if node.kind == "source")
-        self.schedule = ReconfigureSchedule(steps, sources)
-        self.controller = controller
-        self.metrics_interval = metrics_interval
-        self.on_start = on_start
-        self.t_start = 0.0
+        self.schedule = ReconfigureSchedule(s.reconfigure, sources)
+        self.controller = s.controllers(0)
+        self.metrics_interval = s.metrics_interval
+        self.on_start = s.on_start
         self._by_name = {vop.name: vop for vop in self.ops.values()}
         self._last: dict[VSNOperator, tuple[float, list[float], int, float, int]] = {}
         self.checkpoints = None  # checkpoints and resume (vsn_checkpoint, docs/checkpoints.md)
-        if checkpoint is not None:
+        if s.checkpoint is not None:
+            from ..runtime.threaded_checkpoint import RunCheckpoints
             from .vsn_checkpoint import VSNCheckpoints
 
-            self.checkpoints = VSNCheckpoints(self, checkpoint, checkpoint_every, columnar)
-        elif checkpoint_every is not None:
-            raise FlowDefinitionError("checkpoint_every needs checkpoint (the directory)")
+            self.checkpoints = VSNCheckpoints(self, RunCheckpoints(
+                s.checkpoint, s.checkpoint_every, flow, {"columnar": s.columnar},
+                [vop.name for vop in self.ops.values()]))
+            self.rt.checkpoints = self.checkpoints.run
 
     def _producer_ids(self, node: Node) -> list[Hashable]:
         if node.kind == "source":
@@ -403,7 +365,7 @@ class VSNExecutor:
         pusher = self.plan.pusher(node, ("source", node.name))
         spec, push, batches = node.spec, pusher.push, self.batches.get(node)
         if self.checkpoints is not None:  # barriers in the stream, skipping on resume
-            spec, push, batches = self.checkpoints.pump_args(node, pusher, batches)
+            spec, push, batches = self.checkpoints.run.pump_args(node, pusher, batches)
         pump = SourcePump(spec, push, self.control, schedule=self.schedule,
                           on_due=self._scheduled, clock=self.clock, batch=BATCH,
                           delay=BATCH_DELAY)
@@ -421,21 +383,12 @@ class VSNExecutor:
             vop.send(recs[-1])
 
     def _sink(self, k: int, sink: Any) -> None:
-        if self.checkpoints is not None:  # output held per epoch, published at the end
-            return self.checkpoints.sink(k, sink)
+        """Sink ``k``'s thread: ESG_out's hand-overs through the runtime's drain (into the
+        sink, or its part of a checkpointed run)."""
         esg = self.plan.inlets[("sink", k)].esg
         reader = ("sink", k)
-        control, clock, latency = self.control, self.clock, self.latency
-        while True:
-            items = esg.get_batch(reader, SINK_BATCH)
-            if control.error is not None:
-                raise Stopped
-            if items is END:
-                return
-            out = drain_batch(items)
-            if out:
-                write_items(sink, out)
-                latency.measure_outputs(clock, out)
+        drain_buffer(self.rt.drain(k), lambda: esg.get_batch(reader, SINK_BATCH), END,
+                     self.control)
 
     # -- metrics -------------------------------------------------------------------------------
     def _measure(self) -> list[tuple[str, Any]]:
@@ -454,7 +407,7 @@ class VSNExecutor:
             # per second are the instances' sum over Π
             rate = (n - n0) / dt / max(1, vop.parallelism)
             out.append((vop.name, Metrics(
-                time=now - self.t_start, period=dt, parallelism=vop.parallelism,
+                time=now - self.rt.t0, period=dt, parallelism=vop.parallelism,
                 throughput=rate, input_rate=rate, per_instance_load=loads,
                 congestion=min(1.0, (b - b0) / dt), max_parallelism=vop.n,
                 extras={"backlog": backlog})))
@@ -467,81 +420,45 @@ class VSNExecutor:
 
     # -- the run -------------------------------------------------------------------------------
     def run(self) -> RunResult:
-        control = self.control
-        sinks = [s for _, s in self.flow.sinks]
-        # committed in the finally below unless a thread failed (its error is raised after)
-        session = (sink_session(sinks, failed=lambda: control.error is not None).open()
-                   if self.checkpoints is None else None)
-        threads: list[threading.Thread] = []
-        sampler: MetricsSampler | None = None
-        t0 = self.t_start = self.metrics_log.t0 = self.latency.t0 = time.perf_counter()
-        try:  # from here on, whatever stops the run (a signal too) ends the sinks below
-            threads = [control.thread(self._source, node, name=f"source {node.name}")
-                       for node in self.flow.nodes if node.kind == "source"]
-            for vop in self.ops.values():
-                threads += [control.thread(vi.run, name=f"{vop.name}[{vi.j}]")
-                            for vi in vop.instances]
-            threads += [control.thread(self._sink, k, s, name=f"sink {s.name}")
-                        for k, s in enumerate(sinks)]
-            sampler = MetricsSampler(control, self.metrics_log, self.metrics_interval,
-                                     self._measure, self.controller, self._apply_decision)
-            for vop in self.ops.values():
-                self._last[vop] = vop.sample(t0)
-                self.metrics_log.parallelism_changed(vop.name, vop.parallelism, t0)
-            for t in threads:
-                t.start()
-            sampler.start()
-            if self.on_start is not None:
-                self.on_start(self)
-            for t in threads:
-                t.join()
-        except BaseException as e:  # on_start failed, or the start or join was interrupted
-            control.fail(e)
-            for t in threads:
-                if t.ident is not None:  # started
-                    t.join()
-        finally:
-            if sampler is not None:
-                sampler.stop()
-            for vop in self.ops.values():  # requests a failure left pending hold no GC
-                vop.release_gc_holds()
-            if session is not None:
-                session.end()
-            if self.checkpoints is not None:
-                self.checkpoints.end(control.error is None)
-        elapsed = time.perf_counter() - t0
-        control.raise_error()
-        return self._result(elapsed, sinks)
-
-    def _result(self, elapsed: float, sinks: list[Any]) -> RunResult:
+        rt = self.rt
+        for node in self.flow.nodes:
+            if node.kind == "source":
+                rt.thread(self._source, node, name=f"source {node.name}")
+        for vop in self.ops.values():
+            for vi in vop.instances:
+                rt.thread(vi.run, name=f"{vop.name}[{vi.j}]")
+        for k, (_, s) in enumerate(self.flow.sinks):
+            rt.thread(self._sink, k, s, name=f"sink {s.name}")
+        rt.sample(self.metrics_interval, self._measure, self.controller, self._apply_decision)
+        rt.at_end(self._release_holds)
+        rt.execute(begin=self._begin, started=(lambda: self.on_start(self))
+                   if self.on_start is not None else None)
         ops = self.ops.values()
-        ctl = self.controller
-        return RunResult(
-            engine="vsn",
-            elapsed=elapsed,
-            tuples_in={n.name: n.spec.read for n in self.flow.nodes if n.kind == "source"},
-            tuples_out={s.name: s.count for s in sinks},
-            extra={
-                "parallelism": {v.name: v.parallelism for v in ops},
-                "parallelism_series": {k: list(v)
-                                       for k, v in self.metrics_log.parallelism.items()},
-                "reconfigurations": [r.as_dict() for v in ops for r in v.log],
-                "latency_ms": self.latency.summary(),
-                "latency_series": self.latency.series(),
-                "metrics": self.metrics_log.rows,
-                "controller": (None if ctl is None
-                               else getattr(ctl, "name", None) or type(ctl).__name__),
-                # how each O+ took its tuples (RunResult's schema): an instance's path
-                "paths": {v.name: _path(v.instances) for v in ops},
-                # vsn's own: what each instance did (tuples read, seconds busy)
-                "instances": {v.name: [{"j": vi.j, "tuples": vi.processed,
-                                        "busy_s": round(vi.busy, 4)} for vi in v.instances]
-                              for v in ops},
-                **({"checkpoints": self.checkpoints.ckpt.taken,
-                    "checkpoint_log": self.checkpoints.ckpt.stats.log()}
-                   if self.checkpoints is not None else {}),
-            },
-        )
+        fallback = self.batches.fallback
+        return rt.result(
+            {n.name: n.spec.read for n in self.flow.nodes if n.kind == "source"},
+            {"parallelism": {v.name: v.parallelism for v in ops},
+             "reconfigurations": [r.as_dict() for v in ops for r in v.log],
+             "controller": controller_name(self.controller),
+             # how each O+ took its tuples (RunResult's schema): an instance's path; each
+             # Map or Filter with a columnar form: whether it ran on batches
+             "paths": {**{v.name: _path(v.instances) for v in ops},
+                       **stateless_paths(self.flow, self.batches.streams)},
+             # why an O+ with columnar forms took tuples (vsn_batches.BatchPlan.fallback)
+             **({"columnar_fallback": fallback} if fallback else {}),
+             # vsn's own: what each instance did (tuples read, seconds busy)
+             "instances": {v.name: [{"j": vi.j, "tuples": vi.processed,
+                                     "busy_s": round(vi.busy, 4)} for vi in v.instances]
+                           for v in ops}})
+
+    def _begin(self, t0: float) -> None:
+        for vop in self.ops.values():  # the first period starts now, at this parallelism
+            self._last[vop] = vop.sample(t0)
+            self.metrics_log.parallelism_changed(vop.name, vop.parallelism, t0)
+
+    def _release_holds(self) -> None:
+        for vop in self.ops.values():  # requests a failure left pending hold no GC
+            vop.release_gc_holds()
 
 
 def _path(instances: list[VSNInstance]) -> str:
@@ -551,15 +468,18 @@ def _path(instances: list[VSNInstance]) -> str:
     return next((p for p in ("columnar", "runs", "sliced") if p in paths), "tuple")
 
 
-def run(flow: Flow, parallelism: int = 1, max_parallelism: int | None = None,
-        key_groups: int | None = None, capacity: int = 4096,
+def run(flow: Flow, parallelism: int | None = None, max_parallelism: int | None = None,
+        key_groups: int | None = None, capacity: int | None = None,
         reconfigure: list[tuple[int, int]] | str | None = None, controller: Any = None,
-        controller_options: dict[str, Any] | None = None, metrics_interval: float = 1.0,
+        controller_options: dict[str, Any] | None = None,
+        metrics_interval: float | None = None,
         on_start: Callable[[VSNExecutor], None] | None = None,
-        defer_gc: bool = True, max_spread: int | None = None,
-        columnar: str = "on", checkpoint: str | None = None,
+        defer_gc: bool | None = None, max_spread: int | None = None,
+        control_hold: float | None = None, hold_switch: bool | None = None,
+        columnar: str | None = None, checkpoint: str | None = None,
         checkpoint_every: Any = None) -> RunResult:
-    """Runs ``flow`` on the VSN engine (the options are ``stretchflow.engines``' vsn spec).
+    """Runs ``flow`` on the VSN engine (the options are ``stretchflow.engines``' vsn spec,
+    checked there; an option left at None takes its default).
 
     Args:
         parallelism: connected instances of each O+ at the start.
@@ -583,6 +503,10 @@ def run(flow: Flow, parallelism: int = 1, max_parallelism: int | None = None,
             instance of its operator (default :data:`MAX_SPREAD`, :data:`MAX_SPREAD_RUNS` for
             an O+ whose kernels take runs; 0: no bound). It bounds how long a
             reconfiguration waits for the slowest instance (docs/vsn.md).
+        control_hold: seconds ESG_in's sources wait at most from a control tuple until its
+            switch (default 0.05; 0: no hold; docs/vsn.md).
+        hold_switch: lower the GIL switch interval from a request until its switch
+            (default False; :mod:`~stretchflow.runtime.switch_hold`).
         columnar: ``"off"`` runs every O+ on tuples even where it has columnar forms
             (``"on"``: an A+ with columnar forms reading a batch-capable file source takes
             whole batches through Arrow kernels, :mod:`~stretchflow.operators.columnar_shared`).
@@ -595,22 +519,12 @@ def run(flow: Flow, parallelism: int = 1, max_parallelism: int | None = None,
     ``latency_ms``, ``latency_series``, ``metrics``, ``controller``) and vsn's own
     ``instances``: ``{operator: [{"j", "tuples", "busy_s"}, ...]}``.
     """
-    if controller_options is not None:
-        if controller is None:
-            raise FlowDefinitionError("controller_options need a controller given by name")
-        if not isinstance(controller, str):
-            raise FlowDefinitionError("controller_options apply to a controller given by "
-                                      "name; configure a Controller object directly")
-    if isinstance(controller, str):
-        from ..elastic import make_controller
+    return run_engine(flow, "vsn", given(locals()))
 
-        try:
-            controller = make_controller(controller, **(controller_options or {}))
-        except TypeError as e:
-            raise FlowDefinitionError(f"controller {controller!r}: {e}") from None
-    return VSNExecutor(flow, parallelism, max_parallelism, key_groups, capacity,
-                       parse_schedule(reconfigure), controller, metrics_interval, on_start,
-                       defer_gc, max_spread, columnar, checkpoint, checkpoint_every).run()
+
+def execute(flow: Flow, settings: Settings) -> RunResult:
+    """Runs ``flow`` with checked ``settings`` (:func:`stretchflow.engines.run`'s call)."""
+    return VSNExecutor(flow, settings).run()
 
 
 def _spread(max_spread: int | None, runs: bool) -> int | None:
@@ -618,9 +532,6 @@ def _spread(max_spread: int | None, runs: bool) -> int | None:
     kernels take runs (``runs``) or not."""
     if max_spread is None:
         return MAX_SPREAD_RUNS if runs else MAX_SPREAD
-    if type(max_spread) is not int or max_spread < 0:
-        raise FlowDefinitionError(f"max_spread must be a non-negative integer (0: no bound), "
-                                  f"got {max_spread!r}")
     return max_spread or None
 
 

@@ -1,19 +1,37 @@
-"""Whole batches through the VSN executor (issue #16): which sources read batches, which O+
-take them, and the inlets that carry them.
+"""Whole batches through the VSN executor (issues #16, #31): which sources read batches,
+which operators take them, and the inlets that carry them.
 
-A single-input O+ with columnar forms (``Aggregate.columnar``) reading a source directly takes
-whole :class:`~stretchflow.batch.Batch` es when every reader of that source — such O+, or
-sinks — takes batches and the source can give them (``Source.batches``: sorted, unpaced
-files). Its instances then share a columnar σ
-(:class:`~stretchflow.operators.columnar_shared.ColumnarShared`) and its windows leave as
-batches, unless a consumer other than a sink reads them (then as tuples).
+A source reads :class:`~stretchflow.batch.Batch` es (``Source.batches``: sorted, unpaced files)
+when each of its readers takes them: a Map or Filter with a columnar form (``batch_fn``: column
+expressions, ``map_batches``, Arrow filters), a single-input O+ with columnar forms
+(``Aggregate.columnar``), or a sink. Batches then flow on (:class:`~.plan.Batches`):
+
+* a fused Map or Filter with a columnar form, run on its producer's thread, applies that form
+  to each whole batch (:func:`~.plan.apply_columnar`; a batch it refuses goes through ``fn``
+  tuple by tuple, which names the failing tuple) — so a source's batches reach the O+ and
+  sinks behind an expression chain;
+* a columnar O+ — one with columnar forms whose input stream holds batches — takes them
+  whole: its instances share a columnar σ
+  (:class:`~stretchflow.operators.columnar_shared.ColumnarShared`) and its windows leave as
+  batches, one per window and instance. Its output stream holds batches in turn, so an O+
+  with columnar forms fed by it (hot items' arg_max per window over the counts) is columnar
+  too: chains stay columnar;
+* a consumer that takes tuples (a lambda operator, an O+ without columnar forms, a join) gets
+  each batch's tuples, in order, from the producer (:data:`~.plan.EXPLODE`).
 
 A batch is one ESG entry ``(last ts, batch)``: a run of tuples in timestamp order, never a
 reordering. Control tuples and watermarks stay entries of their own, so a reconfiguration
-switches between two batches; a ``--reconfigure`` step due inside a batch cuts it there
-(:meth:`~stretchflow.runtime.SourcePump.run_batches`). Flow control and the spread bound count
-tuples: an inlet of batches holds ``capacity`` tuples' worth of batches, and ``max_spread``
-tuples are ``max_spread // COLUMNAR_BATCH`` entries (at least one).
+switches between two batches; a ``--reconfigure`` step due inside a source's batch cuts it
+there (:meth:`~stretchflow.runtime.SourcePump.run_batches`). Flow control and the spread bound
+count tuples: an inlet of batches holds ``capacity`` tuples' worth of batches, and
+``max_spread`` tuples are ``max_spread // COLUMNAR_BATCH`` entries (at least one;
+:data:`~stretchflow.runtime.pump.COLUMNAR_BATCH` tuples a batch).
+
+Where an O+ with columnar forms takes tuples, the run summary's ``columnar_fallback`` says
+why (:attr:`BatchPlan.fallback`): ``columnar='off'``, several inputs, an input stream without
+batches (a source that gives none, a reader of it that takes tuples, a lambda operator in
+between), or a checkpointed run whose O+ is fed by another O+ (the checkpoint fences of the
+shared σ assume one producer of batches).
 """
 
 from __future__ import annotations
@@ -23,51 +41,95 @@ from typing import TYPE_CHECKING, Any
 
 from ..batch import Batch, prefer_system_allocator
 from ..flow import Flow, Node
-from .plan import Inlet
+from ..runtime import pump
+from .plan import Batches, Inlet, columnar_form
 
 if TYPE_CHECKING:
     from .vsn_operator import VSNOperator
 
-#: tuples per batch a source reads for a columnar O+ (``Source.batches``): the unit an
-#: instance takes from ESG_in, so also what a reconfiguration may wait for
-COLUMNAR_BATCH = 4096
+
+class BatchPlan(Batches):
+    """The plan's :class:`~.plan.Batches`, with the sources' batch iterators (``sources``)
+    and why each O+ with columnar forms that takes tuples does (``fallback``)."""
+
+    def __init__(self) -> None:
+        super().__init__(set(), set())
+        self.sources: dict[Node, Any] = {}
+        self.fallback: dict[str, str] = {}
+
+    def get(self, node: Node) -> Any:
+        """Source ``node``'s batches, or None (it is read tuple by tuple)."""
+        return self.sources.get(node)
 
 
-def plan_batches(flow: Flow, ops: dict[Node, VSNOperator], n_groups: int,
-                 on: bool) -> dict[Node, Any]:
-    """The sources that deliver batches, with their batch iterators; sets up the columnar
-    σ of each O+ that takes them (see the module doc). Nothing when ``on`` is False."""
+def plan_batches(flow: Flow, ops: dict[Node, VSNOperator], n_groups: int, on: bool,
+                 checkpoints: bool = False) -> BatchPlan:
+    """Which streams hold batches (see the module doc); sets up the columnar σ of each O+
+    that takes them. Nothing when ``on`` is False. ``checkpoints``: the run checkpoints."""
+    plan = BatchPlan()
+    able = [node for node in ops if getattr(node.spec, "columnar", False)]
     if not on:
-        return {}
-    cand = {node for node in ops if len(node.inputs) == 1
-            and node.inputs[0].kind == "source" and getattr(node.spec, "columnar", False)}
-    out: dict[Node, Any] = {}
-    for src in flow.nodes:
-        if src.kind != "source":
-            continue
-        readers = [node for node in flow.nodes if src in node.inputs]
-        if not readers or any(r not in cand for r in readers):
-            continue
-        batches = getattr(src.spec, "batches", None)
-        it = batches(COLUMNAR_BATCH) if batches is not None else None
-        if it is not None:
-            if len(readers) == 1:
-                # f_MK's explode of each batch on the source's thread, ahead of the instances
-                # (operators/columnar.explode_ahead; the instances then only sum and combine)
-                from ..operators.columnar import explode_ahead
+        plan.fallback = dict.fromkeys((n.name for n in able), "columnar='off'")
+        return plan
+    cand = {node for node in able if len(node.inputs) == 1}
+    readers: dict[Node, list[Node]] = {node: [] for node in flow.nodes}
+    for node in flow.nodes:
+        for up in node.inputs:
+            readers[up].append(node)
+    streams, takers = plan.streams, plan.takers
+    fed_by_oplus: set[Node] = set()  # streams an O+'s instances produce (through stateless)
+    for node in flow.nodes:  # in topological order
+        if node.kind == "source":
+            rs = readers[node]
+            if not rs or not all(r in cand or columnar_form(r) for r in rs):
+                continue
+            batches = getattr(node.spec, "batches", None)
+            it = batches(pump.COLUMNAR_BATCH) if batches is not None else None
+            if it is not None:
+                plan.sources[node] = it
+                streams.add(node)
+        elif node.kind == "stateless":
+            up = node.inputs[0]
+            if up in fed_by_oplus:
+                fed_by_oplus.add(node)
+            if up in streams and columnar_form(node):
+                streams.add(node)
+        elif node.kind == "oplus":
+            fed_by_oplus.add(node)
+            if node not in cand:
+                continue
+            up = node.inputs[0]
+            if up not in streams:
+                continue
+            if checkpoints and up in fed_by_oplus:
+                plan.fallback[node.name] = ("a checkpointed run: an O+ fed by another O+ "
+                                            "takes tuples")
+                continue
+            takers.add(node)
+            streams.add(node)
+    for node in able:
+        if node not in takers and node.name not in plan.fallback:
+            plan.fallback[node.name] = (
+                "several inputs" if len(node.inputs) > 1 else
+                "its input holds no batches (a source that gives none: not a sorted, "
+                "unpaced file; a reader of that source that takes tuples; or an operator "
+                "without a columnar form in between)")
+    for src, it in list(plan.sources.items()):
+        rs = readers[src]
+        if len(rs) == 1 and rs[0] in takers:
+            # f_MK's explode of each batch on the source's thread, ahead of the instances
+            # (operators/columnar.explode_ahead; the instances then only sum and combine)
+            from ..operators.columnar import explode_ahead
 
-                it = explode_ahead(readers[0].spec, it)
-            out[src] = it
-    if not out:
-        return out
+            plan.sources[src] = explode_ahead(rs[0].spec, it)
+    if not takers and not plan.sources:
+        return plan
     prefer_system_allocator()
     from ..operators.columnar_shared import ColumnarShared
 
-    for node, vop in ops.items():
-        if node in cand and node.inputs[0] in out:
-            vop.columnar_state = ColumnarShared(node.spec, n_groups)
-            vop.explode_outputs = any(node in other.inputs for other in flow.nodes)
-    return out
+    for node in takers:
+        ops[node].columnar_state = ColumnarShared(node.spec, n_groups)
+    return plan
 
 
 class BatchAwareInlets:
@@ -75,19 +137,17 @@ class BatchAwareInlets:
     that of a columnar O+ counts its capacity in batches and tells the O+'s σ of each batch,
     and that of a sink fed batches holds fewer entries (an entry may be a whole window)."""
 
-    def __init__(self, flow: Flow, ops: dict[Node, VSNOperator], batch_sources: dict[Node, Any]):
+    def __init__(self, flow: Flow, ops: dict[Node, VSNOperator], plan: BatchPlan):
         self.ops = ops
-        fed = set(batch_sources) | {node for node, vop in ops.items()
-                                    if vop.columnar_state is not None
-                                    and not vop.explode_outputs}
         self.batch_sinks = {("sink", k) for k, (node, _) in enumerate(flow.sinks)
-                            if node in fed}
+                            if node in plan.streams}
 
     def __call__(self, consumer: Any, name: str, producers: list[Hashable],
                  readers: list[Hashable], capacity: int, n_inputs: int) -> Inlet:
         vop = self.ops.get(consumer) if isinstance(consumer, Node) else None
         if vop is not None and vop.columnar_state is not None:
-            return BatchInlet(name, producers, readers, max(4, capacity // COLUMNAR_BATCH),
+            return BatchInlet(name, producers, readers,
+                              max(4, capacity // pump.COLUMNAR_BATCH),
                               n_inputs, vop.columnar_state.offer)
         if consumer in self.batch_sinks:
             capacity = max(16, capacity // 64)
@@ -112,4 +172,4 @@ class BatchInlet(Inlet):
 
 def spread_in_entries(spread: int | None) -> int | None:
     """``max_spread`` (tuples) as ESG positions of batches."""
-    return None if spread is None else max(1, spread // COLUMNAR_BATCH)
+    return None if spread is None else max(1, spread // pump.COLUMNAR_BATCH)

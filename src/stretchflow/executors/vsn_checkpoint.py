@@ -1,25 +1,16 @@
-"""Checkpoints and resume on the VSN engine (issue #17): the threaded side of
-:mod:`stretchflow.runtime.checkpoint` (docs/checkpoints.md, "The VSN engine").
+"""Checkpoints and resume on the VSN engine (issue #17): what a VSN operator does at a
+checkpoint barrier (docs/checkpoints.md, "The VSN engine"). The sources' side (the cut chosen
+across source threads, the barriers into the stream, past the stateless operators), the
+sinks' side (each sink's part, committed at its epoch's first barrier) and the end are the
+runtime's (:mod:`stretchflow.runtime.threaded_checkpoint`).
 
-The cut is the same as on the reference engine, "every input tuple with ts <= T", carried by
-the control tuple ``(T + 0.5, CheckpointBarrier(e, T))`` that each source puts after its last
-tuple <= T. Here the sources run on threads of their own, so the cut T must be chosen at or
-after every position any source has reached: :class:`VSNCheckpointer` has each source publish
-its timestamp under a lock before it yields a tuple, and :class:`ThreadedCuts` picks T as the
-largest published one under that lock (a source that yields a tuple at ts has published ts, so
-either the cut sees it, T >= ts, or the source sees the cut before yielding it).
-
-A barrier bypasses the stateless operators fused onto the source thread (they would apply
-their function to it): it goes straight into every inlet the producer reaches. The ESG orders
-entries by timestamp, so every connected instance of an O+ reads the first barrier of epoch e
-at the same position of ESG_in, after every tuple <= T of every source. There
-(:meth:`VSNCheckpoints.at_barrier`) the instance advances W to T and emits what that closes,
-waits with the other connected instances (a barrier of the operator, like a reconfiguration's:
-exactly one acts), the acting one snapshots σ and every connected instance's progress, then
-each forwards the barrier into ESG_out. A sink thread writes its output into its open part as
-it reads it (:meth:`VSNCheckpoints.sink`) and commits the part as part e on the first barrier
-of epoch e it reads (ESG_out's readiness puts it after every output <= T of every producer);
-the checkpoint is written once every sink has (:meth:`Checkpointer._checkpoint`).
+The ESG orders entries by timestamp, so every connected instance of an O+ reads the first
+barrier of epoch e at the same position of ESG_in, after every tuple <= T of every source.
+There (:meth:`VSNCheckpoints.at_barrier`) the instance advances W to T and emits what that
+closes, waits with the other connected instances (a barrier of the operator, like a
+reconfiguration's: exactly one acts), the acting one snapshots σ and every connected
+instance's progress, then each forwards the barrier into ESG_out, where readiness puts it
+after every output <= T of every producer.
 
 Reconfigurations: a control tuple and a checkpoint barrier are both positions of ESG_in, read
 by every connected instance in the same order; whichever comes first is done first. A
@@ -39,157 +30,28 @@ partials holds exactly the batches <= T.
 
 from __future__ import annotations
 
-import math
 import pickle
-import threading
-from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..batch import Batch
-from ..buffers.esg import END
 from ..errors import StretchflowError
-from ..eventtime import WATERMARK
 from ..operators import snapshot
-from ..runtime import Stopped, raise_user_error
-from ..runtime.checkpoint import CheckpointBarrier, Checkpointer, Cuts
+from ..runtime import raise_user_error
+from ..runtime.checkpoint import CheckpointBarrier
+from ..runtime.threaded_checkpoint import RunCheckpoints, forward_barrier
 
 if TYPE_CHECKING:
-    from ..flow import Node
     from .vsn import VSNExecutor, VSNInstance
     from .vsn_operator import VSNOperator
 
-BARRIER_TIMEOUT = 120.0
-SINK_BATCH = 4096
-
-
-class ThreadedCuts(Cuts):
-    """:class:`Cuts` for sources on threads: T is the largest timestamp any source has
-    published (under ``lock``), above the restored cut."""
-
-    def __init__(self, every: tuple[str, float], base: int, lock: threading.Lock,
-                 pos: dict[str, float], floor: float):
-        super().__init__(every, base)
-        self.lock = lock
-        self.pos = pos
-        self.floor = floor
-
-    def progress(self, n: int, ts: int) -> None:
-        with self.lock:
-            before = len(self.cuts)
-            self.latest = max(self.pos.values(), default=-math.inf)
-            super().progress(n, self.latest)  # type: ignore[arg-type]
-            if len(self.cuts) > before and self.cuts[-1] <= self.floor:
-                self.cuts.pop()  # nothing read past the restored cut yet
-
-
-class VSNCheckpointer(Checkpointer):
-    """A :class:`Checkpointer` whose sources, operators and sinks run on threads."""
-
-    def __init__(self, *args: Any, **kwargs: Any):
-        self.lock = threading.Lock()
-        self.pos: dict[str, float] = {}
-        self.fresh: dict[str, bool] = {}  # a source yielded a barrier since its last push
-        super().__init__(*args, **kwargs)
-        floor = self.restored_cut if self.restored_cut is not None else -math.inf
-        self.plan = ThreadedCuts(self.every, self.plan.base, self.lock, self.pos, floor)
-
-    def _published(self, name: str, items: Iterator[Any], ts_of: Callable[[Any], Any]
-                   ) -> Iterator[Any]:
-        """``items``, each after its timestamp is published (see the module doc)."""
-        lock, pos = self.lock, self.pos
-        last = None
-        for item in items:
-            ts = ts_of(item)
-            if ts != last:
-                with lock:
-                    pos[name] = ts
-                last = ts
-            yield item
-
-    def source(self, name: str, items: Iterator[Any], counter: list[int]) -> Iterator[Any]:
-        return super().source(name, self._published(name, items, _first), counter)
-
-    def batches(self, name: str, batches: Iterator[Batch], counter: list[int]
-                ) -> Iterator[Any]:
-        return super().batches(name, self._published(name, batches, _last), counter)
-
-    def _barrier(self, name: str, k: int, n: int) -> tuple[float, CheckpointBarrier]:
-        with self.lock:
-            self.fresh[name] = True
-            return super()._barrier(name, k, n)
-
-    def snapshot(self, node: str, epoch: int, data: bytes) -> None:
-        with self.lock:
-            super().snapshot(node, epoch, data)
-
-    def sink_barrier(self, j: int, b: CheckpointBarrier, chunks: Sequence[Any] = ()) -> None:
-        """Sink ``j`` read the first barrier of epoch ``b.epoch``: its part (what was
-        written into the open part, then ``chunks``: lists of ``(ts, payload)`` and
-        :class:`Batch` es), and the checkpoint if every sink has committed its part of it."""
-        self.writers[j].commit_chunks(b.epoch, chunks)
-        with self.lock:
-            done = self.done.setdefault(b.epoch, set())
-            done.add(j)
-            complete = len(done) == len(self.sinks)
-        if complete:  # exactly one sink thread gets here per epoch
-            with self.lock:
-                self._checkpoint(b.epoch, b.cut)
-
-    def sink_end(self, j: int, chunks: Sequence[Any] = ()) -> None:
-        """Sink ``j``'s input ended: the output after its last barrier is the last part
-        (every source has ended, so no cut comes any more)."""
-        self.writers[j].commit_chunks(self.plan.base + len(self.plan.cuts) + 1, chunks)
-
-
-def _flush(w: Any, run: Any, batches: list[Batch]) -> None:
-    """A run of data tuples, then a run of batches (joined: one write), into part writer
-    ``w``'s open part."""
-    if run:
-        w.write(run)
-    if batches:
-        w.write_batch(batches[0] if len(batches) == 1 else Batch.concat(batches))
-
-
-def _first(item: Any) -> Any:
-    return item[0]
-
-
-def _last(b: Batch) -> Any:
-    return b.last
-
-
-def forward_barrier(pid: Hashable, inlets: list[Any],
-                    item: tuple[float, CheckpointBarrier]) -> None:
-    """A barrier into every inlet a producer reaches, past any stateless operator."""
-    seen: set[int] = set()
-    for inlet in inlets:
-        if id(inlet) not in seen:
-            seen.add(id(inlet))
-            fence = getattr(inlet, "fence", None)
-            if fence is not None:
-                fence(item[1].cut)
-            inlet.push(pid, [item])
-
-
-class SourceProxy:
-    """A source whose ``items()`` are the checkpointer's; every other attribute is the
-    source's own (the pump, or an SN tap, reads them)."""
-
-    def __init__(self, spec: Any, items: Callable[[], Iterator[Any]]):
-        self._spec = spec
-        self.items = items
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._spec, name)
-
 
 class VSNCheckpoints:
-    """One VSN run's checkpoints: wraps its sources, acts at barriers, runs its sinks."""
+    """One VSN run's operators at checkpoint barriers; ``run`` is the run's
+    :class:`~stretchflow.runtime.threaded_checkpoint.RunCheckpoints`."""
 
-    def __init__(self, ex: VSNExecutor, path: Any, every: Any, columnar: str):
+    def __init__(self, ex: VSNExecutor, run: RunCheckpoints):
         self.ex = ex
-        self.ckpt = VSNCheckpointer(path, every, ex.flow, {"columnar": columnar},
-                                    [vop.name for vop in ex.ops.values()])
+        self.run = run
+        self.ckpt = run.ckpt
         try:
             for vop in ex.ops.values():
                 vop.checkpoints = self
@@ -200,42 +62,8 @@ class VSNCheckpoints:
                 if blob is not None:
                     self._restore(vop, blob)
         except BaseException:
-            self.ckpt.close()
+            run.close()
             raise
-
-    # -- sources -------------------------------------------------------------------------------
-    def pump_args(self, node: Node, pusher: Any, batches: Any
-                  ) -> tuple[Any, Callable[[list[Any]], None], Any]:
-        """(the source for the pump, its push, its batches or None) for source ``node``."""
-        ckpt, name = self.ckpt, node.name
-        pid, inlets = pusher.pid, pusher.inlets()
-        counter = [0]
-        if batches is not None:
-            def gen() -> Iterator[Batch]:
-                for item in ckpt.batches(name, batches, counter):
-                    if type(item[1]) is CheckpointBarrier:
-                        forward_barrier(pid, inlets, item)  # the batches before it are pushed
-                    else:
-                        yield item[1]
-            return node.spec, pusher.push, gen()
-
-        def push(batch: list[Any]) -> None:
-            if not ckpt.fresh.get(name):
-                pusher.push(batch)
-                return
-            ckpt.fresh[name] = False
-            seg: list[Any] = []
-            for item in batch:
-                if type(item[1]) is CheckpointBarrier:
-                    pusher.push(seg)
-                    seg = []
-                    forward_barrier(pid, inlets, item)
-                else:
-                    seg.append(item)
-            pusher.push(seg)
-
-        proxy = SourceProxy(node.spec, lambda: ckpt.source(name, node.spec.items(), counter))
-        return proxy, push, None
 
     # -- operators -----------------------------------------------------------------------------
     def at_barrier(self, vi: VSNInstance, ts: float, b: CheckpointBarrier) -> None:
@@ -255,12 +83,7 @@ class VSNCheckpoints:
             if bar is None:  # the parties: the instances connected at this position
                 bar = vop._barriers[key] = vop.new_barrier(
                     len(vop.O), lambda: self._act(vop, b.epoch))
-        try:
-            bar.wait(BARRIER_TIMEOUT)
-        except threading.BrokenBarrierError:
-            if vop.control.error is not None:
-                raise Stopped from None
-            raise RuntimeError(f"{vop.name}: checkpoint barrier {b.epoch} broke") from None
+        vop.control.wait_at(bar, f"{vop.name}: checkpoint barrier {b.epoch}")
         forward_barrier((vop.name, vi.j), vi.pusher.inlets(), (ts, b))
 
     def _act(self, vop: VSNOperator, epoch: int) -> None:
@@ -284,63 +107,6 @@ class VSNCheckpoints:
             _columnar_restore(vop, insts, blob)
         else:
             snapshot.restore(vop.name, [vi.inst for vi in insts], blob)
-
-    # -- sinks ---------------------------------------------------------------------------------
-    def sink(self, k: int, sink: Any) -> None:
-        """Sink thread ``k``: its output written into the open part as it comes, the part
-        committed at each epoch's first barrier (see the module doc)."""
-        ex, ckpt = self.ex, self.ckpt
-        esg = ex.plan.inlets[("sink", k)].esg
-        reader = ("sink", k)
-        control, clock, latency = ex.control, ex.clock, ex.latency
-        w = ckpt.writers[k]
-        epoch = ckpt.plan.base
-        while True:
-            items = esg.get_batch(reader, SINK_BATCH)
-            if control.error is not None:
-                raise Stopped
-            if items is END:
-                break
-            # written now, not held until the barrier (issue #17's overhead): holding an
-            # epoch left the sink idle for the epoch, then serializing all of it at once, and
-            # the last epoch's output serialized only after the operators had ended
-            data: list[Any] = []
-            run: list[Any] = []  # consecutive data tuples
-            batches: list[Batch] = []  # consecutive batches: one write, as write_items does
-            for item in items:
-                p = item[1]
-                kind = type(p)
-                if kind is Batch:
-                    if run:
-                        w.write(run)
-                        run = []
-                    batches.append(p)
-                    data.append(item)
-                elif kind is CheckpointBarrier:
-                    _flush(w, run, batches)
-                    run, batches = [], []
-                    if p.epoch > epoch:
-                        epoch = p.epoch
-                        ckpt.sink_barrier(k, p, ())
-                elif p is not WATERMARK:
-                    if batches:
-                        _flush(w, (), batches)
-                        batches = []
-                    run.append(item)
-                    data.append(item)
-            _flush(w, run, batches)
-            if data:
-                latency.measure_outputs(clock, data)
-        ckpt.sink_end(k, ())
-
-    def end(self, ok: bool) -> None:
-        """The run ended: on success the held output goes to the sinks (then the checkpoint
-        is cleared); the directory's lock is released either way."""
-        try:
-            if ok:
-                self.ckpt.publish()
-        finally:
-            self.ckpt.close()
 
 
 # -- the columnar σ ------------------------------------------------------------------------------

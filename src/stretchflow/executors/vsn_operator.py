@@ -183,8 +183,6 @@ class VSNOperator:
         #: a columnar O+'s shared σ (:class:`~stretchflow.operators.columnar_shared.
         #: ColumnarShared`), set by the executor when its input comes as batches
         self.columnar_state: Any = None
-        #: whether the instances' output batches go out as tuples (a consumer takes tuples)
-        self.explode_outputs = False
         self.instances: list[VSNInstance] = []  # set by the executor
         #: the run's :class:`~stretchflow.executors.vsn_checkpoint.VSNCheckpoints` (checkpoint
         #: barriers in ESG_in), or None

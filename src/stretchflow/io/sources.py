@@ -75,16 +75,19 @@ class Source:
     speed: float | None = None
 
     def items(self) -> Iterator[Item]:
-        """The source's tuples in timestamp order (explicit watermarks included)."""
+        """The source's tuples in timestamp order (explicit watermarks included), paced
+        when it has a ``rate`` or a ``speed`` (:func:`pace`)."""
+        return pace(self.ordered_items(), self.rate, self.speed)
+
+    def ordered_items(self) -> Iterator[Item]:
+        """:meth:`items` before pacing: the tuples in timestamp order, checked or
+        reordered (an engine that paces them itself, with watermarks before its waits,
+        reads this: :func:`pace` with ``marks``)."""
         raw = self._raw()
         self.late_seen = 0
         if self.sorted and self.late == "error":
-            out = _check_sorted(self, raw)
-        else:
-            out = _reorder(self, raw)
-        if self.speed:
-            return _replayed(out, self.speed)
-        return _paced(out, self.rate) if self.rate else out
+            return _check_sorted(self, raw)
+        return _reorder(self, raw)
 
     def batches(self, rows: int = 65536) -> Iterator[Batch] | None:
         """The tuples of :meth:`items` as batches of about ``rows`` tuples, or None when this
@@ -174,30 +177,54 @@ def _check_sorted(src: Source, raw: Iterator[tuple[Any, Any, Any]], prev: float 
         yield ts, payload
 
 
-def _paced(items: Iterator[Item], rate: float) -> Iterator[Item]:
-    """Yields item n no earlier than n / ``rate`` seconds after the first."""
+#: a paced source's waits shorter than this, within this long of its last watermark, get
+#: no watermark of their own (:func:`pace` with ``marks``): a fast paced source keeps its runs
+#: (at most this much later)
+LIVE_MARK_S = 0.01
+
+
+def pace(items: Iterator[Item], rate: float | None = None, speed: float | None = None,
+         marks: bool = False) -> Iterator[Item]:
+    """``items`` paced, the one pacing of every source and engine: item n no earlier than
+    n / ``rate`` seconds after the first (``at_rate``), or a tuple (ts − first ts) / ``speed``
+    ms after the first (``replay``, event time); unpaced (``items`` itself) with neither.
+
+    With ``marks`` it yields ``(latest ts, WATERMARK)`` before a wait for the next tuple, so
+    an engine that gathers runs (the reference's O+ and sink drain) lets out what that
+    watermark closed instead of holding it for more tuples or the end of input. ``items`` is
+    timestamp-ordered (sorted or reordered), so no later tuple is before the latest one read:
+    the watermark is safe."""
+    if not rate and not speed:
+        return items
+    return _paced(items, rate, speed, marks)
+
+
+def _paced(items: Iterator[Item], rate: float | None, speed: float | None,
+           marks: bool) -> Iterator[Item]:
     import time
 
     clock, sleep = time.perf_counter, time.sleep
     t0 = clock()
+    first: int | None = None
+    last: Any = None  # the latest data timestamp yielded
+    marked: Any = None  # the latest watermark yielded
+    marked_at = t0
     for n, item in enumerate(items):
-        ahead = n / rate - (clock() - t0)
-        if ahead > 0:
-            sleep(ahead)
-        yield item
-
-
-def _replayed(items: Iterator[Item], speed: float) -> Iterator[Item]:
-    import time
-
-    clock, sleep = time.perf_counter, time.sleep
-    t0 = first = None
-    for item in items:
         if first is None:
             t0, first = clock(), item[0]
-        ahead = (item[0] - first) / speed / 1000 - (clock() - t0)
+        due = n / rate if rate else (item[0] - first) / speed / 1000  # type: ignore[operator]
+        now = clock()
+        ahead = due - (now - t0)
         if ahead > 0:
-            sleep(ahead)
+            if marks and last is not None and (marked is None or last > marked) and (
+                    ahead >= LIVE_MARK_S or now - marked_at >= LIVE_MARK_S):
+                marked, marked_at = last, now
+                yield last, WATERMARK
+            sleep(ahead)  # pacing: the tuple is due then (a replay's wall-clock schedule)
+        if item[1] is not WATERMARK:
+            last = item[0]
+        else:
+            marked = item[0]
         yield item
 
 

@@ -89,6 +89,29 @@ def apply_batch(op: Map | FlatMap | Filter, batch: list[tuple[int, Any]],
     return out
 
 
+def through_batch(op: Map | FlatMap | Filter, batch: Any) -> Any:
+    """``op`` over a :class:`~stretchflow.batch.Batch`, a batch out: its table through the
+    columnar form (``batch_fn``: a Map's rows, a Filter's kept rows, timestamps kept), else
+    tuple by tuple (:func:`apply_batch`). A batch the columnar form fails on is redone tuple by
+    tuple, so an error names the tuple ``fn`` fails on; if every tuple passes alone (the
+    columnar form was stricter, about types mixed across rows, say), their outputs stand:
+    both forms are row-wise."""
+    from ..batch import Batch
+
+    fn = getattr(op, "batch_fn", None)
+    table = batch.table if fn is not None else None
+    if table is not None:
+        try:
+            if type(op) is Map:
+                return Batch(batch.ts, table=fn(table))
+            rows, kept = fn(table)
+            return Batch(batch.ts[rows], table=kept)
+        except Exception:  # noqa: BLE001 - redone tuple by tuple, which names the tuple
+            pass
+    out = apply_batch(op, batch.items())
+    return Batch([t for t, _ in out], payloads=[p for _, p in out])
+
+
 # -- columnar forms (issue #16) -----------------------------------------------------------------
 # Classes, not closures: an SN process channel pickles its operators.
 class _TableFn:

@@ -10,8 +10,10 @@ the ordered scheduler, the SSG); everything around it lives here, once:
 * :mod:`.latency`: the ingest clock and the latency recorder (percentiles from one place, for
   the whole run, no sample cap);
 * :mod:`.metrics`: the metrics log and the sampler thread that feeds every controller;
-* :mod:`.pump`: the source pump (batching, pacing, live sources, the ``--reconfigure``
-  schedule's counting) and the sink drain;
+* :mod:`.pump`: the source pump (batching, live sources, the ``--reconfigure`` schedule's
+  counting);
+* :mod:`.drain`: the one sink drain (runs of tuples, whole batches, a barrier hook for
+  checkpoints, output latency measured per hand-over);
 * :mod:`.sinks`: a run's sinks as one transaction (:func:`sink_session`: opened together,
   committed when the run succeeds, aborted when it fails).
 
@@ -26,14 +28,15 @@ per-tuple position.
 """
 
 from .control import Barrier, RunControl, Stopped, raise_user_error, user_error
+from .drain import SINK_BATCH, SinkDrain
 from .latency import IngestClock, LatencyRecorder, percentiles
 from .metrics import MetricsLog, MetricsSampler
-from .pump import ReconfigureSchedule, SourcePump, drain_batch, is_live
+from .pump import ReconfigureSchedule, SourcePump, is_live
 from .result import RunResult
 from .sinks import SinkSession, sink_session
 
 __all__ = [
-    "Barrier", "IngestClock", "LatencyRecorder", "MetricsLog", "MetricsSampler",
-    "ReconfigureSchedule", "RunControl", "RunResult", "SinkSession", "SourcePump", "Stopped",
-    "drain_batch", "is_live", "percentiles", "raise_user_error", "sink_session", "user_error",
+    "SINK_BATCH", "Barrier", "IngestClock", "LatencyRecorder", "MetricsLog", "MetricsSampler",
+    "ReconfigureSchedule", "RunControl", "RunResult", "SinkDrain", "SinkSession", "SourcePump",
+    "Stopped", "is_live", "percentiles", "raise_user_error", "sink_session", "user_error",
 ]

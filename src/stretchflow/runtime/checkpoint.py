@@ -55,7 +55,7 @@ from ..io.parts import fsync_dir, is_temp, take_lock, write_atomic
 from ..io.sinks import JsonLinesSink
 from .checkpoint_drain import AsyncDrain, AsyncParts, CheckpointBarrier
 from .checkpoint_stats import CheckpointStats
-from .pump import EpochParts
+from .epoch_parts import EpochParts
 
 MANIFEST = "_checkpoint.json"
 FORMAT = "stretchflow-checkpoint/1"
@@ -524,6 +524,19 @@ class Checkpointer(AsyncDrain):
             f.unlink(missing_ok=True)
         for w in self.writers:
             w.reset()
+
+    def end(self, ok: bool) -> None:
+        """The run ended: on success the held output goes to the sinks (:meth:`publish`,
+        then the checkpoint is cleared); the directory's lock is released either way."""
+        try:
+            if ok:
+                self.publish()
+        finally:
+            self.close()
+
+    def extra(self) -> dict[str, Any]:
+        """The run's ``checkpoints`` and ``checkpoint_log`` (runtime/result.py)."""
+        return {"checkpoints": self.taken, "checkpoint_log": self.stats.log()}
 
     def close(self) -> None:
         self._abort_staged()  # drained but never published (a failure in between)

@@ -33,46 +33,25 @@ checkpoint.json).
 from __future__ import annotations
 
 import copy
-import heapq
 import os
 from collections.abc import Iterator
-from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
-from ..batch import Batch
 from ..errors import StretchflowError
-from ..eventtime import WATERMARK
 from ..io.parts import copy_file, part_name
 from ..io.sinks import JsonLinesSink
-from .control import Barrier
+from .control import CheckpointBarrier
+from .epoch_parts import EpochParts
 from .ordered_jobs import JobsTimeout, OrderedJobs
-from .pump import EpochParts
 
-#: sink items pulled (and written) at a time by the drain
-CHUNK = 4096
 #: seconds the drain waits at its end for the committer's pending writes (fsyncs of at most
 #: a few checkpoints); a disk that takes longer is reported, never waited on forever
 FINISH_WAIT = 300.0
 
 
-class CheckpointBarrier(Barrier):
-    """The payload of a checkpoint's control tuple ``(cut + 0.5, barrier)``: epoch ``epoch``
-    covers every input tuple with ts <= ``cut``. (Defined here, where the drain tests its
-    items' types; :mod:`stretchflow.runtime.checkpoint` exports it.)"""
-
-    __slots__ = ("cut",)
-
-    def __init__(self, epoch: int, cut: int):
-        super().__init__(epoch)
-        self.cut = cut
-
-    def __repr__(self) -> str:
-        return f"CheckpointBarrier(epoch={self.epoch}, cut={self.cut})"
-
-
 class AsyncParts(EpochParts):
-    """:class:`~stretchflow.runtime.pump.EpochParts` whose open part can be sealed on the
+    """:class:`~stretchflow.runtime.epoch_parts.EpochParts` whose open part can be sealed on the
     writing thread (:meth:`seal`) and committed later on another (:meth:`commit_sealed`);
     the synchronous ``commit_open`` and ``commit_chunks`` work as before."""
 
@@ -151,24 +130,33 @@ class AsyncDrain:
     _staged_ids: list[set[int]]
 
     def drain(self, streams: list[Iterator[Any]]) -> None:
-        """Pulls the sinks' streams (one per sink, in sink order) to their end, committing
-        each sink's output per epoch and writing each checkpoint once every sink has its
-        part; the output after the last barrier becomes the last part. Returns once every
-        write is done (the committer's too).
+        """Pulls the sinks' streams (one per sink, in sink order) to their end through the
+        runtime's sink drain (:mod:`stretchflow.runtime.drain`), committing each sink's
+        output per epoch and writing each checkpoint once every sink has its part; the
+        output after the last barrier becomes the last part. Returns once every write is
+        done (the committer's too).
 
-        Each sink's output goes into its open part file as it comes (4096 records a write):
-        an epoch's output is never held in memory, which kept the whole epoch's tuples alive
-        and made the garbage collector walk them again and again (issue #17)."""
+        Each sink's output goes into its open part file as it comes (the drain's runs): an
+        epoch's output is never held in memory, which kept the whole epoch's tuples alive and
+        made the garbage collector walk them again and again (issue #17). The items are
+        pulled one by one: a barrier is acted on as soon as it comes, however sparse the
+        output (pulling a chunk ahead would hold a checkpoint back until the chunk fills)."""
+        from .drain import SinkDrain, pull_merged
+
         self._committer = Committer()
         self._staged_ids = [set() for _ in self.sinks]
         stage = all(type(s) is JsonLinesSink for s in self.sinks)
+        n = len(streams)
+        drains = [SinkDrain(w, epoch=self.plan.base,
+                            on_barrier=lambda b, j=j: self._at_barrier(j, b, n))
+                  for j, w in enumerate(self.writers[:n])]
         try:
-            if len(streams) == 1:
-                self._drain_one(streams[0])
+            if n == 1:
+                drains[0].pull(streams[0])
             else:
-                self._drain_merged(streams)
+                pull_merged(streams, drains)
             last = self.plan.base + len(self.plan.cuts) + 1
-            for j in range(len(streams)):
+            for j in range(n):
                 self._commit_async(j, last)
             if stage:
                 self._committer.submit(self._stage)
@@ -185,65 +173,6 @@ class AsyncDrain:
             raise
         finally:
             self._committer = None
-
-    def _drain_one(self, stream: Iterator[Any]) -> None:
-        """One sink: data tuples are gathered into runs of :data:`CHUNK` and written; the one
-        test per item is its payload's type against the control types (watermarks, barriers,
-        batches). The items are pulled one by one, as the drain without checkpoints does: a
-        barrier is acted on as soon as it comes, however sparse the output (pulling a chunk
-        ahead would hold a checkpoint back until the chunk fills)."""
-        w = self.writers[0]
-        control = _CONTROL
-        buf: list[Any] = []
-        append = buf.append
-        for item in stream:
-            v = item[1]
-            if type(v) not in control:
-                append(item)
-                if len(buf) >= CHUNK:
-                    w.write(buf)
-                    buf = []
-                    append = buf.append
-                continue
-            if buf:
-                w.write(buf)
-                buf = []
-                append = buf.append
-            if type(v) is Batch:
-                w.write_batch(v)
-            elif type(v) is CheckpointBarrier:
-                self._at_barrier(0, v, 1)
-            # else a watermark: the engine's, not output (the part is not visible before
-            # publish, so nothing is gained by writing at every watermark)
-        if buf:
-            w.write(buf)
-
-    def _drain_merged(self, streams: list[Iterator[Any]]) -> None:
-        """Several sinks: their streams merged by timestamp (as the drain without checkpoints
-        does: the streams share upstream operators through tees, read in step), each sink's
-        data written in runs of :data:`CHUNK`."""
-        n = len(streams)
-        bufs: list[list[Any]] = [[] for _ in streams]
-        tagged = [_tag(s, j) for j, s in enumerate(streams)]
-        for ts, j, v in heapq.merge(*tagged, key=itemgetter(0)):
-            t = type(v)
-            if t is Batch or t is CheckpointBarrier:
-                if bufs[j]:
-                    self.writers[j].write(bufs[j])
-                    bufs[j] = []
-                if t is Batch:
-                    self.writers[j].write_batch(v)
-                else:
-                    self._at_barrier(j, v, n)
-            elif v is not WATERMARK:
-                buf = bufs[j]
-                buf.append((ts, v))
-                if len(buf) >= CHUNK:
-                    self.writers[j].write(buf)
-                    bufs[j] = []
-        for j, buf in enumerate(bufs):
-            if buf:
-                self.writers[j].write(buf)
 
     def _at_barrier(self, j: int, b: CheckpointBarrier, sinks: int) -> None:
         self._commit_async(j, b.epoch)
@@ -304,11 +233,3 @@ class AsyncDrain:
         if self._staged is not None:
             session, self._staged = self._staged, None
             session.abort()
-
-
-_CONTROL = frozenset({type(WATERMARK), Batch, CheckpointBarrier})
-
-
-def _tag(items: Iterator[Any], j: int) -> Iterator[tuple[Any, int, Any]]:
-    for ts, v in items:
-        yield ts, j, v

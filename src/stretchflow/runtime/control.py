@@ -21,6 +21,9 @@ from ..errors import OperatorError, RunTupleError, StretchflowError
 log = logging.getLogger(__name__)
 
 _SLICE = 0.1  # seconds a blocking put/get waits before checking whether the run stopped
+#: seconds an operator's thread waits at a barrier of its operator (a reconfiguration's, a
+#: checkpoint's) for the others before the run fails with a broken barrier
+BARRIER_TIMEOUT = 120.0
 
 
 class Stopped(Exception):
@@ -30,13 +33,27 @@ class Stopped(Exception):
 
 class Barrier:
     """The payload of a control tuple: an epoch barrier travelling in a batch at its own
-    position. Executors subclass it (a VSN reconfiguration's ⟨e*, O*, f_μ*⟩); a checkpoint
-    barrier will be the same cut with another action."""
+    position. A VSN reconfiguration's ⟨e*, O*, f_μ*⟩ subclasses it, and so does a checkpoint's
+    barrier (the same cut with another action)."""
 
     __slots__ = ("epoch",)
 
     def __init__(self, epoch: int):
         self.epoch = epoch
+
+
+class CheckpointBarrier(Barrier):
+    """The payload of a checkpoint's control tuple ``(cut + 0.5, barrier)``: epoch ``epoch``
+    covers every input tuple with ts <= ``cut`` (:mod:`stretchflow.runtime.checkpoint`)."""
+
+    __slots__ = ("cut",)
+
+    def __init__(self, epoch: int, cut: int):
+        super().__init__(epoch)
+        self.cut = cut
+
+    def __repr__(self) -> str:
+        return f"CheckpointBarrier(epoch={self.epoch}, cut={self.cut})"
 
 
 def user_error(operator: str, ts: Any, payload: Any, e: BaseException) -> BaseException:
@@ -164,6 +181,18 @@ class RunControl:
             return barrier.wait()
         except threading.BrokenBarrierError:
             raise Stopped from None
+
+    def wait_at(self, barrier: threading.Barrier, what: str,
+                timeout: float = BARRIER_TIMEOUT) -> None:
+        """An operator's thread at ``barrier`` (``what`` names it in an error): a barrier
+        broken because the run failed ends the thread quietly (:class:`Stopped`); one broken
+        otherwise (its timeout) fails the run naming it."""
+        try:
+            barrier.wait(timeout)
+        except threading.BrokenBarrierError:
+            if self.error is not None:
+                raise Stopped from None
+            raise RuntimeError(f"{what} broke") from None
 
     def track(self, barrier: threading.Barrier) -> threading.Barrier:
         """Aborts ``barrier`` when the run fails, so nobody waits at it forever."""

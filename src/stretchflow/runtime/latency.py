@@ -14,12 +14,17 @@ import bisect
 import math
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
+
+from ..eventtime import WATERMARK
+from .control import Barrier
 
 _PRECISION = 1.01  # bucket b holds values in [1.01^b, 1.01^(b+1)) µs
 _LOG = math.log(_PRECISION)
 _SERIES_MAX = 4000
+#: outputs measured per hand-over to a sink (:meth:`LatencyRecorder.measure_outputs`)
+SAMPLES = 16
 
 
 def percentiles(values: Sequence[float]) -> dict[str, Any]:
@@ -46,6 +51,20 @@ class IngestClock:
             if not self.ts or ts > self.ts[-1]:
                 self.ts.append(ts)
                 self.wall.append(now)
+
+    def clocked(self, items: Iterator[Any], every: int = 256) -> Iterator[Any]:
+        """``items`` (a source read item by item, not through a
+        :class:`~stretchflow.runtime.SourcePump`, which records each batch it hands on),
+        recording every ``every``-th item's timestamp as it enters (the first one too): one
+        counter test per item, one lock per ``every`` items."""
+        record = self.record
+        n = every
+        for item in items:
+            n += 1
+            if n >= every:
+                n = 0
+                record(item[0])
+            yield item
 
     def entered(self, ts: int) -> float | None:
         """Wall-clock time the first input with timestamp >= ``ts`` entered, if any did."""
@@ -90,16 +109,26 @@ class LatencyRecorder:
                 self._series = self._series[::2]
                 self._stride *= 2
 
-    def measure_outputs(self, clock: IngestClock, items: Sequence[tuple[int, Any]],
-                        per_batch: int = 16) -> None:
-        """Samples up to ``per_batch`` outputs of a batch just written, against ``clock``
-        (one lock taken per batch, not per sample: this runs on the sinks' hot path)."""
-        if not items:
+    def measure_outputs(self, clock: IngestClock, items: Sequence[tuple[Any, Any]]) -> None:
+        """Measures one hand-over of ``items`` to a sink, against ``clock`` (the one
+        definition of ``latency_ms``, runtime/result.py): up to :data:`SAMPLES` of them,
+        evenly spaced, each output of timestamp T from when the first input with ts >= T − 1
+        entered until now; a :class:`~stretchflow.batch.Batch` item counts as one output at
+        its last timestamp (a window's rows share it), watermarks and barriers as none. One
+        lock per hand-over, not per sample: this runs on the sinks' hot path."""
+        n = len(items)
+        if not n:
             return
         now = time.perf_counter()
         entered = clock.entered
-        found = [t_in for ts, _ in items[:: max(1, len(items) // per_batch)]
-                 if (t_in := entered(ts - 1)) is not None]
+        found = []
+        for item in items[::-(-n // SAMPLES)]:
+            p = item[1]
+            if p is WATERMARK or isinstance(p, Barrier):
+                continue
+            t_in = entered(item[0] - 1)
+            if t_in is not None:
+                found.append(t_in)
         if found:
             with self._lock:
                 for t_in in found:

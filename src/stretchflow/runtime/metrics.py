@@ -105,14 +105,20 @@ class MetricsLog:
 
 
 class MetricsSampler:
-    """A thread calling ``measure()`` every ``period`` seconds; each ``(operator, Metrics)``
-    it returns is logged and handed to ``controller.observe``; a decision is passed to
-    ``apply(operator, decision)``. Stops with the run, or by :meth:`stop`."""
+    """Every ``period`` seconds, ``measure()``: each ``(operator, Metrics)`` it returns is
+    logged and handed to ``controller.observe``; a decision is logged and passed to
+    ``apply(operator, decision)`` (with ``note_decisions``, each row also says what the
+    controller answered: ``decision``, the parallelism asked for or None, and ``reason``).
+
+    The periods run on a thread of their own (:meth:`start`, until :meth:`stop` or the end of
+    the run), or on an executor's thread that calls :meth:`tick` where its algorithm can act
+    on a decision (SN's splitter, between two flushes)."""
 
     def __init__(self, control: RunControl, log: MetricsLog, period: float,
                  measure: Callable[[], list[tuple[str, Any]]],
                  controller: Any = None,
-                 apply: Callable[[str, Any], None] | None = None):
+                 apply: Callable[[str, Any], None] | None = None,
+                 note_decisions: bool = False):
         if not period > 0:
             raise ValueError(f"the metrics period must be > 0 s, got {period!r}")
         self.control = control
@@ -121,25 +127,36 @@ class MetricsSampler:
         self.measure = measure
         self.controller = controller
         self.apply = apply
+        self.note_decisions = note_decisions
         self._stop = threading.Event()
-        control.on_abort(lambda _e: self._stop.set())
-        self._thread = control.thread(self._loop, name="metrics")
+        self._thread: threading.Thread | None = None
 
     def start(self) -> None:
+        """Runs the periods on a thread of the run."""
+        self.control.on_abort(lambda _e: self._stop.set())
+        self._thread = self.control.thread(self._loop, name="metrics")
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, final: bool = False) -> None:
+        """Ends the periods (``final``: the last one, cut short, is measured too, unless the
+        run failed)."""
         self._stop.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join()
+        t = self._thread
+        if t is not None and t.is_alive() and t is not threading.current_thread():
+            t.join()
+        if final and t is not None and self.control.error is None:
+            self.tick()
 
     def tick(self) -> None:
-        """One period's work (also callable from an executor's own thread)."""
+        """One period's work."""
         for operator, m in self.measure():
-            self.log.record(operator, m)
+            row = self.log.record(operator, m)
             if self.controller is None:
                 continue
             decision = self.controller.observe(m)
+            if self.note_decisions:
+                row["decision"] = getattr(decision, "parallelism", None)
+                row["reason"] = getattr(decision, "reason", None) or None
             if decision is not None:
                 self.log.decision(operator, decision)
                 if self.apply is not None:

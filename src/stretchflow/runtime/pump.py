@@ -1,4 +1,5 @@
-"""The source pump and the sink drain: how batches enter and leave every threaded engine.
+"""The source pump: how batches enter every threaded engine (the sink drain, how they leave
+it, is :mod:`stretchflow.runtime.drain`).
 
 A :class:`SourcePump` reads a source's ``(ts, payload)`` items and hands them on in batches:
 a batch goes out when it is full, when it is ``delay`` seconds old, or at once for a live
@@ -12,21 +13,21 @@ follows exactly that tuple.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import Any
 
-from ..batch import Batch
 from ..eventtime import WATERMARK
-from ..io.parts import PartWriter, part_name
-from ..io.sinks import JsonLinesSink
 from .control import RunControl, Stopped
 from .latency import IngestClock
 
 Item = tuple[int, Any]
+
+#: tuples per batch a source reads for a columnar O+ (``Source.batches``) on the threaded
+#: engines (vsn, ordered, sn's process channels): the unit an instance takes at once, so also
+#: what a reconfiguration may wait for. Read at run time (tests make batches small through it).
+COLUMNAR_BATCH = 4096
 
 log = logging.getLogger(__name__)
 
@@ -183,135 +184,3 @@ class SourcePump:
         if self.clock is not None:
             self.clock.record(batch[-1][0])
         self.push(batch)
-
-
-def write_batch(sink: Any, batch: Any) -> None:
-    """Writes a :class:`~stretchflow.batch.Batch` with the sink's ``write_batch``, or as its
-    tuples for a user's own Sink subclass that predates batches."""
-    write = getattr(sink, "write_batch", None)
-    if write is not None:
-        write(batch)
-    else:
-        sink.write(batch.items())
-
-
-def write_items(sink: Any, items: list[Item]) -> None:
-    """Writes the data tuples of ``items`` to ``sink``: runs of tuples with ``write``,
-    consecutive :class:`~stretchflow.batch.Batch` items joined into one ``write_batch`` (a
-    window each, from a columnar O+: one write per call, not per window), or their tuples for
-    a user's sink that predates batches; watermarks are the engine's, not output."""
-    from ..batch import Batch
-
-    run: list[Item] = []
-    batches: list[Any] = []
-
-    def flush() -> None:
-        nonlocal run, batches
-        if run:
-            sink.write(run)
-            run = []
-        if batches:
-            write_batch(sink, Batch.concat(batches))
-            batches = []
-
-    for item in items:
-        p = item[1]
-        if type(p) is Batch:
-            if run:
-                flush()
-            batches.append(p)
-        elif p is not WATERMARK:
-            if batches:
-                flush()
-            run.append(item)
-    flush()
-
-
-def drain_batch(items: list[Item]) -> list[Item]:
-    """The data tuples of a batch read by a sink (watermarks are the engine's, not output)."""
-    return [item for item in items if item[1] is not WATERMARK]
-
-
-# -- the checkpointed drain's output: one part per epoch, written as it comes ---------------
-class EpochParts(PartWriter):
-    """A :class:`~stretchflow.io.parts.PartWriter` of JSON Lines parts whose next part is
-    written as the output comes (:meth:`write`, :meth:`write_batch`: tuples ``(ts,
-    payload)`` and whole :class:`Batch` es, which its sink writes from their Arrow tables)
-    and committed under its epoch by :meth:`commit_open`; :meth:`commit_chunks` does both at
-    once. The open part is a temporary file (``.open.jsonl.tmp-PID``): a killed run's is
-    swept when the directory is next opened, never read."""
-
-    _open: Any = None  # the open part: (file, its path, its JSON Lines writer), or None
-
-    def _begin(self) -> _PartFile:
-        if self._open is None:
-            tmp = self.path / f".open{self.suffix}.tmp-{os.getpid()}"
-            f = open(tmp, "wb")  # noqa: SIM115 - closed by commit_open / abort_open
-            self._open = (f, tmp, _PartFile(f, tmp))
-        return self._open[2]
-
-    def write(self, items: list[Any]) -> None:
-        """Appends ``(ts, payload)`` data tuples to the open part."""
-        if items:
-            self._begin().write(items)
-
-    def write_batch(self, batch: Batch) -> None:
-        """Appends a :class:`Batch` to the open part."""
-        if len(batch):
-            self._begin().write_batch(batch)
-
-    def commit_open(self, part_id: int) -> int:
-        """Commits what was written since the last commit as part ``part_id`` (as
-        :meth:`PartWriter.commit`: fsync, rename, then the manifest; an empty part is no
-        part). Returns its number of records."""
-        if self._open is None:
-            return self.commit(part_id, [])
-        f, tmp, out = self._open
-        self._open = None
-        try:
-            f.flush()
-            os.fsync(f.fileno())
-        finally:
-            f.close()
-        final = self.path / part_name(part_id, self.suffix)
-        os.replace(tmp, final)
-        # no directory fsync of its own: the manifest is renamed next in the same directory
-        # and its directory fsync makes both renames durable, the part's first (one fsync
-        # less per checkpoint; a journaling file system keeps the two in order, and were
-        # the part's lost anyway, reading the parts names the missing part)
-        self.manifest["parts"][str(part_id)] = out.count
-        self._save()
-        return out.count
-
-    def abort_open(self) -> None:
-        """Drops the open part (a failed run's: never committed)."""
-        if self._open is not None:
-            f, tmp, _ = self._open
-            self._open = None
-            f.close()
-            tmp.unlink(missing_ok=True)
-
-    def commit_chunks(self, part_id: int, chunks: list[Any]) -> int:
-        """Commits ``chunks`` (lists of ``(ts, payload)`` and whole :class:`Batch` es, in
-        order) as part ``part_id``."""
-        for c in chunks:
-            if type(c) is Batch:
-                self.write_batch(c)
-            else:
-                self.write(c)
-        return self.commit_open(part_id)
-
-    def close(self) -> None:
-        self.abort_open()
-        super().close()
-
-
-class _PartFile(JsonLinesSink):
-    """The JSON Lines sink's writing into an open part file (the bytes the sink writes for
-    its output, which the checkpoint's publish copies), without the sink's own temporary
-    file and rename: the part has its own."""
-
-    def __init__(self, f: Any, path: Path):
-        super().__init__(path)
-        self._f = f
-        self.count = 0

@@ -1,7 +1,10 @@
 """What a run did: :class:`RunResult`, the same on every engine.
 
 ``extra`` has one schema; every key below means the same on every engine that reports it,
-and an engine reports only what it measures:
+and an engine reports only what it measures. The executor skeleton
+(:class:`~stretchflow.runtime.skeleton.Run`) assembles the keys every engine measures the same
+way (``latency_ms``, ``latency_series``, ``metrics``, ``parallelism_series``, ``checkpoints``,
+``checkpoint_log``); the executor adds the others.
 
 =========================  ================================================================
 ``parallelism``            ``{operator: instances at the end}``
@@ -9,11 +12,26 @@ and an engine reports only what it measures:
 ``reconfigurations``       ``[{"operator", "epoch", "parallelism_before", "parallelism_after",
                            "applied", "duration_ms", "note", ...}, ...]``
 ``latency_ms``             ``{"p50", "p99", "max", "samples"}`` of output latency in ms, over
-                           the whole run (:class:`~stretchflow.runtime.LatencyRecorder`)
+                           the whole run (:class:`~stretchflow.runtime.LatencyRecorder`),
+                           measured one way on every engine that reports it (vsn, sn,
+                           ordered, slack; the sequential reference does not): each hand-over
+                           of outputs to a sink (a batch its sink thread took, or a producer
+                           delivered) samples up to 16 of them, evenly spaced; an output of
+                           timestamp T is measured from when the first input with ts >= T − 1
+                           entered (the ingest clock, which the sources record at the latest
+                           timestamp read, once per batch of about 256 tuples) to when its
+                           sink got it. A
+                           :class:`~stretchflow.batch.Batch` counts as one output at its last
+                           timestamp
 ``latency_series``         ``[(seconds since start, ms), ...]``, at most ~4000, whole run
 ``metrics``                per-period measurements: ``[{"operator", "time", "parallelism",
-                           "input_rate", "throughput", "congestion", "loads"}, ...]``
+                           "input_rate", "throughput", "congestion", "loads"}, ...]`` (and
+                           ``"backlog"``; sn's rows with a controller also its ``"decision"``,
+                           the parallelism asked for or None, and ``"reason"``)
 ``controller``             the controller's name, or None
+``checkpoints``            checkpoints this run wrote (a checkpointed run only)
+``checkpoint_log``         per checkpoint: ``{"epoch", "cut", "time", "duration_ms",
+                           "write_ms", "bytes"}`` (runtime/checkpoint_stats.py)
 ``errors``                 messages of errors reported without stopping the run (none today)
 ``paths``                  ``{operator: path}``: how each O+ took its tuples — ``"tuple"`` (one
                            at a time), ``"runs"`` (runs through ``update_many``), ``"sliced"``
