@@ -568,6 +568,9 @@ ENGINES: dict[str, EngineSpec] = {e.name: e for e in (
          _opt("spark_ui", "Spark's web UI, its URL printed at the start (it lives as long as "
               "the session: the process); in Python True or False", _flag("spark_ui"),
               _flag("spark_ui"), default="off", choices=("on", "off"), const="on"),
+         _opt("native", "bounded flows of column expressions as Spark's own DataFrame "
+              "operations, no Python worker (on), or every O+ through Python workers (off)",
+              choices=("on", "off"), default="on"),
          # API only: the CLI's --until (cli_run.add_event_time_flags) maps to it
          _opt("until", "directory streams: when the input ends: marker, idle:SECONDS or never "
               "(the query runs on, staging new files in name order); unset: the files present "

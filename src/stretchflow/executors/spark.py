@@ -1,8 +1,9 @@
 """``--engine spark``: runs a Flow on Apache Spark (see :mod:`stretchflow.spark`).
 
 ``run(flow, parallelism=None, key_groups=None, master=None, spark_conf=None)`` runs a flow with
-bounded inputs as a batch job; :func:`stretchflow.spark.streaming.run_stream` runs it as a
-Structured Streaming query over growing inputs.
+bounded inputs as a batch job — Spark's own DataFrame operations where the flow is declarative
+(:mod:`stretchflow.spark.native`), else Python workers; :func:`stretchflow.spark.streaming.
+run_stream` runs it as a Structured Streaming query over growing inputs.
 
 Spark's own output (the JVM's log, its Python workers' messages, Py4J's) goes to a log file,
 never to the terminal (:mod:`stretchflow.spark.errors`); the result's ``extra["spark_log"]``
@@ -49,7 +50,7 @@ def is_streaming(flow: Flow) -> bool:
 def run(flow: Flow, parallelism: int | None = None, key_groups: int | None = None,
         master: str | None = None, spark_conf: Any = None, checkpoint: str | None = None,
         max_files_per_trigger: int = 1, spark_ui: bool | None = None,
-        until: str | None = None) -> RunResult:
+        until: str | None = None, native: str = "on") -> RunResult:
     """Runs ``flow`` to the end of its inputs on Spark.
 
     ``master``: a Spark master URL (``local[*]`` by default, ``spark://host:7077``, ``yarn``,
@@ -73,6 +74,10 @@ def run(flow: Flow, parallelism: int | None = None, key_groups: int | None = Non
     said at the start (``spark UI: http://...``) and kept in ``extra["spark_ui"]``; it lives
     as long as the session, i.e. the process.
 
+    ``native``: a bounded flow of column expressions runs as Spark's own DataFrame operations
+    (:mod:`stretchflow.spark.native`; ``"off"``: through Python workers as any flow);
+    ``extra["spark_native"]`` says per operator which way it ran and why.
+
     A failure of Spark itself (its JVM out of memory or dead, a Spark error) is one
     :class:`stretchflow.spark.errors.SparkFailure` naming the cause and Spark's log file
     (where all of Spark's output goes); a user function's or an input's error is the same
@@ -81,7 +86,7 @@ def run(flow: Flow, parallelism: int | None = None, key_groups: int | None = Non
 
     try:
         return _run(flow, parallelism, key_groups, master, spark_conf, checkpoint,
-                    max_files_per_trigger, bool(spark_ui), until)
+                    max_files_per_trigger, bool(spark_ui), until, native == "on")
     except Exception as e:
         failure = explain(e)
         if failure is None:
@@ -91,8 +96,8 @@ def run(flow: Flow, parallelism: int | None = None, key_groups: int | None = Non
 
 def _run(flow: Flow, parallelism: int | None, key_groups: int | None, master: str | None,
          spark_conf: Any, checkpoint: str | None, max_files_per_trigger: int,
-         spark_ui: bool, until: str | None = None) -> RunResult:
-    from ..spark.batch import run_batch
+         spark_ui: bool, until: str | None = None, native: bool = True) -> RunResult:
+    from ..spark import native as native_plan
     from ..spark.errors import log_path
     from ..spark.session import get_session, ui_url
 
@@ -127,9 +132,12 @@ def _run(flow: Flow, parallelism: int | None, key_groups: int | None, master: st
         if checkpoint is not None or until is not None:
             raise FlowDefinitionError(f"--{'checkpoint' if until is None else 'until'} applies "
                                       f"to streaming (directory) inputs")
-        info = run_batch(flow, spark, G, P)
+        # Spark's own operations where the flow is declarative, else the Python O+
+        info = native_plan.run(flow, spark, G, P, native)
         tuples_in = info["tuples_in"]
         extra.update(mode="batch", driver_read_s=info["driver_read_s"])
+        if info["native"] is not None:  # which operators ran natively, why not the others
+            extra["spark_native"] = info["native"]
     elapsed = time.perf_counter() - t1
     return RunResult(engine="spark", elapsed=elapsed, tuples_in=tuples_in,
                      tuples_out={s.name: s.count for _, s in flow.sinks}, extra=extra)

@@ -121,6 +121,9 @@ class RunResult:
         late = self.extra.get("late")
         if late:  # sources whose late tuples are dropped or sent to a side stream
             lines.append("late: " + ", ".join(f"{s} {n:,}" for s, n in late.items()))
+        native = self.extra.get("spark_native")
+        if native:  # which operators ran as Spark's own operations, and why not the others
+            lines.append("spark plan: " + _plan_line(native))
         if self.extra.get("spark_log"):  # Spark's own log lines went there, not to stderr
             lines.append(f"spark log: {self.extra['spark_log']}")
         gil = self.gil_note()
@@ -173,3 +176,18 @@ class RunResult:
         return f"<RunResult {self.engine}: {'; '.join(parts)}>"
 
     __str__ = summary
+
+
+def _plan_line(native: dict[str, str]) -> str:
+    """``native filter, count; python top (keys is a Python function)``: operators grouped by
+    how they ran (``extra["spark_native"]``)."""
+    groups: dict[str, list[str]] = {}
+    for op, how in native.items():
+        groups.setdefault(how, []).append(op)
+    parts = []
+    for how, ops in groups.items():
+        if how == "native":
+            parts.append("native " + ", ".join(ops))
+        else:
+            parts.append(f"python {', '.join(ops)} ({how.removeprefix('python: ')})")
+    return "; ".join(parts)
