@@ -122,8 +122,8 @@ def feed_of(node: Node) -> Feed:
 
 
 def analyse(flow: Flow) -> tuple[list[Stage], list[Feed]]:
-    """The O+ stages in topological order and the feed of each sink."""
-    flow.validate()
+    """The O+ stages in topological order and the feed of each sink (of a flow
+    :func:`..engines.run` has validated)."""
     stages = [Stage(n, [feed_of(u) for u in n.inputs]) for n in flow.nodes if n.kind == "oplus"]
     for n in flow.nodes:
         if n.kind not in ("source", "stateless", "oplus"):
