@@ -25,17 +25,10 @@ import stretchflow as sf
 from conformance.contract import multiset
 from stretchflow.errors import FlowDefinitionError, OperatorError
 from stretchflow.operators import columnar, columnar_shared
-from stretchflow.operators.aggregate import (
-    Aggregate,
-    arg_max,
-    arg_min,
-    count,
-    max_of,
-    mean_of,
-    min_of,
-    sum_of,
-    top_k,
-)
+from stretchflow.operators.aggregate import Aggregate
+
+arg_max, arg_min, count, max_of = sf.arg_max, sf.arg_min, sf.count, sf.max_of
+mean_of, min_of, sum_of, top_k = sf.mean_of, sf.min_of, sf.sum_of, sf.top_k
 
 SETTINGS = settings(max_examples=6, deadline=None,
                     suppress_health_check=list(HealthCheck))

@@ -11,21 +11,16 @@ from typing import Any
 import pytest
 
 import test_expr_aggregates
+import test_sn_chains
 from conformance.contract import multiset
-from test_expr_aggregates import bids, hot_items, mean_per_category, write_jsonl
+from test_expr_aggregates import hot_items, mean_per_category
 from test_sn_chains import _expr_chain, _lambda_map
 
 SCHEDULERS = ["qst", "lp", "et", "ct"]
 #: the spy counting batches taken tuple at a time (a fixture)
 tuple_batches = test_expr_aggregates.tuple_batches
-
-
-@pytest.fixture(scope="module")
-def bids_file(tmp_path_factory) -> Any:
-    rows = bids(4000, 11, nulls=0.02)
-    for r in rows:
-        r["ts"] *= 10
-    return write_jsonl(tmp_path_factory.mktemp("bids") / "bids.jsonl", rows)
+#: the bids (with nulls) test_sn_chains runs (a fixture)
+bids_file = test_sn_chains.bids_file
 
 
 def _reference(build: Any, *args: Any) -> Any:

@@ -223,28 +223,17 @@ def _expression_aggregates(flow: sf.Flow, s: sf.Stream) -> list[sf.io.Collector]
     """Every accumulator and keys form of a declarative aggregate, and the hot-items chain
     (counts per key, then per window the key(s) with the most: arg_max over the first O+'s
     outputs, order-insensitive as the contract asks of O+ fed by another)."""
-    from stretchflow.operators.aggregate import (
-        arg_max,
-        arg_min,
-        count,
-        max_of,
-        mean_of,
-        min_of,
-        sum_of,
-        top_k,
-    )
-
-    counts = s.aggregate(size=10, slide=5, keys="k", **count(), name="x-count")
-    hot = counts.aggregate(size=5, keys=None, **arg_max("count"), name="x-hot")
+    counts = s.aggregate(size=10, slide=5, keys="k", **sf.count(), name="x-count")
+    hot = counts.aggregate(size=5, keys=None, **sf.arg_max("count"), name="x-hot")
     outs = [counts, hot,
             s.aggregate(size=8, keys=("k", (sf.col("v") % 3).alias("m")),
-                        **sum_of(sf.col("v") * 0.5), name="x-sum"),
-            s.aggregate(size=9, slide=3, keys="src", **mean_of("v"), name="x-mean"),
+                        **sf.sum_of(sf.col("v") * 0.5), name="x-sum"),
+            s.aggregate(size=9, slide=3, keys="src", **sf.mean_of("v"), name="x-mean"),
             s.aggregate(size=6, slide=2, keys=(sf.col("k") > 2).alias("big"),
-                        **min_of("v"), name="x-min"),
-            s.aggregate(size=7, keys=None, **max_of(sf.col("v") - sf.col("k")), name="x-max"),
-            s.aggregate(size=10, slide=5, keys="k", **top_k("v", 2), name="x-top"),
-            s.aggregate(size=5, keys=None, **arg_min("v"), name="x-argmin")]
+                        **sf.min_of("v"), name="x-min"),
+            s.aggregate(size=7, keys=None, **sf.max_of(sf.col("v") - sf.col("k")), name="x-max"),
+            s.aggregate(size=10, slide=5, keys="k", **sf.top_k("v", 2), name="x-top"),
+            s.aggregate(size=5, keys=None, **sf.arg_min("v"), name="x-argmin")]
     return [o.collect() for o in outs]
 
 
@@ -284,11 +273,9 @@ def _expressions_from_a_file(ins: Inputs) -> Built:
 
 def _expression_one_oplus(ins: Inputs) -> Built:
     """One declarative O+ read from a file: the shape sn's process channels run columnar."""
-    from stretchflow.operators.aggregate import count
-
     flow = sf.Flow("expression-one")
     out = flow.source(sf.io.jsonl(_file_of(ins), name="in0")).aggregate(
-        size=6, slide=3, keys=("k", "src"), **count(), name="x-one")
+        size=6, slide=3, keys=("k", "src"), **sf.count(), name="x-one")
     return flow, [out.collect()]
 
 
