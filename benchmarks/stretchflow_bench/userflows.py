@@ -34,7 +34,8 @@ What runs is chosen by environment variables (``bench run`` takes no parameters)
 comma-separated list, or by the same options of ``python -m stretchflow_bench.userflows``:
 ``USERFLOWS_FLOWS``, ``USERFLOWS_FORMS`` (lambda, expr), ``USERFLOWS_ENGINES`` (keys of
 :data:`ENGINES`), ``USERFLOWS_SIZES`` (events), ``USERFLOWS_FORMATS`` (jsonl, parquet),
-``USERFLOWS_ROUNDS``; ``USERFLOWS_PROGRESS=1`` prints a line per run on stderr. The default
+``USERFLOWS_ROUNDS``; ``USERFLOWS_PROGRESS=1`` prints a line per run on stderr; with
+Spark, its lambda forms run only under ``USERFLOWS_SPARK_LAMBDAS=1``. The default
 is 1 M events, both formats, every flow and form, every local engine (:data:`DEFAULT_ENGINES`),
 3 rounds: it took 61 min on this 2-core machine shared with other sessions (1-minute load
 3.5-9.9; ``total_s`` in the JSON), and one Parquet round alone 19 min at a load of 12-17, so
@@ -251,6 +252,11 @@ def _variants(flow: str, size: int, sel: dict[str, Any], polars_ok: bool,
                               "column names")
             elif engine == "spark" and spark_here:
                 skipped[v] = f"skipped: {spark_here}"
+            elif engine == "spark" and form == "lambda" and \
+                    os.environ.get("USERFLOWS_SPARK_LAMBDAS") != "1":
+                skipped[v] = ("skipped: a lambda flow on Spark sends every tuple through a "
+                              "Python worker, minutes a run (issue #31: 0.01-0.02x the loop); "
+                              "USERFLOWS_SPARK_LAMBDAS=1 runs it")
             else:
                 run.append(v)
     if "spark" in sel["engines"]:
