@@ -271,6 +271,26 @@ def _expressions_from_a_file(ins: Inputs) -> Built:
     return flow, _expression_aggregates(flow, s)
 
 
+def _expression_chain(ins: Inputs) -> Built:
+    """Stateless column expressions around declarative O+, a lambda between them: filter,
+    with_columns (arithmetic, when/then, a string predicate, a cast), select, a lambda map,
+    aggregates keyed by a column and by an expression, a filter and a select on an
+    aggregate's output; read from a file, so batches flow where an engine takes them."""
+    flow = sf.Flow("expression-chain")
+    s = flow.source(sf.io.jsonl(_file_of(ins), name="in0"))
+    w = s.filter(sf.col("v") >= -1).with_columns(
+        w=sf.col("v") * 2 + sf.col("k"),
+        band=sf.when(sf.col("k") > 2).then(sf.lit("hi")).otherwise(sf.lit("lo")),
+        short=sf.col("text").str.len() < 6, kf=sf.col("k").cast(float))
+    sel = w.select("k", "band", "w", "short", half=sf.col("kf") / 2)
+    lam = sel.map(lambda t: {**t, "w": t["w"] - 1})
+    by_band = lam.aggregate(size=6, slide=3, keys="band", **sf.sum_of("w"), name="x-band")
+    by_k = sel.filter(sf.col("short")).aggregate(
+        size=4, keys=(sf.col("k") % 2).alias("odd"), **sf.max_of("half"), name="x-odd")
+    top = by_band.filter(sf.col("sum") > 0).select("band", twice=sf.col("sum") * 2)
+    return flow, [sel.collect(), by_band.collect(), by_k.collect(), top.collect()]
+
+
 def _expression_one_oplus(ins: Inputs) -> Built:
     """One declarative O+ read from a file: the shape sn's process channels run columnar."""
     flow = sf.Flow("expression-one")
@@ -295,6 +315,7 @@ FLOWS: list[FlowCase] = [
     FlowCase("expression-aggregates", _inputs(1), _expressions, _OFF),
     FlowCase("expression-aggregates-file", _inputs(1), _expressions_from_a_file, _OFF),
     FlowCase("expression-one-oplus-file", _inputs(1), _expression_one_oplus, _OFF),
+    FlowCase("expression-chain-file", _inputs(1), _expression_chain, _OFF),
 ]
 
 
