@@ -61,7 +61,7 @@ from typing import Any
 import orjson
 
 from . import nexmark
-from .common import repeat_probe, rotation, summarize, write_result
+from .common import repeat_probe, results_dir, rotation, summarize, write_result
 from .peak import command
 from .peers import Peer, cache_dir, ensure_venv
 from .speed import VARIANTS, _spark_missing, measure, reported_own_s, summary_own_s
@@ -565,7 +565,54 @@ def run(quick: bool = False, out_dir: str | os.PathLike | None = None, seed: int
                   "per round (min/median/max over the rounds) and of medians; a verdict "
                   "is met only when every round's ratio is past the target",
     }
-    return write_result("userflows", params, metrics, out_dir)
+    png = draw(metrics, results_dir(out_dir) / "userflows.png", quick)
+    return write_result("userflows", params, metrics, out_dir, plot=png.name)
+
+
+def draw(metrics: dict[str, Any], path: Path, quick: bool) -> Path:
+    """One panel per input format (the first size measured): per flow, each variant's speed
+    against the loop (the loop's median wall time / the variant's, log scale; above 1 is
+    faster than the loop), colour by engine, a circle for the lambda form and a square for
+    the expression form, Polars as a black star; a variant whose output was wrong is red x."""
+    from .plots import _pyplot, save_figure
+
+    plt = _pyplot()
+    cells = metrics.get("cells", [])
+    size = min((c["size"] for c in cells), default=0)
+    formats = [f for f in FORMATS if any(c["format"] == f and c["size"] == size for c in cells)]
+    fig, axes = plt.subplots(1, max(len(formats), 1), figsize=(5.6 * max(len(formats), 1), 4.2),
+                             dpi=110, squeeze=False)
+    engines = list(ENGINES)
+    colors = dict(zip(engines, plt.get_cmap("tab10").colors, strict=False))
+    for ax, fmt in zip(axes[0], formats, strict=False):
+        here = [c for c in cells if c["format"] == fmt and c["size"] == size]
+        for x, c in enumerate(here):
+            for v, s in c["variants"].items():
+                r = (s.get("vs_loop_of_medians") or {}).get("wall_s")
+                if r is None:
+                    continue
+                engine, _, form = v.partition("/")
+                dx = (engines.index(engine) - len(engines) / 2) * 0.08 if engine in colors \
+                    else 0.0
+                if not s.get("correct", True):
+                    ax.plot(x + dx, r, "x", color="tab:red", markersize=8)
+                elif v == c.get("polars"):
+                    ax.plot(x, r, "*", color="black", markersize=10)
+                elif engine in colors:
+                    ax.plot(x + dx, r, "s" if form == "expr" else "o",
+                            color=colors[engine], markersize=5, alpha=0.85)
+        ax.axhline(1.0, color="gray", lw=0.8, ls="--")
+        ax.set_xticks(range(len(here)), [c["flow"] for c in here], rotation=20, fontsize=8)
+        ax.set_yscale("log")
+        ax.set_ylabel("loop's time / variant's (whole process)")
+        ax.set_title(f"{fmt}, {size:,} events: > 1 is faster than the loop", fontsize=9)
+        ax.grid(True, axis="y", alpha=0.3)
+    for e in engines:
+        axes[0][0].plot([], [], "o", color=colors[e], label=e)
+    axes[0][0].plot([], [], "s", color="gray", label="expr form (o: lambdas)")
+    axes[0][0].plot([], [], "*", color="black", label="Polars")
+    axes[0][0].legend(fontsize=6, ncol=2)
+    return save_figure(plt, fig, path, quick)
 
 
 def main(argv: list[str] | None = None) -> None:
