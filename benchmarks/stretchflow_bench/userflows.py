@@ -37,9 +37,8 @@ comma-separated list, or by the same options of ``python -m stretchflow_bench.us
 ``USERFLOWS_ROUNDS``; ``USERFLOWS_PROGRESS=1`` prints a line per run on stderr; with
 Spark, its lambda forms run only under ``USERFLOWS_SPARK_LAMBDAS=1``. The default
 is 1 M events, both formats, every flow and form, every local engine (:data:`DEFAULT_ENGINES`),
-3 rounds: it took 61 min on this 2-core machine shared with other sessions (1-minute load
-3.5-9.9; ``total_s`` in the JSON), and one Parquet round alone 19 min at a load of 12-17, so
-budget 1-2 h. 10 M events (``USERFLOWS_SIZES=10000000``) should take about ten times as long
+3 rounds: budget about an hour on a 2-core machine, more under load (``total_s`` in the
+JSON says how long a run took). 10 M events (``USERFLOWS_SIZES=10000000``) should take about ten times as long
 per variant (not measured here): choose the engines (``USERFLOWS_ENGINES=reference,vsn1,vsn2``).
 """
 
