@@ -39,7 +39,8 @@ Spark, its lambda forms run only under ``USERFLOWS_SPARK_LAMBDAS=1``. The defaul
 is 1 M events, both formats, every flow and form, every local engine (:data:`DEFAULT_ENGINES`),
 3 rounds: budget about an hour on a 2-core machine, more under load (``total_s`` in the
 JSON says how long a run took). 10 M events (``USERFLOWS_SIZES=10000000``) should take
-about ten times as long per variant (not measured here): choose the engines (``USERFLOWS_ENGINES=reference,vsn1,vsn2``).
+about ten times as long per variant (not measured here): choose the engines
+(``USERFLOWS_ENGINES=reference,vsn1,vsn2``).
 """
 
 from __future__ import annotations
