@@ -269,3 +269,16 @@ def test_a_quick_run_writes_its_json_and_the_report_renders_it(tmp_path, monkeyp
     assert stale == ["userflows"]
     assert "**20 000 events.**" in text and "hot_items, parquet" in text
     assert "Targets (issues #31, #32)" in text
+
+
+def test_spark_lambda_forms_run_only_when_asked_for(monkeypatch):
+    monkeypatch.setenv("USERFLOWS_ENGINES", "reference,spark")
+    for asked in (False, True):
+        if asked:
+            monkeypatch.setenv("USERFLOWS_SPARK_LAMBDAS", "1")
+        sel = uf.selection(quick=False)
+        assert sel["spark_lambdas"] is asked
+        run, skipped = uf._variants("hot_items", uf.SPARK_SIZE, sel, False, ("hot_items",), None)
+        assert {"spark/expr", "spark-sql", "reference/lambda"} <= set(run)
+        assert ("spark/lambda" in run) is asked
+        assert ("USERFLOWS_SPARK_LAMBDAS=1" in skipped.get("spark/lambda", "")) is not asked

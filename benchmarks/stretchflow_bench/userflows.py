@@ -127,6 +127,7 @@ def selection(quick: bool, flows: list[str] | None = None, forms: list[str] | No
                            [20_000] if quick else [1_000_000]),
         "formats": pick(formats, "USERFLOWS_FORMATS", FORMATS, FORMATS),
         "rounds": rounds or int(os.environ.get("USERFLOWS_ROUNDS") or (1 if quick else 3)),
+        "spark_lambdas": os.environ.get("USERFLOWS_SPARK_LAMBDAS") == "1",
     }
 
 
@@ -252,8 +253,7 @@ def _variants(flow: str, size: int, sel: dict[str, Any], polars_ok: bool,
                               "column names")
             elif engine == "spark" and spark_here:
                 skipped[v] = f"skipped: {spark_here}"
-            elif engine == "spark" and form == "lambda" and \
-                    os.environ.get("USERFLOWS_SPARK_LAMBDAS") != "1":
+            elif engine == "spark" and form == "lambda" and not sel.get("spark_lambdas"):
                 skipped[v] = ("skipped: a lambda flow on Spark sends every tuple through a "
                               "Python worker, minutes a run (issue #31: 0.01-0.02x the loop); "
                               "USERFLOWS_SPARK_LAMBDAS=1 runs it")
