@@ -467,6 +467,32 @@ def unify(a: Any, b: Any) -> Any:
     return None
 
 
+def pinned_state_type(first: Any, v: Any) -> Any:
+    """The state column's type once a batch's ``v`` is in: the first batch's, unified with
+    this one's (:func:`unify`); another type (ints after floats) is :class:`Refused`, since
+    the tuple path keeps each value's own type."""
+    t = v.type if first is None else unify(first, v.type)
+    if t is None:
+        raise Refused(f"state {v.type}, earlier {first}")
+    return t
+
+
+def pinned_key_types(first: list[Any] | None, arrays: list[Any], name: str) -> list[Any]:
+    """The key columns' types: the first batch's (``first`` None: these ``arrays``'); a
+    batch with another number of key columns is a ValueError naming operator ``name``."""
+    types = [a.type for a in arrays] if first is None else first
+    if len(arrays) != len(types):
+        raise ValueError(f"{name}: the columnar f_MK gave {len(arrays)} key columns, "
+                         f"earlier {len(types)}")
+    return types
+
+
+def cast_keys(arrays: list[Any], types: list[Any]) -> list[Any]:
+    """Each key column cast to its pinned type (so partials of different batches
+    concatenate)."""
+    return [a if a.type == t else a.cast(t) for a, t in zip(arrays, types, strict=True)]
+
+
 def surely_float(e: Expr) -> bool:
     """Whether ``e`` is a float on one payload whatever its columns hold (a true division, a
     float literal in the arithmetic): then a float64 column is what the tuple path sees."""

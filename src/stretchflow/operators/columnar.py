@@ -45,13 +45,15 @@ from typing import TYPE_CHECKING, Any
 from ..errors import RunTupleError, StretchflowError
 from .column_forms import (
     Refused,
+    cast_keys,
     columns_of,  # noqa: F401 - issue #16's f_MK protocol: SN's channels import it from here
     form_of,
     key_arrays,
     partial,
+    pinned_key_types,
+    pinned_state_type,
     plain_column,
     state_of,
-    unify,
 )
 from .slicing import NEXT, SlicedAggregateInstance
 
@@ -186,21 +188,13 @@ class ColumnarSlicedInstance(SlicedAggregateInstance):
         of them when a key is a tuple (paircount's (first, second)); each cast to the type
         its column had first, so every partial concatenates."""
         arrays = key_arrays(keys)
-        if self._key_types is None:
-            self._key_types = [a.type for a in arrays]
-        elif len(arrays) != len(self._key_types):
-            raise ValueError(f"{self.op.name}: the columnar f_MK gave {len(arrays)} key "
-                             f"columns, earlier {len(self._key_types)}")
-        return {f"k{i}": a if a.type == t else a.cast(t)
-                for i, (a, t) in enumerate(zip(arrays, self._key_types, strict=True))}
+        self._key_types = pinned_key_types(self._key_types, arrays, self.op.name)
+        return {f"k{i}": a for i, a in enumerate(cast_keys(arrays, self._key_types))}
 
     def _state_type(self, v: Any) -> None:
-        """Pins the state column's type to the first batch's; a batch of another (ints after
-        floats) is refused, since the tuple path keeps each value's own type."""
-        t = v.type if self._v_type is None else unify(self._v_type, v.type)
-        if t is None:
-            raise Refused(f"state {v.type}, earlier {self._v_type}")
-        self._v_type = t
+        """Pins the state column's type to the first batch's (:func:`.column_forms.
+        pinned_state_type`)."""
+        self._v_type = pinned_state_type(self._v_type, v)
 
     def _add_part(self, sg: dict, s: int, part: Any, raw: bool = False) -> None:
         self._entry(sg, s, 0)  # σ_g's slice entry: the expiry bookkeeping is the sliced one's

@@ -53,7 +53,15 @@ from typing import TYPE_CHECKING, Any
 
 from ..batch import Batch, arrow_mask
 from ..errors import RunTupleError, StretchflowError
-from .column_forms import Refused, form_of, key_cols, partial, state_of, unify
+from .column_forms import (
+    cast_keys,
+    form_of,
+    key_cols,
+    partial,
+    pinned_key_types,
+    pinned_state_type,
+    state_of,
+)
 from .columnar import FALLBACK, _keys_of, combine_in_python, fold_parts, key_arrays, take_columns
 from .columnar_kernels import key_groups
 from .oplus import key_pairs
@@ -285,22 +293,14 @@ class ColumnarShared:
         different batches concatenate)."""
         arrays = key_arrays(keys)
         with self.lock:
-            if self._key_types is None:
-                self._key_types = [a.type for a in arrays]
-            types = self._key_types
-        if len(arrays) != len(types):
-            raise ValueError(f"{self.op.name}: the columnar f_MK gave {len(arrays)} key "
-                             f"columns, earlier {len(types)}")
-        return [a if a.type == t else a.cast(t) for a, t in zip(arrays, types, strict=True)]
+            self._key_types = types = pinned_key_types(self._key_types, arrays, self.op.name)
+        return cast_keys(arrays, types)
 
     def _state_type(self, v: Any) -> None:
         """The state column's type is the first batch's; another (ints after floats) is
-        refused, as on one instance (:meth:`.columnar.ColumnarSlicedInstance._state_type`)."""
+        refused, as on one instance (:func:`.column_forms.pinned_state_type`)."""
         with self.lock:
-            t = v.type if self._v_type is None else unify(self._v_type, v.type)
-            if t is None:
-                raise Refused(f"state {v.type}, earlier {self._v_type}")
-            self._v_type = t
+            self._v_type = pinned_state_type(self._v_type, v)
 
     def _python_partials(self, batch: Batch, hits: list[int] | None) -> list[tuple[int, Any]]:
         """Tuple at a time (f_MK, then f_U per (slice, key), as the sliced instance does)."""
