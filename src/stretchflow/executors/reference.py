@@ -45,6 +45,7 @@ O+'s run and the drain's buffer: outputs reach the sink as the watermark passes 
 from __future__ import annotations
 
 import heapq
+import inspect
 import itertools
 from collections.abc import Iterator
 from operator import itemgetter
@@ -58,7 +59,7 @@ from ..flow import Flow, Node
 from ..io.sinks import CsvSink, JsonLinesSink, ParquetSink
 from ..io.sources import Source, pace
 from ..operators.oplus import OPlus, OPlusInstance, SharedState
-from ..operators.stateless import Filter, FlatMap, Map, through_batch
+from ..operators.stateless import Filter, FlatMap, Map, apply_rows, through_batch
 from ..runtime.control import CheckpointBarrier, raise_user_error, user_error
 from ..runtime.drain import SinkDrain, pull_merged
 from ..runtime.result import RunResult
@@ -189,10 +190,17 @@ def _compile(flow: Flow, counts: dict[str, list[int]], P: int = 1, G: int = 1,
     one_sink = len(flow.sinks) == 1  # several sinks read through one tuple merge
 
     def takes_batches(reader: Node | None) -> bool:
+        # a sink; a columnar O+ or stateless operator (tables); a stateless operator or a
+        # one-input O+ of Python functions (rows, issue #32); several inputs are merged
+        # tuple by tuple (readiness is per tuple)
         if reader is None:
             return one_sink
-        return reader in columnar or (batches_on and reader.kind == "stateless" and
-                                      getattr(reader.spec, "batch_fn", None) is not None)
+        return reader in columnar or (batches_on and (
+            reader.kind == "stateless" or (reader.kind == "oplus" and len(reader.inputs) == 1)))
+
+    def needs_tables(reader: Node | None) -> bool:
+        return reader is not None and (reader in columnar or (
+            reader.kind == "stateless" and getattr(reader.spec, "batch_fn", None) is not None))
 
     batchy: set[Node] = set()  # nodes whose stream may hold Batch items
     pools: dict[Node, list[Iterator[Item]]] = {}
@@ -210,7 +218,7 @@ def _compile(flow: Flow, counts: dict[str, list[int]], P: int = 1, G: int = 1,
             counter = counts.setdefault(node.name, [0])
             batches = getattr(node.spec, "batches", None) if batches_on else None
             if batches is not None and all(takes_batches(r) for r in readers[node]):
-                bs = batches(BATCH)
+                bs = _source_batches(batches, any(needs_tables(r) for r in readers[node]))
                 if bs is not None:
                     batchy.add(node)
                     if ckpt is not None:
@@ -229,7 +237,9 @@ def _compile(flow: Flow, counts: dict[str, list[int]], P: int = 1, G: int = 1,
         if node.kind == "stateless":
             if node.inputs[0] in batchy and takes_batches(node):
                 batchy.add(node)
-                return _stateless_columnar(node.spec, ups[0])
+                if needs_tables(node):
+                    return _stateless_columnar(node.spec, ups[0])
+                return _stateless_rows(node.spec, ups[0])
             return _stateless(node.spec, ups[0])
         if node.kind == "stateful":
             return _stateful(node.spec, ups[0], node.name, ckpt)
@@ -237,12 +247,22 @@ def _compile(flow: Flow, counts: dict[str, list[int]], P: int = 1, G: int = 1,
         if node in columnar:
             batchy.add(node)
             return _oplus_columnar(node.spec, ups[0], insts, node.name, ckpt, P, G)
+        if node.inputs[0] in batchy and takes_batches(node):
+            batchy.add(node)  # batches of rows in, the outputs of each batch out as one
         return _oplus(node.spec, ups, P, G, insts, node.name, ckpt)
 
     out = [take(node, None) for node, _ in flow.sinks]
     if info is not None:
         info["streams"] = batchy
     return out
+
+
+def _source_batches(batches: Any, tables: bool) -> Iterator[Batch] | None:
+    """``Source.batches``, asked for rows only when no reader needs tables (a source class
+    of its own whose ``batches`` takes no ``tables`` is asked as before)."""
+    if not tables and "tables" in inspect.signature(batches).parameters:
+        return batches(BATCH, tables=False)
+    return batches(BATCH)
 
 
 def _counted_batches(batches: Iterator[Batch], counter: list[int]) -> Iterator[Item]:
@@ -320,6 +340,22 @@ def _stateless_columnar(op: Map | Filter, up: Iterator[Item]) -> Iterator[Item]:
             yield out.last, out
 
 
+def _stateless_rows(op: Map | FlatMap | Filter, up: Iterator[Item]) -> Iterator[Item]:
+    """A Map, Filter or FlatMap of a Python function over a stream that holds batches: each
+    batch's rows through the function in one loop
+    (:func:`~stretchflow.operators.stateless.apply_rows`), a batch of rows out; the outputs
+    before a failing tuple go on before its error is raised (tuple-at-a-time order)."""
+    for ts, v in up:
+        if type(v) is not Batch:
+            yield from _stateless(op, iter(((ts, v),)))
+            continue
+        out, err = apply_rows(op, v)
+        if len(out):
+            yield out.last, out
+        if err is not None:
+            raise err
+
+
 def _stateful(op: Any, up: Iterator[Item], name: str = "",
               ckpt: Checkpointer | None = None) -> Iterator[Item]:
     """A stateful operator of a :class:`~stretchflow.pipeline.Pipeline` (ordered-multicore
@@ -379,7 +415,12 @@ def _oplus(op: OPlus, ups: list[Iterator[Item]], P: int = 1, G: int = 1,
                         yield from inst.take()
                     yield ts, WATERMARK
                     continue
-                if type(v) is CheckpointBarrier:
+                tv = type(v)
+                if tv is Batch:  # rows of a batch in one loop, their outputs as one batch
+                    inst.process_rows(v.ts.tolist(), v.payloads, i)
+                    yield from _as_batch(insts)
+                    continue
+                if tv is CheckpointBarrier:
                     yield from at_barrier(ts, v)
                     continue
                 process(ts, v, i)
@@ -389,6 +430,12 @@ def _oplus(op: OPlus, ups: list[Iterator[Item]], P: int = 1, G: int = 1,
             for ts, i, v in tagged:
                 if type(v) is CheckpointBarrier:
                     yield from at_barrier(ts, v)
+                    continue
+                if type(v) is Batch:
+                    rows, payloads = v.ts.tolist(), v.payloads
+                    for inst in insts:
+                        inst.process_rows(rows, payloads, i)
+                    yield from _as_batch(insts)
                     continue
                 for inst in insts:
                     if v is WATERMARK:
@@ -402,8 +449,15 @@ def _oplus(op: OPlus, ups: list[Iterator[Item]], P: int = 1, G: int = 1,
         for inst in insts:
             inst.finish()
     except Exception as e:
-        raise user_error(op.name, ts, v, e) from e
+        raise_user_error(op.name, ts, v, e)
     yield from _merged(insts)
+
+
+def _as_batch(insts: list[OPlusInstance]) -> Iterator[Item]:
+    """The instances' outputs of one step (:func:`_merged`) as one batch of rows."""
+    outs = list(_merged(insts))
+    if outs:
+        yield outs[-1][0], Batch.of_items(outs)
 
 
 def _oplus_runs(op: OPlus, insts: list[OPlusInstance],
@@ -434,6 +488,13 @@ def _oplus_runs(op: OPlus, insts: list[OPlusInstance],
                 yield from flush()  # the tuples before the upstream error go first
                 raise item.error
             ts, i, v = item
+            if type(v) is Batch:
+                yield from flush()
+                rows, payloads = v.ts.tolist(), v.payloads
+                for inst in insts:
+                    inst.process_rows(rows, payloads, i)
+                yield from _as_batch(insts)
+                continue
             if v is WATERMARK:
                 yield from flush()
                 for inst in insts:

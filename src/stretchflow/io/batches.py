@@ -28,6 +28,7 @@ import io
 import math
 import os
 from collections.abc import Generator, Iterator
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -84,6 +85,51 @@ def jsonl_batches(src: Any, rows: int, max_bytes: int) -> Iterator[Batch]:
             prev = yield from _exact(src, raw, prev)
         first += n
         src.read = first - 1
+
+
+def jsonl_row_batches(src: Any, rows: int, max_bytes: int) -> Iterator[Batch]:
+    """The batches of a sorted JSON Lines source for readers that take rows only (issue #32:
+    a flow of Python functions): the chunks of :func:`jsonl_batches`, each line parsed by the
+    tuple path's own ``orjson.loads`` call, the timestamps checked in bulk (:func:`_row_batch`)
+    and no Arrow table built. A chunk the bulk checks do not pass runs through the tuple
+    path's per-record code (:func:`_exact`), as in :func:`jsonl_batches`."""
+    loads = orjson.loads
+    max_bytes = min(max_bytes, CHUNK_BYTES)
+    prev: float = -math.inf
+    first = 1  # line number of the chunk's first line
+    with src._open() as f:
+        for chunk, ends in _line_chunks(f, rows, max_bytes):
+            n = len(ends)
+            batch = _row_batch(chunk, n, src.ts_field, prev, loads)
+            if batch is not None:
+                prev = int(batch.ts[-1])
+                yield batch
+            else:
+                prev = yield from _exact(src, src._lines(io.BytesIO(chunk), first), prev)
+            first += n
+            src.read = first - 1
+
+
+def _row_batch(chunk: bytes, n: int, ts_f: str, prev: float, loads: Any) -> Batch | None:
+    """The chunk's ``n`` lines as a payloads-only batch when each is one JSON object holding
+    an int64 integer timestamp ``ts_f`` and the timestamps do not go back (from ``prev`` on);
+    None otherwise (a blank line, a parse error, a timestamp of another type, which the tuple
+    path may still take or must name)."""
+    try:
+        # the lines have no newline but the last, which orjson ignores like any whitespace
+        recs = list(map(loads, chunk.split(b"\n", n - 1)))
+        tss = list(map(itemgetter(ts_f), recs))
+    except (orjson.JSONDecodeError, KeyError, TypeError, IndexError):
+        return None
+    if set(map(type, tss)) != {int}:  # not a bool, a float, an ISO string
+        return None
+    try:
+        ts = np.array(tss, dtype=np.int64)
+    except OverflowError:
+        return None
+    if ts[0] < prev or (n > 1 and not (ts[1:] >= ts[:-1]).all()):
+        return None
+    return Batch(ts, payloads=recs)
 
 
 def _parsed(src: Any, rows: int, max_bytes: int) -> Iterator[tuple[bytes, np.ndarray, Any]]:

@@ -89,10 +89,12 @@ class Source:
             return _check_sorted(self, raw)
         return _reorder(self, raw)
 
-    def batches(self, rows: int = 65536) -> Iterator[Batch] | None:
+    def batches(self, rows: int = 65536, tables: bool = True) -> Iterator[Batch] | None:
         """The tuples of :meth:`items` as batches of about ``rows`` tuples, or None when this
         source cannot deliver batches (then the executor uses :meth:`items`). Only sorted,
         unpaced file sources can: a batch is a run in timestamp order, and pacing is per tuple.
+        ``tables=False``: every reader takes the rows (payloads) only, so a source that would
+        build an Arrow table of each batch just for them may skip it (JSON Lines does).
         """
         return None
 
@@ -285,13 +287,16 @@ class JsonLines(FileInput, Source):
     def describe_where(self, where: Any) -> str:
         return self._where(where)
 
-    def batches(self, rows: int = 65536) -> Iterator[Batch] | None:
-        """Batches read by Arrow's multithreaded JSON parser; None with a watermark field
-        (explicit watermarks are per record) or when :meth:`Source.batches` says so."""
+    def batches(self, rows: int = 65536, tables: bool = True) -> Iterator[Batch] | None:
+        """Batches read by Arrow's multithreaded JSON parser (``tables=False``: by orjson,
+        rows only); None with a watermark field (explicit watermarks are per record) or when
+        :meth:`Source.batches` says so."""
         if not self._batchable(rows) or self.watermark_field is not None:
             return None
-        from .batches import jsonl_batches
+        from .batches import jsonl_batches, jsonl_row_batches
 
+        if not tables:
+            return jsonl_row_batches(self, rows, self.batch_bytes)
         return jsonl_batches(self, rows, self.batch_bytes)
 
     def _open(self) -> Any:
@@ -347,9 +352,10 @@ class _Arrow(FileInput, Source):
     def _batches(self) -> Iterator[Any]:
         raise NotImplementedError
 
-    def batches(self, rows: int = 65536) -> Iterator[Batch] | None:
+    def batches(self, rows: int = 65536, tables: bool = True) -> Iterator[Batch] | None:
         """One batch per Arrow record batch (cut to at most ``rows`` tuples), or None when
-        :meth:`Source.batches` says so."""
+        :meth:`Source.batches` says so. The table is the record batch itself, so it is made
+        whatever ``tables`` says (a reader of rows gets ``to_pylist``'s dicts)."""
         if not self._batchable(rows):
             return None
         from .batches import arrow_batches

@@ -9,7 +9,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..batch import arrow_mask
+from ..errors import RunTupleError, StretchflowError
 from .columnar_kernels import sum_by
+from .keys import key_pairs, one_key_test
 from .oplus import OPlusInstance
 
 if TYPE_CHECKING:
@@ -46,6 +48,79 @@ class AggregateInstance(OPlusInstance):
                     heapq.heappush(self._lheap, (l, g))
                 acc = d.get(k, _MISSING)
                 d[k] = update(init() if acc is _MISSING else acc, v)  # check&Create, f_U, set
+
+    def process_rows(self, ts: Sequence[int], payloads: Sequence[Any], i: int = 0) -> None:
+        """A batch of rows (:meth:`OPlusInstance.process_rows`) in one loop: Alg. 2's
+        processSN per row with updateW reduced to the one comparison that matters inside a
+        batch (does this row close the earliest window, ρ + WS <= ts?) and the window
+        instances a row falls in looked up once per window range, not per row. The user's
+        f_MK is read as :func:`~.keys.one_key` reads it, inlined. An instance sharing σ
+        with others (an assignment, VSN) or taking runs through a kernel goes the general
+        way."""
+        if self.assign is not None or self.takes_runs:
+            super().process_rows(ts, payloads, i)
+            return
+        op = self.op
+        raw = getattr(op.user_keys, "__wrapped__", op.user_keys)
+        kind, learn = one_key_test()
+        update, init, missing = op.user_update, op.user_init, _MISSING
+        wa, ws_ = op.WA, op.WS
+        sg, heap = self.groups[0], self._lheap
+        nxt = heap[0][0] + ws_ if heap else math.inf  # the next expiry (ρ + WS)
+        c1 = c2 = None  # the window range [c1, c2] whose dicts `ds` holds
+        ds: list[dict] = []
+        t = v = None
+        try:
+            for t, v in zip(ts, payloads, strict=True):
+                if t >= nxt:  # updateW: this row closes windows
+                    self.W = t
+                    self._expire(t)
+                    nxt = heap[0][0] + ws_ if heap else math.inf
+                    c1 = None
+                ks = raw(v)
+                one = kind.get(type(ks))
+                if one or (one is None and learn(type(ks))):
+                    pairs = None
+                elif not ks:
+                    continue  # no keys
+                else:
+                    pairs = key_pairs(ks, v)
+                l1 = ((t - ws_) // wa + 1) * wa  # earliestWinL
+                l2 = t - t % wa  # latestWinL
+                if l1 != c1 or l2 != c2:
+                    ds = []
+                    for l in range(l1, l2 + 1, wa):
+                        d = sg.get(l)
+                        if d is None:  # check&Create
+                            d = sg[l] = {}
+                            heapq.heappush(heap, (l, 0))
+                        ds.append(d)
+                    nxt = heap[0][0] + ws_
+                    c1, c2 = l1, l2
+                if pairs is None:
+                    for d in ds:
+                        acc = d.get(ks, missing)
+                        d[ks] = update(init() if acc is missing else acc, v)  # f_U
+                    continue
+                for k, x in pairs:
+                    for d in ds:
+                        acc = d.get(k, missing)
+                        d[k] = update(init() if acc is missing else acc, x)
+        except (RunTupleError, StretchflowError):
+            raise
+        except Exception as e:
+            raise RunTupleError(t, v, e) from e
+        self._rows_done(ts)
+
+    def _rows_done(self, ts: Sequence[int]) -> None:
+        """updateW's bookkeeping after a batch of rows: W and latestWinL of its last row."""
+        if len(ts):
+            last = ts[-1]
+            if last > self.W:
+                self.W = last
+            latest = last - last % self.op.WA
+            if latest > self._last_l:
+                self._last_l = latest
 
     def _expire(self, wm: float) -> None:
         heap, groups, ws_ = self._lheap, self.groups, self.op.WS

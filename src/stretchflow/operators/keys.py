@@ -54,6 +54,13 @@ def _learn_type(tp: type) -> bool:
     return one
 
 
+def one_key_test() -> tuple[dict[type, bool], Callable[[type], bool]]:
+    """``(table, learn)``, :func:`one_key`'s test for a loop that inlines it: a result
+    ``ks`` is one key when ``table.get(type(ks))`` is True, or is None and
+    ``learn(type(ks))`` is True (the type is then remembered)."""
+    return _ONE_KEY, _learn_type
+
+
 def one_key(ks: Any) -> Any:
     """f_MK's result in the form the runtime reads (a set, any iterable of keys, or a dict
     key -> value): one key (a str, bytes, number, tuple ...) becomes ``{ks}``; a set, list,
@@ -162,4 +169,4 @@ def input_keys_fn(per_input: list[Callable[[Any], Any]]) -> Callable[[Any, int],
 
 
 __all__ = ["input_keys_fn", "key_pairs", "one_key", "one_key_fn", "one_key_fn2", "one_key_method",
-           "wrap_keys_method"]
+           "one_key_test", "wrap_keys_method"]

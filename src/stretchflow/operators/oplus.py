@@ -26,8 +26,9 @@ that close later than windows f_O is about to close (see ``_emit_pending``).
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
 from ..errors import FlowDefinitionError, RunTupleError, StretchflowError
@@ -406,6 +407,16 @@ class OPlusInstance:
             raise
         except Exception as e:
             raise RunTupleError(ts, v, e) from e
+
+    def process_rows(self, ts: Sequence[int], payloads: Sequence[Any], i: int = 0) -> None:
+        """process(ts[r], payloads[r], i) for every r: a batch of rows from input ``i``
+        (issue #32's batch-at-a-time path), timestamps non-decreasing and not below the
+        watermark, no watermark or control tuple among them. Same σ and outputs as tuple at
+        a time; a failure is a :class:`~stretchflow.errors.RunTupleError` naming its tuple.
+        Here as a run (:meth:`process_run`); the A+ instances override it with one tight
+        loop over the rows, the user's functions called with no engine step between them
+        that could be done once per batch."""
+        self.process_run(list(zip(ts, payloads, itertools.repeat(i))))
 
     def _process_columnar(self, items: list[tuple[int, Any, int]]) -> bool:
         """The run through f_MK's columnar form and ``process_keyed`` (the kernels the Spark

@@ -89,6 +89,62 @@ def apply_batch(op: Map | FlatMap | Filter, batch: list[tuple[int, Any]],
     return out
 
 
+def apply_rows(op: Map | FlatMap | Filter, batch: Any) -> tuple[Any, BaseException | None]:
+    """``op``'s function over a :class:`~stretchflow.batch.Batch`'s payloads in one tight loop
+    (issue #32's batch-at-a-time path for a function the engine cannot see into): ``(out,
+    error)``, ``out`` the outputs as a payloads-only batch, each with its input's timestamp.
+    When ``fn`` raises, ``out`` holds what the tuples before the failing one gave (and what
+    a FlatMap's failing tuple gave before it raised: tuple at a time, those left too) and
+    ``error`` is the :class:`~stretchflow.errors.OperatorError` naming the tuple; the caller
+    hands ``out`` on, then raises it, so an error downstream on an earlier tuple still wins.
+    Each function is called once per tuple, as tuple at a time."""
+    from itertools import compress
+
+    import numpy as np
+
+    from ..batch import Batch
+
+    fn, kind, ts, ps = op.fn, type(op), batch.ts, batch.payloads
+    out: list[Any] = []
+    err: BaseException | None = None
+    try:
+        if kind is Map:
+            out.extend(map(fn, ps))  # list.extend keeps what came before a failure
+        elif kind is Filter:
+            out.extend(map(fn, ps))
+        else:
+            ends: list[int] = []
+            extend, mark = out.extend, ends.append
+            for p in ps:
+                try:
+                    extend(fn(p))
+                finally:
+                    mark(len(out))
+    except StretchflowError:
+        raise
+    except Exception as e:  # noqa: BLE001 - returned with the outputs before it
+        r = len(out) if kind is not FlatMap else len(ends) - 1
+        err = OperatorError(op.name, int(ts[r]), ps[r], e)
+        err.__cause__ = e
+    if kind is Map:
+        return Batch(ts[:len(out)], payloads=out), err
+    if kind is Filter:
+        try:
+            rows = list(compress(range(len(out)), out))
+        except Exception:  # noqa: BLE001 - a result whose truth fails: name its tuple
+            for r, keep in enumerate(out):
+                try:
+                    bool(keep)
+                except Exception as e:  # noqa: BLE001
+                    err = OperatorError(op.name, int(ts[r]), ps[r], e)
+                    err.__cause__ = e
+                    rows = list(compress(range(r), out[:r]))
+                    break
+        return Batch(ts[rows], payloads=[ps[r] for r in rows]), err
+    counts = np.diff(np.asarray(ends, dtype=np.int64), prepend=0)
+    return Batch(np.repeat(ts[:len(ends)], counts), payloads=out), err
+
+
 def through_batch(op: Map | FlatMap | Filter, batch: Any) -> Any:
     """``op`` over a :class:`~stretchflow.batch.Batch`, a batch out: its table through the
     columnar form (``batch_fn``: a Map's rows, a Filter's kept rows, timestamps kept), else
