@@ -704,6 +704,9 @@ def _cast(x: Any, to: str) -> Any:
         return x
     if isinstance(x, pa.Scalar):
         v = x.as_py()
+        if v is None:  # a typed null (a string op on a null literal): null, as the row form
+            return arrow_scalar(None, getattr(pa, "string" if to == "string" else
+                                              "bool_" if to == "bool" else to)())
         return arrow_scalar({"int64": int, "float64": float, "string": str, "bool": bool}[to](v))
     if to == "int64":
         if pa.types.is_integer(t) or pa.types.is_boolean(t):

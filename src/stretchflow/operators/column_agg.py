@@ -191,7 +191,10 @@ class ColumnAgg:
         self.largest = largest
         #: the tuple path's functions: ``update``/``output`` as handed to the user (the
         #: identity check that tells a declarative aggregate from one with the user's own)
-        self.update: Callable[[Any, Any], Any] = _PayloadUpdate(self)
+        # a count's f_U on a payload is one addition: a plain function, one call per tuple
+        # instead of _PayloadUpdate's three (the hot loop of a lambda flow's count)
+        self.update: Callable[[Any, Any], Any] = \
+            _count_update if kind == "count" else _PayloadUpdate(self)
         self.output: Callable[[Hashable, Any], Any] | None = \
             _MeanOutput(_pair) if kind == "mean" else None
 
@@ -297,6 +300,11 @@ class _MeanOutput:
 
     def __call__(self, key: Hashable, acc: tuple[Any, int]) -> Any:
         return self.output(key, acc[0] / acc[1])
+
+
+def _count_update(acc: int, t: Any) -> int:
+    """A count's f_U on a payload (``_PayloadUpdate`` of a count: x is always 1)."""
+    return acc + 1
 
 
 class _PayloadUpdate:
