@@ -126,6 +126,35 @@ def test_quick_mode_cycles_are_identical_and_leave_nothing(tmp_path):
         assert e["output_records"] > 0
         assert e["restarts"] == e["kills"] == sum(c["kills"] for c in e["per_cycle"])
         assert all("load_before" in c["probe"] for c in e["per_cycle"])
+        # every cycle is a kill and a resume: its first kill landed while the run was going
+        assert e["cycles_with_kill"] == cycles and all(c["kills"] >= 1 for c in e["per_cycle"])
+        assert e["missed_draws"] == sum(c["draws"] - 1 for c in e["per_cycle"])
+
+
+def test_a_run_that_ends_before_its_kill_is_no_cycle(tmp_path, monkeypatch):
+    """run_until_done with a command that ends at once: no kill lands, nothing is counted
+    (run_engine then draws the cycle again); one that outlives the delay is killed once."""
+    import random
+
+    quick = [sys.executable, "-c", "pass"]
+    stats = {"kills": 0, "kills_with_checkpoint": 0, "kills_with_jvm": 0, "restarts": 0,
+             "leftovers": []}
+    monkeypatch.setattr(kills, "FIRST_KILL", (5.0, 5.0))  # far beyond its run
+    kills.run_until_done(quick, dict(os.environ), "reference", tmp_path / "ck",
+                         tmp_path / "log", 2.0, 0.0, random.Random(1), stats)
+    assert stats["kills"] == 0 and stats["restarts"] == 0
+    # a run still going at its kill: killed (then the same command, which ends this time)
+    script = tmp_path / "slow.py"
+    script.write_text("import os, sys, time\n"
+                      "m = sys.argv[1]\n"
+                      "if not os.path.exists(m):\n"
+                      "    open(m, 'w').close()\n"
+                      "    time.sleep(60)\n")
+    monkeypatch.setattr(kills, "FIRST_KILL", (0.5, 0.5))
+    kills.run_until_done([sys.executable, str(script), str(tmp_path / "mark")],
+                         dict(os.environ), "reference", tmp_path / "ck", tmp_path / "log",
+                         2.0, 30.0, random.Random(1), stats)
+    assert stats["kills"] == 1 and stats["restarts"] == 1
 
 
 def test_sweep_spark_temps_removes_a_killed_drivers_temp_files_only(tmp_path):

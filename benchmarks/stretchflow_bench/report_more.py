@@ -476,7 +476,14 @@ def _kills(d: Doc) -> str:
             continue
         cycles = n0(r["cycles"]) if r.get("complete", True) else \
             f"{n0(r['cycles'])} of {n0(r['cycles_planned'])} (stopped early)"
-        rows.append([engine, n0(r["rows"]), cycles, n0(r["identical_cycles"]), n0(r["kills"]),
+        # a cycle whose run ended before its kill is no kill-and-resume cycle (issue #33);
+        # results before that fix counted them: computed from per_cycle for those
+        landed = r.get("cycles_with_kill",
+                       sum(x["kills"] > 0 for x in r.get("per_cycle", [])))
+        missed = r.get("missed_draws")
+        rows.append([engine, n0(r["rows"]), cycles, n0(landed),
+                     "not recorded (counted as cycles)" if missed is None else n0(missed),
+                     n0(r["identical_cycles"]), n0(r["kills"]),
                      n0(r["kills_with_checkpoint"]), n0(r["kills_with_jvm"]),
                      "none" if not r["leftovers"] else f"**{len(r['leftovers'])}**",
                      n0(r["spark_scratch_left"]),
@@ -486,7 +493,9 @@ def _kills(d: Doc) -> str:
     head = ("wordcount on generated tweets (rows per engine in the table); per cycle the run "
             f"(with `--checkpoint`, in its own session) is SIGKILLed with its whole process "
             f"group after a random delay and re-run until one completes (delay bounds "
-            f"widen 1.25x per kill in a row; {p['max_kills_in_row']} in a row fail); output "
+            f"widen 1.25x per kill in a row; {p['max_kills_in_row']} in a row fail; since "
+            f"issue #33 a cycle's first kill falls inside the measured run time and a cycle "
+            f"counts only when it landed); output "
             f"compared per timestamp with an uninterrupted run; leftovers: a process of the "
             f"session, a temporary file beside the output or in the checkpoint, a "
             f"`stretchflow-*` directory in the cycle's TMPDIR; other temp dirs: anything else "
@@ -494,8 +503,10 @@ def _kills(d: Doc) -> str:
             f"engine's row may come from another run (its commit). All outputs identical: "
             f"{'yes' if d.get('outputs_identical') else '**no**'}.")
     return (head + "\n\n"
-            + table(["engine", "rows", "cycles", "identical", "kills", "kills with a checkpoint on "
-                     "disk", "kills with the JVM alive", "leftovers", "Spark scratch dirs left",
+            + table(["engine", "rows", "cycles", "cycles with a kill that landed",
+                     "runs that ended before their kill (drawn again)", "identical", "kills",
+                     "kills with a checkpoint on disk (the resume restores)",
+                     "kills with the JVM alive", "leftovers", "Spark scratch dirs left",
                      "other temp dirs left", "commit",
                      "uninterrupted run, s", "cycle wall, s: median (min–max)",
                      "1-min load: median (min–max)"], rows))
