@@ -298,3 +298,13 @@ def test_build_errors():
         nq.build(flow, "q6", {})
     with pytest.raises(ValueError, match="q3 reads persons, auctions; no source for auctions"):
         nq.build(flow, "q3", {"persons": sf.io.iterable([])})
+
+
+def test_docstring_examples():
+    import doctest
+
+    from stretchflow.workloads import nexmark as generator_module
+
+    for module in (generator_module, nq):
+        result = doctest.testmod(module)
+        assert result.attempted > 0 and result.failed == 0, module.__name__

@@ -162,8 +162,11 @@ def build(flow: Flow, query: str, sources: Mapping[str, Source], **params: Any) 
 
     >>> import stretchflow as sf
     >>> flow = sf.Flow("q2")
-    >>> out = build(flow, "q2", {"bids": sf.io.generated("nexmark", rows=5000, stream="bids")})
+    >>> bids = sf.io.generated("nexmark", rows=5000, seed=1, stream="bids")
+    >>> out = build(flow, "q2", {"bids": bids}).collect()
     >>> _ = flow.run()
+    >>> all(p["auction"] % 123 == 0 for _, p in out.items), len(out.items)
+    (True, 14)
     """
     if query not in QUERIES:
         raise ValueError(f"no NEXMark query {query!r}; queries: {', '.join(QUERIES)} (Q6 "

@@ -89,18 +89,20 @@ ID_LEAD = 10
 #: NEXMark's average event sizes in bytes, which ``extra`` pads to
 AVG_PERSON_BYTES, AVG_AUCTION_BYTES, AVG_BID_BYTES = 200, 500, 100
 
-_FIRST_NAMES = ("Peter", "Paul", "Luke", "John", "Saul", "Vicky", "Kate", "Julie", "Sarah",
+#: NEXMark's names, cities and states (PersonGenerator)
+FIRST_NAMES = ("Peter", "Paul", "Luke", "John", "Saul", "Vicky", "Kate", "Julie", "Sarah",
                 "Deiter", "Walter")
-_LAST_NAMES = ("Shultz", "Abrams", "Spencer", "White", "Bartels", "Walton", "Smith", "Jones",
+LAST_NAMES = ("Shultz", "Abrams", "Spencer", "White", "Bartels", "Walton", "Smith", "Jones",
                "Noris")
-_CITIES = ("Phoenix", "Los Angeles", "San Francisco", "Boise", "Portland", "Bend", "Redmond",
+CITIES = ("Phoenix", "Los Angeles", "San Francisco", "Boise", "Portland", "Bend", "Redmond",
            "Seattle", "Kent", "Cheyenne")
-_STATES = ("AZ", "CA", "ID", "OR", "WA", "WY")
+STATES = ("AZ", "CA", "ID", "OR", "WA", "WY")
 _HOT_CHANNELS = ("Google", "Facebook", "Baidu", "Apple")
 _CHANNELS = 10_000
 #: the fixed seed of what does not depend on ``seed``: channel URLs and the extra text
 _FIXED_SEED = 0x4E45_584D
 _EXTRA_TEXT = 1 << 20
+_EXTRA_ROWS = 1 << 20
 _LETTERS = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz", dtype=np.uint8)
 
 
@@ -137,8 +139,15 @@ def _extra(rng: np.random.Generator, current_size: np.ndarray, average: int,
     desired = np.maximum(average - current_size, 0)
     delta = np.floor(desired * 0.2 + 0.5).astype(np.int64)
     lengths = desired - delta + (rng.random(len(desired)) * 2 * delta).astype(np.int64)
-    shift = int(rng.integers(0, len(text)))
-    return _strings(lengths, np.resize(np.roll(text, -shift), int(lengths.sum())))
+    chunks = []
+    at = int(rng.integers(0, len(text)))
+    # in chunks of rows, so that no chunk's text outgrows a string array's 32-bit offsets
+    for lo in range(0, len(lengths), _EXTRA_ROWS):
+        part = lengths[lo : lo + _EXTRA_ROWS]
+        size = int(part.sum())
+        chunks.append(_strings(part, np.resize(np.roll(text, -at), size)))
+        at = (at + size) % len(text)
+    return pa.chunked_array(chunks, pa.string())
 
 
 def _digits(values: np.ndarray, groups: int) -> pa.Array:
@@ -284,14 +293,14 @@ def nexmark(
     # persons
     np_ = len(n_person)
     ts = timestamp(n_person)
-    names = pa.array([f"{f} {g}" for f in _FIRST_NAMES for g in _LAST_NAMES])
+    names = pa.array([f"{f} {g}" for f in FIRST_NAMES for g in LAST_NAMES])
     name = names.take(person_rng.integers(0, len(names), np_))
     email = pc.binary_join_element_wise(
         _random_text(person_rng, np_, 7), _random_text(person_rng, np_, 5), "@")
     email = pc.binary_join_element_wise(email, pa.scalar(".com"), "")
     card = _digits(person_rng.integers(0, 10_000, (np_, 4)), 4)
-    city = pa.array(_CITIES).take(person_rng.integers(0, len(_CITIES), np_))
-    state = pa.array(_STATES).take(person_rng.integers(0, len(_STATES), np_))
+    city = pa.array(CITIES).take(person_rng.integers(0, len(CITIES), np_))
+    state = pa.array(STATES).take(person_rng.integers(0, len(STATES), np_))
     size = 8 + sum(pc.binary_length(c).to_numpy(zero_copy_only=False)
                    for c in (name, email, card, city, state))
     persons = _table(ts, {
