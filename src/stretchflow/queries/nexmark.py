@@ -6,10 +6,10 @@ takes its keys as functions only).
 Each query is a function of the streams it reads (``persons``, ``auctions``, ``bids``, named
 as NEXMark's tables) and its window parameters, returning its output stream; :func:`build`
 adds the sources a query reads to a flow by name. The query text they follow is Flink's
-NEXMark SQL (github.com/nexmark/nexmark, ``nexmark-flink/src/main/resources/queries``), with
-its window sizes (10 s; Q5 10 s every 2 s) as defaults, meant for the generator's default
-rate of 10 000 events per second of event time (1 M events span 100 s). docs/nexmark.md says
-what each query means and where it differs from NEXMark.
+NEXMark SQL (https://github.com/nexmark/nexmark, ``nexmark-flink/src/main/resources/queries``),
+with its window sizes (10 s; Q5 10 s every 2 s) as defaults, meant for the generator's
+default rate of 10 000 events per second of event time (1 M events span 100 s).
+docs/nexmark.md says what each query means and where it differs from NEXMark.
 
 Windowed results carry their window's right boundary as ``ts`` (docs/semantics.md), and
 each further windowed step of a chain shifts it by its own window: Q5's output is at

@@ -2,12 +2,13 @@
 
 NEXMark (Tucker et al., "NEXMark — a benchmark for queries over data streams", 2002) models
 an auction site as one stream of three kinds of event. This module generates the stream the
-way the Apache Beam NEXMark generator and its Flink port (github.com/nexmark/nexmark,
-``nexmark-flink/.../generator``: ``GeneratorConfig``, ``NexmarkGenerator``,
-``PersonGenerator``, ``AuctionGenerator``, ``BidGenerator``, ``PriceGenerator``,
-``StringsGenerator``; Beam's ``sdks/java/testing/nexmark/.../sources/generator``) define it,
-with numpy instead of a per-event Java ``Random``: the same model and distributions, not the
-same values.
+way the Apache Beam NEXMark generator and its Flink port define it
+(https://github.com/nexmark/nexmark, ``nexmark-flink/.../generator``: ``GeneratorConfig``,
+``NexmarkGenerator``, ``PersonGenerator``, ``AuctionGenerator``, ``BidGenerator``,
+``PriceGenerator``, ``StringsGenerator``; https://github.com/apache/beam,
+``sdks/java/testing/nexmark/.../sources/generator`` and ``NexmarkConfiguration``), with
+numpy instead of a per-event Java ``Random``: the same model and distributions, not the same
+values.
 
 The model (event number ``n = 0, 1, 2, ...``):
 
