@@ -1,7 +1,7 @@
-"""NEXMark's queries Q0–Q8 (without Q6) over the streams of :mod:`stretchflow.workloads.nexmark`,
-written with the public API: column expressions where the API has them (``filter``,
-``select``, declarative aggregates), key and output functions for the joins (``Stream.join``
-takes its keys as functions only).
+"""NEXMark's queries Q0–Q8 over the streams of :mod:`stretchflow.workloads.nexmark`, written
+with the public API: column expressions where the API has them (``filter``, ``select``,
+declarative aggregates), key and output functions for the joins (``Stream.join`` takes its
+keys as functions only), and for Q6 an aggregate by functions and an ``OPlus`` subclass.
 
 Each query is a function of the streams it reads (``persons``, ``auctions``, ``bids``, named
 as NEXMark's tables) and its window parameters, returning its output stream; :func:`build`
@@ -13,31 +13,27 @@ docs/nexmark.md says what each query means and where it differs from NEXMark.
 
 Windowed results carry their window's right boundary as ``ts`` (docs/semantics.md), and
 each further windowed step of a chain shifts it by its own window: Q5's output is at
-``window end + slide``, Q8's at ``window end + window`` and Q4's at ``window end + 2 window``.
-
-Q6 (the average selling price per seller over their last 10 closed auctions) is not here:
-it keeps, per seller, the last 10 winning bids for as long as the stream runs and emits at
-each new one. An O+'s state lives in window instances whose outputs carry the instance's
-right boundary (Observation 1), so a count-based window over all time has no output time
-short of the end of the stream; neither ``aggregate`` nor ``join`` nor an ``OPlus`` can say
-it. (Flink's NEXMark marks its own SQL Q6 as unsupported too.)
+``window end + slide``, Q8's at ``window end + window``, Q4's at ``window end + 2 window`` and
+Q6's at ``window end + window + 1 ms``.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Mapping
 from functools import partial
 from operator import itemgetter
 from typing import Any
 
-from ..eventtime import parse_duration
+from ..eventtime import DELTA, parse_duration
 from ..expr import col
 from ..flow import Flow, Stream
 from ..io.sources import Source
 from ..operators.aggregate import arg_max, count, max_of, mean_of
+from ..operators.oplus import OPlus, WindowSet
 
-__all__ = ["QUERIES", "SLIDE", "WINDOW", "build", "q0", "q1", "q2", "q3", "q4", "q5", "q7",
-           "q8"]
+__all__ = ["QUERIES", "SLIDE", "WINDOW", "AverageOfLast", "build", "q0", "q1", "q2", "q3",
+           "q4", "q5", "q6", "q7", "q8"]
 
 #: Flink's NEXMark SQL window (Q3's join, Q4's closing, Q5's size, Q7, Q8): 10 s
 WINDOW = "10s"
@@ -50,6 +46,8 @@ AUCTION_SKIP = 123
 #: Q3's states and category
 Q3_STATES = ("OR", "ID", "CA")
 Q3_CATEGORY = 10
+#: Q6: the closed auctions per seller that the average is over (NEXMark's and Beam's 10)
+Q6_LAST = 10
 
 
 def q0(bids: Stream) -> Stream:
@@ -84,12 +82,25 @@ def q3(persons: Stream, auctions: Stream, window: int | str = WINDOW) -> Stream:
                         right_keys=itemgetter("seller"), output=_q3_row, name="q3-join")
 
 
-def _q4_in_time(auction: dict, bid: dict) -> bool:
+def _in_time(auction: dict, bid: dict) -> bool:
     return auction["date_time"] <= bid["date_time"] <= auction["expires"]
 
 
-def _q4_row(auction: dict, bid: dict) -> dict:
-    return {"id": auction["id"], "category": auction["category"], "price": bid["price"]}
+def _auction_bid(auction: dict, bid: dict) -> dict:
+    return {"id": auction["id"], "category": auction["category"], "seller": auction["seller"],
+            "expires": auction["expires"], "price": bid["price"]}
+
+
+def _closing_bids(auctions: Stream, bids: Stream, w: int) -> Stream:
+    """Q4's and Q6's core: each auction that opens and closes in one tumbling window of ``w``
+    ms, with each of its bids from its opening to its expiry (both included), as ``{"id",
+    "category", "seller", "expires", "price"}`` at the window's end. All of such an auction's
+    bids are in its window, so its highest is its winning bid."""
+    closing = (auctions.filter(col("expires") < (col("date_time") // w + 1) * w)
+                       .select("id", "category", "seller", "date_time", "expires"))
+    return closing.join(bids.select("auction", "price", "date_time"), size=w,
+                        left_keys=itemgetter("id"), right_keys=itemgetter("auction"),
+                        predicate=_in_time, output=_auction_bid, name="closing-bids")
 
 
 def q4(auctions: Stream, bids: Stream, window: int | str = WINDOW) -> Stream:
@@ -98,15 +109,86 @@ def q4(auctions: Stream, bids: Stream, window: int | str = WINDOW) -> Stream:
     included) of the auctions that open and close in that window; an auction without bids has
     no winning bid. Output ``{"category", "avg"}`` at the window's end plus two windows."""
     w = parse_duration(window)
-    closing = (auctions.filter(col("expires") < (col("date_time") // w + 1) * w)
-                       .select("id", "category", "date_time", "expires"))
-    pairs = closing.join(bids.select("auction", "price", "date_time"), size=w,
-                         left_keys=itemgetter("id"), right_keys=itemgetter("auction"),
-                         predicate=_q4_in_time, output=_q4_row, name="q4-join")
-    winning = pairs.aggregate(size=w, keys=("id", "category"), **max_of("price", "final"),
-                              name="q4-winning")
+    winning = _closing_bids(auctions, bids, w).aggregate(
+        size=w, keys=("id", "category"), **max_of("price", "final"), name="q4-winning")
     return winning.aggregate(size=w, keys="category", **mean_of("final", name="avg"),
                              name="q4-average")
+
+
+def _best(acc: dict, bid: dict) -> dict:
+    """Per auction of one seller, (expires, the highest price so far)."""
+    known = acc.get(bid["id"])
+    if known is None or bid["price"] > known[1]:
+        acc[bid["id"]] = (bid["expires"], bid["price"])
+    return acc
+
+
+def _closed_in_order(seller: int, acc: dict) -> dict:
+    """The seller's auctions closed in the window with their winning bids, in closing order
+    (expiry, then id), so what follows does not depend on the order bids arrived in."""
+    closed = sorted((expires, auction, final) for auction, (expires, final) in acc.items())
+    return {"seller": seller, "closed": [(auction, final) for _, auction, final in closed]}
+
+
+class LastPrices:
+    """ζ of :class:`AverageOfLast`: a seller's last winning bids. Never empty, so the seller's
+    window set slides on for the whole stream instead of being removed."""
+
+    __slots__ = ("prices",)
+
+    def __init__(self, last: int):
+        self.prices: deque[int] = deque(maxlen=last)
+
+    def __bool__(self) -> bool:
+        return True
+
+
+class AverageOfLast(OPlus):
+    """Q6's per-seller state over all time: an O+ keyed by seller, WT single with WS = WA =
+    δ, whose ζ keeps the seller's last ``last`` winning bids whatever their age (f_S keeps
+    everything). f_U takes a seller's auctions closed in one window, ``{"seller", "closed":
+    [(auction, final), ...]}`` in closing order, and emits ``{"seller", "avg"}`` for each: the
+    mean of the seller's last ``last`` winning bids once that auction closed, at the tuple's
+    ts + δ (the single window set's right boundary)."""
+
+    slide_collapses = True  # f_S does nothing, so any number of slides is one
+
+    def __init__(self, last: int = Q6_LAST, name: str = "q6-average"):
+        super().__init__(size=DELTA, slide=DELTA, inputs=1, window_type="single", name=name)
+        if last < 1:
+            raise ValueError(f"{name}: last must be >= 1, got {last}")
+        self.last = last
+
+    def keys(self, t: Any, i: int) -> Any:
+        return t["seller"]
+
+    def init(self) -> LastPrices:
+        return LastPrices(self.last)
+
+    def update(self, ws: WindowSet, ts: int, value: Any, i: int) -> list:  # type: ignore[override]
+        prices = ws.states[0].prices
+        out = []
+        for _, final in value["closed"]:
+            prices.append(final)
+            out.append({"seller": ws.key, "avg": sum(prices) / len(prices)})
+        return out
+
+    def slide(self, ws: WindowSet) -> None:  # type: ignore[override]
+        """f_S: nothing leaves; the last winning bids stay whatever their age."""
+
+
+def q6(auctions: Stream, bids: Stream, window: int | str = WINDOW,
+       last: int = Q6_LAST) -> Stream:
+    """Average selling price by seller: at each auction a seller closes (one that opens and
+    closes in one tumbling ``window``, as in :func:`q4`, with at least one bid), the mean of
+    the winning bids of the seller's last ``last`` such auctions, ``{"seller", "avg"}``, at
+    the window's end plus ``window`` plus 1 ms; a seller's auctions closed in one window count
+    in closing order (expiry, then id)."""
+    w = parse_duration(window)
+    per_seller = _closing_bids(auctions, bids, w).aggregate(
+        size=w, keys=itemgetter("seller"), init=dict, update=_best, output=_closed_in_order,
+        name="q6-closed")
+    return per_seller.oplus(AverageOfLast(last))
 
 
 def q5(bids: Stream, window: int | str = WINDOW, slide: int | str = SLIDE) -> Stream:
@@ -150,6 +232,7 @@ QUERIES: dict[str, tuple[Callable[..., Stream], tuple[str, ...]]] = {
     "q3": (q3, ("persons", "auctions")),
     "q4": (q4, ("auctions", "bids")),
     "q5": (q5, ("bids",)),
+    "q6": (q6, ("auctions", "bids")),
     "q7": (q7, ("bids",)),
     "q8": (q8, ("persons", "auctions")),
 }
@@ -158,7 +241,7 @@ QUERIES: dict[str, tuple[Callable[..., Stream], tuple[str, ...]]] = {
 def build(flow: Flow, query: str, sources: Mapping[str, Source], **params: Any) -> Stream:
     """Adds NEXMark ``query`` (``"q0"`` ... ``"q8"``) to ``flow``: a source per stream it
     reads, taken from ``sources`` by name (``persons``, ``auctions``, ``bids``), and its
-    operators with ``params`` (``window``, ``slide``); returns its output stream.
+    operators with ``params`` (``window``, ``slide``, ``last``); returns its output stream.
 
     >>> import stretchflow as sf
     >>> flow = sf.Flow("q2")
@@ -169,8 +252,7 @@ def build(flow: Flow, query: str, sources: Mapping[str, Source], **params: Any) 
     (True, 14)
     """
     if query not in QUERIES:
-        raise ValueError(f"no NEXMark query {query!r}; queries: {', '.join(QUERIES)} (Q6 "
-                         f"cannot be said with the API: stretchflow.queries.nexmark)")
+        raise ValueError(f"no NEXMark query {query!r}; queries: {', '.join(QUERIES)}")
     fn, streams = QUERIES[query]
     missing = [s for s in streams if s not in sources]
     if missing:
