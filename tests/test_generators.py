@@ -342,7 +342,7 @@ def test_write_unknown_extension(tmp_path):
 
 
 def test_generators_registry():
-    assert set(GENERATORS) == {"tweets", "bandjoin", "trades"}
+    assert set(GENERATORS) == {"tweets", "bandjoin", "trades", "nexmark"}
     assert GENERATORS["tweets"] is tweets
 
 
@@ -363,7 +363,7 @@ def test_generate_bandjoin_two_files(tmp_path):
 
 
 def test_generate_errors(tmp_path):
-    with pytest.raises(ValueError, match="bandjoin, trades, tweets"):
+    with pytest.raises(ValueError, match="bandjoin, nexmark, trades, tweets"):
         generate("nope", 10, 0, str(tmp_path / "x.jsonl"))
     with pytest.raises(ValueError, match="bogus"):
         generate("trades", 10, 0, str(tmp_path / "x.jsonl"), bogus=1)

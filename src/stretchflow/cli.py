@@ -435,8 +435,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "also shows sinks, sources, controller decisions and stops)")
     r.set_defaults(fn=cmd_run)
 
-    g = sub.add_parser("generate", help="generate a data set (tweets, bandjoin, trades)")
-    g.add_argument("kind", choices=("tweets", "bandjoin", "trades", "store-sales",
+    g = sub.add_parser("generate",
+                       help="generate a data set (tweets, bandjoin, trades, nexmark, ...)")
+    g.add_argument("kind", choices=("tweets", "bandjoin", "trades", "nexmark", "store-sales",
                                     "web-clickstreams"))
     g.add_argument("--rows", type=int, required=True)
     g.add_argument("--seed", type=int, default=0)

@@ -55,7 +55,9 @@ def iterable(data: Iterable[Any] | Callable[[], Iterable[Any]], **kw: Any) -> It
 
 
 def generated(generator: str, **kw: Any) -> Generated:
-    """A built-in generator (``tweets``, ``bandjoin``, ``trades``) as a source."""
+    """A built-in generator (``tweets``, ``bandjoin``, ``trades``, ``nexmark``) as a source;
+    ``stream=`` picks one table of bandjoin (``left``, ``right``) or nexmark (``persons``,
+    ``auctions``, ``bids``)."""
     return Generated(generator, **kw)
 
 

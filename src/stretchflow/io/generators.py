@@ -15,7 +15,8 @@ Generators:
 
 * :func:`tweets` -- word streams with Zipf-distributed words, users and hashtags;
 * :func:`bandjoin` -- the two ScaleJoin band-join benchmark streams;
-* :func:`trades` -- bursty stock trades for the STRETCH hedge self-join.
+* :func:`trades` -- bursty stock trades for the STRETCH hedge self-join;
+* :func:`~stretchflow.workloads.nexmark.nexmark` -- NEXMark's persons, auctions and bids.
 
 :func:`write_table` writes a table as JSON Lines, CSV or Parquet, and :func:`generate`
 combines both for command-line use.
@@ -36,6 +37,9 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from ..workloads.nexmark import STREAMS as NEXMARK_STREAMS
+from ..workloads.nexmark import nexmark
+
 try:
     import pandas  # noqa: F401 - see below
 except ImportError:  # a core install: pandas is the spark extra; pyarrow then never imports it
@@ -49,6 +53,7 @@ except ImportError:  # a core install: pandas is the spark extra; pyarrow then n
 __all__ = [
     "DEFAULT_START",
     "GENERATORS",
+    "STREAMS",
     "bandjoin",
     "generate",
     "trades",
@@ -540,15 +545,20 @@ def write_table(table: pa.Table, path: str | os.PathLike) -> None:
 
 # --------------------------------------------------------------------------- registry
 
-GENERATORS: dict[str, Callable[..., pa.Table | tuple[pa.Table, pa.Table]]] = {
+GENERATORS: dict[str, Callable[..., pa.Table | tuple[pa.Table, ...]]] = {
     "tweets": tweets,
     "bandjoin": bandjoin,
     "trades": trades,
+    "nexmark": nexmark,
 }
 """Generator functions by name; each takes ``(rows, seed=..., **params)``."""
 
+STREAMS: dict[str, tuple[str, ...]] = {"bandjoin": ("left", "right"),
+                                       "nexmark": NEXMARK_STREAMS}
+"""The names of the tables of the generators that return several, in order."""
 
-def generator(name: str) -> Callable[..., pa.Table | tuple[pa.Table, pa.Table]]:
+
+def generator(name: str) -> Callable[..., pa.Table | tuple[pa.Table, ...]]:
     """The generator function called ``name``; ValueError naming the valid ones if none is."""
     if name not in GENERATORS:
         raise ValueError(
@@ -557,12 +567,41 @@ def generator(name: str) -> Callable[..., pa.Table | tuple[pa.Table, pa.Table]]:
     return GENERATORS[name]
 
 
+def stream_index(name: str, stream: str | None) -> int | None:
+    """Which table of generator ``name``'s result is the one called ``stream``
+    (:data:`STREAMS`); None for a generator of one table, which takes ``stream=None``.
+    ``bandjoin`` takes None for ``left``, as it always did; ``nexmark`` needs a name.
+    ValueError naming the valid ones otherwise."""
+    names = STREAMS.get(name, ())
+    if stream is None and name == "bandjoin":
+        stream = "left"
+    if stream is None and not names:
+        return None
+    if stream not in names:
+        valid = ", ".join(names) if names else "none (it makes one table)"
+        raise ValueError(f"generator {name!r}: no stream {stream!r}; streams: {valid}")
+    return names.index(stream)
+
+
+def outputs(name: str, result: pa.Table | tuple[pa.Table, ...],
+            out: str | os.PathLike) -> list[tuple[pa.Table, Path]]:
+    """Each table of generator ``name``'s ``result`` with the path it is written to: ``out``
+    for one table, ``<stem>-<stream><ext>`` next to ``out`` for each of several."""
+    out = Path(out)
+    if not isinstance(result, tuple):
+        return [(result, out)]
+    return [(table, out.with_name(f"{out.stem}-{stream}{out.suffix}"))
+            for table, stream in zip(result, STREAMS[name], strict=True)]
+
+
 def generate(name: str, rows: int, seed: int, out: str | os.PathLike, **params) -> list[Path]:
     """Run generator ``name`` and write its output, returning the paths written.
 
-    Single-stream generators write to ``out``. ``bandjoin`` produces two streams and
-    writes ``<stem>-left<ext>`` and ``<stem>-right<ext>`` next to ``out``, e.g.
-    ``out="data/bj.jsonl"`` gives ``data/bj-left.jsonl`` and ``data/bj-right.jsonl``.
+    Single-stream generators write to ``out``. Those of several streams write one file per
+    stream, ``<stem>-<stream><ext>`` next to ``out`` (:data:`STREAMS`): ``bandjoin`` with
+    ``out="data/bj.jsonl"`` writes ``data/bj-left.jsonl`` and ``data/bj-right.jsonl``;
+    ``nexmark`` with ``out="nx.parquet"`` writes ``nx-persons.parquet``,
+    ``nx-auctions.parquet`` and ``nx-bids.parquet``.
     ``params`` are passed to the generator as they are: convert CLI strings first.
     Unknown names, unknown parameters and unknown extensions raise :class:`ValueError`
     before any data is generated.
@@ -582,15 +621,7 @@ def generate(name: str, rows: int, seed: int, out: str | os.PathLike, **params) 
         )
     out = Path(out)
     _check_extension(out)
-    result = func(rows, seed=seed, **params)
-    if isinstance(result, tuple):
-        left, right = result
-        targets = [
-            (left, out.with_name(f"{out.stem}-left{out.suffix}")),
-            (right, out.with_name(f"{out.stem}-right{out.suffix}")),
-        ]
-    else:
-        targets = [(result, out)]
+    targets = outputs(name, func(rows, seed=seed, **params), out)
     for table, path in targets:
         write_table(table, path)
     return [path for _, path in targets]

@@ -463,9 +463,11 @@ class IterableSource(Source):
 
 
 class Generated(Source):
-    """A built-in data generator (``tweets``, ``bandjoin``, ``trades``) as a source.
+    """A built-in data generator (``tweets``, ``bandjoin``, ``trades``, ``nexmark``) as a
+    source.
 
-    For ``bandjoin`` pick the stream with ``stream="left"`` or ``"right"``.
+    For ``bandjoin`` pick the stream with ``stream="left"`` or ``"right"``, for ``nexmark``
+    with ``stream="persons"``, ``"auctions"`` or ``"bids"``.
     """
 
     def __init__(self, generator: str, *, rows: int, seed: int = 0, stream: str | None = None,
@@ -473,8 +475,10 @@ class Generated(Source):
         # imported here, not at the first tuple: its libraries (pyarrow) then load before
         # the run, whose collections skip the heap it started with (Flow.run, gc_hold.py)
         from .generators import generator as check
+        from .generators import stream_index
 
         self._make = check(generator)
+        self._index = stream_index(generator, stream)
         self.generator = generator
         self.rows = rows
         self.seed = seed
@@ -484,8 +488,8 @@ class Generated(Source):
 
     def _raw(self) -> Iterator[tuple[Any, Any, Any]]:
         table = self._make(rows=self.rows, seed=self.seed, **self.params)
-        if isinstance(table, tuple):
-            table = table[0 if self.stream in (None, "left") else 1]
+        if self._index is not None:
+            table = table[self._index]
         row = 0
         for batch in table.to_batches(max_chunksize=8192):
             for rec in batch.to_pylist():

@@ -62,17 +62,15 @@ def open_input(path: str | os.PathLike) -> Source:
 def generate_with_spark(kind: str, rows: int, seed: int, out: str | os.PathLike,
                         master: str | None = None, **params: Any) -> list[Path]:
     """Generates ``kind`` and writes it through Spark as Parquet directories (``out`` must end
-    in .parquet; bandjoin writes ``<stem>-left.parquet`` and ``<stem>-right.parquet``)."""
-    from ..io.generators import generator
+    in .parquet; a generator of several streams writes ``<stem>-<stream>.parquet`` for each,
+    e.g. bandjoin ``<stem>-left.parquet`` and ``<stem>-right.parquet``)."""
+    from ..io.generators import generator, outputs
     from .session import get_session
 
     out = Path(out)
     if out.suffix.lower() != ".parquet":
         raise ValueError(f"generate --engine spark writes Parquet: {out} must end in .parquet")
-    result = generator(kind)(rows, seed=seed, **params)
-    tables = ([(result[0], out.with_name(f"{out.stem}-left.parquet")),
-               (result[1], out.with_name(f"{out.stem}-right.parquet"))]
-              if isinstance(result, tuple) else [(result, out)])
+    tables = outputs(kind, generator(kind)(rows, seed=seed, **params), out)
     spark = get_session(master)
     for table, path in tables:
         # range-partitioned by ts, part files numbered in ts order: read in name order,
