@@ -39,6 +39,10 @@ import pyarrow.parquet as pq
 
 from ..workloads.nexmark import STREAMS as NEXMARK_STREAMS
 from ..workloads.nexmark import nexmark
+from .generator_args import DEFAULT_START
+from .generator_args import check as _check
+from .generator_args import check_prob as _check_prob
+from .generator_args import check_rows as _check_rows
 
 try:
     import pandas  # noqa: F401 - see below
@@ -61,8 +65,6 @@ __all__ = [
     "write_table",
 ]
 
-DEFAULT_START = 1538352000000
-"""2018-10-01T00:00:00Z in epoch milliseconds."""
 
 # Text is built in fixed-size chunks so memory stays bounded for huge row counts and
 # no single string array overflows 32-bit offsets. The size must stay constant: the
@@ -90,19 +92,6 @@ _JSON_BATCH_ROWS = 65_536
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _check(condition: bool, message: str) -> None:
-    if not condition:
-        raise ValueError(message)
-
-
-def _check_prob(name: str, value: float) -> None:
-    _check(0.0 <= value <= 1.0, f"{name} must be in [0, 1], got {value!r}")
-
-
-def _check_rows(rows: int) -> None:
-    _check(int(rows) == rows and rows >= 0, f"rows must be a non-negative integer, got {rows!r}")
 
 
 def _zipf_cdf(n: int, exponent: float) -> np.ndarray:

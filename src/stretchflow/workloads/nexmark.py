@@ -254,7 +254,7 @@ def nexmark(
 
     ``rows`` counts events of all kinds (NEXMark's ``numEvents``): 1 in 50 is a person, 3 in
     50 an auction. ``rate`` is events per second of event time; ``start`` the first event's
-    ts (default :data:`~stretchflow.io.generators.DEFAULT_START`). The ``hot_*`` ratios,
+    ts (default :data:`~stretchflow.io.generator_args.DEFAULT_START`). The ``hot_*`` ratios,
     ``in_flight_auctions`` and ``active_people`` are NexmarkConfiguration's options of those
     names. Deterministic by ``seed`` (numpy's ``default_rng``).
 
@@ -264,7 +264,9 @@ def nexmark(
     >>> persons["id"].to_pylist() == list(range(1000, 1010))
     True
     """
-    from ..io.generators import DEFAULT_START, _check, _check_rows
+    from ..io.generator_args import DEFAULT_START
+    from ..io.generator_args import check as _check
+    from ..io.generator_args import check_rows as _check_rows
 
     _check_rows(rows)
     _check(rate > 0, f"rate must be positive, got {rate!r}")
