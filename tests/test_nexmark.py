@@ -329,3 +329,28 @@ def test_docstring_examples():
     for module in (generator_module, nq):
         result = doctest.testmod(module)
         assert result.attempted > 0 and result.failed == 0, module.__name__
+
+
+@pytest.mark.parametrize("q", sorted(nq.QUERIES))
+def test_registered_as_builtin_query(q):
+    """``stretchflow run nexmark-qN``: the registry's query reads the streams in the query
+    function's order and gives the same output as :func:`stretchflow.queries.nexmark.build`."""
+    from stretchflow.queries import QUERIES, build_query
+
+    fn, streams = nq.QUERIES[q]
+    entry = QUERIES[f"nexmark-{q}"]
+    assert (entry.min_inputs, entry.max_inputs, entry.data) == (len(streams), len(streams),
+                                                                "nexmark")
+    outs = []
+    for how in ("registry", "build"):
+        flow = sf.Flow(how)
+        srcs = {s: sf.io.generated("nexmark", rows=6000, seed=3, stream=s) for s in streams}
+        if how == "registry":
+            out = build_query(f"nexmark-{q}", [flow.source(srcs[s]) for s in streams])
+        else:
+            out = nq.build(flow, q, srcs)
+        c = out.collect()
+        flow.run()
+        outs.append(c.items)
+    assert outs[0] == outs[1]
+    assert all(set(p) == set(entry.output_fields) - {"ts"} for _, p in outs[0])

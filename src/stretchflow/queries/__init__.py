@@ -233,6 +233,49 @@ def _tpcxbb(n: int, summary: str, out: tuple[str, ...]) -> Callable[[], Query]:
     return make
 
 
+#: NEXMark's streams' fields (:mod:`stretchflow.workloads.nexmark`) and each query's output
+#: fields besides ``ts`` (:mod:`.nexmark`)
+_NX_FIELDS = {
+    "persons": ("ts", "id", "name", "email_address", "credit_card", "city", "state",
+                "date_time", "extra"),
+    "auctions": ("ts", "id", "item_name", "description", "initial_bid", "reserve",
+                 "date_time", "expires", "seller", "category", "extra"),
+    "bids": ("ts", "auction", "bidder", "price", "channel", "url", "date_time", "extra"),
+}
+_NX_OUT = {
+    "q0": ("auction", "bidder", "price", "date_time", "extra"),
+    "q1": ("auction", "bidder", "price", "date_time", "extra"),
+    "q2": ("auction", "price"), "q3": ("name", "city", "state", "id"),
+    "q4": ("category", "avg"), "q5": ("auction", "num"), "q6": ("seller", "avg"),
+    "q7": ("auction", "bidder", "price", "date_time", "extra"),
+    "q8": ("id", "name", "starttime"),
+}
+
+
+def _nexmark(q: str) -> Callable[[], Query]:
+    """NEXMark query ``q`` (:mod:`.nexmark`, docs/nexmark.md) as ``nexmark-<q>``: its inputs
+    are the streams it reads, in its function's order (``stretchflow generate nexmark``
+    writes them), its parameters its function's keyword defaults."""
+
+    def make() -> Query:
+        import inspect
+
+        from . import nexmark
+
+        fn, streams = nexmark.QUERIES[q]
+        params = {k: p.default for k, p in inspect.signature(fn).parameters.items()
+                  if p.default is not inspect.Parameter.empty}
+        first = (fn.__doc__ or q).strip().split(":")[0].split(".")[0]
+        inputs = [_NX_FIELDS[s] for s in streams]
+        fields = tuple(inputs[0]) if len(inputs) == 1 else tuple(
+            [*inputs[0][:-1], f"{inputs[0][-1]} | {inputs[1][0]}", *inputs[1][1:]])
+        return Query(f"nexmark-{q}", f"NEXMark {q.upper()}: {first.lower()} "
+                     f"(reads {', '.join(streams)})", len(streams), len(streams), params,
+                     lambda s, **p: fn(*s, **p), fields, ("ts", *_NX_OUT[q]), data="nexmark")
+
+    return make
+
+
 class _Registry(Mapping[str, Query]):
     """Query name -> :class:`Query`, in the listing's order; each query is made (its module
     imported) on first look-up, so iterating over the names or ``in`` imports nothing."""
@@ -280,6 +323,7 @@ QUERIES: Mapping[str, Query] = _Registry({
                          ("ts", "sessions", "avg_pages")),
     "tpcxbb-q15": _tpcxbb(15, "categories with flat or declining sales in a store",
                           ("ts", "category", "slope")),
+    **{f"nexmark-q{i}": _nexmark(f"q{i}") for i in range(9)},
 })
 
 
