@@ -38,6 +38,7 @@ from ..errors import RunTupleError, StretchflowError
 from .aggregate_instance import _MISSING, AggregateInstance
 from .keys import one_key_test
 from .oplus import OPlusInstance, SharedState, key_pairs
+from .row_keys import Entry
 
 if TYPE_CHECKING:
     from .aggregate import Aggregate
@@ -101,7 +102,7 @@ class SlicedAggregateInstance(AggregateInstance):
     def process_rows(self, ts: Sequence[int], payloads: Sequence[Any], i: int = 0) -> None:
         """A batch of rows in one loop (:meth:`AggregateInstance.process_rows`, sliced): a row
         updates its one slice, looked up once per slice rather than per row."""
-        if self.assign is not None or self.takes_runs:
+        if not self._rows_alone() or self.takes_runs:
             OPlusInstance.process_rows(self, ts, payloads, i)
             return
         op = self.op
@@ -148,6 +149,43 @@ class SlicedAggregateInstance(AggregateInstance):
         except Exception as e:
             raise RunTupleError(t, v, e) from e
         self._rows_done(ts)
+
+    def _own_rows(self, entries: list[Entry]) -> None:
+        """This instance's entries of a batch (:meth:`AggregateInstance._own_rows`, sliced):
+        a row updates its one slice in its key's group, looked up once per slice and group."""
+        op = self.op
+        update, init, missing = op.user_update, op.user_init, _MISSING
+        width, ws_ = self._width, op.WS
+        groups, heap = self.groups, self._lheap
+        nxt = heap[0][0] + ws_ if heap else math.inf  # the next expiry (ρ + WS)
+        cur = None  # the slice start whose dicts `cached` holds, per group
+        cached: dict[int, dict] = {}
+        t = v = None
+        try:
+            for t, k, x, g, v in entries:  # noqa: B007 - v names a failing row
+                if t >= nxt:  # updateW: this row closes windows (slices may go)
+                    self.W = t
+                    self._expire(t)
+                    nxt = heap[0][0] + ws_ if heap else math.inf
+                    cur = None
+                s = t - t % width
+                if s != cur:
+                    cached = {}
+                    cur = s
+                d = cached.get(g)
+                if d is None:
+                    sg = groups[g]
+                    d = sg.get(s)
+                    if d is None:
+                        d = self._entry(sg, s, g)
+                        nxt = heap[0][0] + ws_
+                    cached[g] = d
+                acc = d.get(k, missing)
+                d[k] = update(init() if acc is missing else acc, x)  # f_U
+        except (RunTupleError, StretchflowError):
+            raise
+        except Exception as e:
+            raise RunTupleError(t, v, e) from e
 
     def _spans(self, ts: Any) -> tuple[Any, Any, int]:
         # process_keyed: each row updates its one slice
