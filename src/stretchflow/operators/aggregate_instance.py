@@ -13,7 +13,7 @@ from ..errors import RunTupleError, StretchflowError
 from .columnar_kernels import sum_by
 from .keys import key_pairs, one_key_test
 from .oplus import OPlusInstance
-from .row_keys import Entry, RowKeys
+from .row_keys import RowKeys
 
 if TYPE_CHECKING:
     from ..batch import Batch
@@ -140,15 +140,16 @@ class AggregateInstance(OPlusInstance):
         op, assign = self.op, self.assign
         raw = getattr(op.user_keys, "__wrapped__", op.user_keys)
         hits = self.group_hits
-        rk = batch.shared(self.state, lock, lambda: RowKeys(
-            raw, batch.ts.tolist(), batch.payloads, self.state.G, assign, hits))
-        self._own_rows(rk.part(self.j, assign))
+        rk = batch.shared(self.state, lock, lambda: RowKeys(raw, batch, self.state.G, assign,
+                                                             hits))
+        self._own_rows(*rk.part(self.j, assign))
         if rk.failed is not None:  # the rows before it are done, and updateW at its ts
             self._rows_end(rk.failed[0])
             rk.raise_failure()
         self._rows_end(batch.last)
 
-    def _own_rows(self, entries: list[Entry]) -> None:
+    def _own_rows(self, ts: list[int], keys: list[Any], xs: list[Any], gs: list[int],
+                  payloads: list[Any]) -> None:
         """This instance's entries of a batch (:class:`~.row_keys.RowKeys`), in order: the
         loop of :meth:`process_rows` with each key's group given. updateW runs at the rows
         of this instance only (and at the batch's end, :meth:`_rows_end`): a window a row
@@ -163,7 +164,7 @@ class AggregateInstance(OPlusInstance):
         cached: dict[int, list[dict]] = {}
         t = v = None
         try:
-            for t, k, x, g, v in entries:  # noqa: B007 - v names a failing row
+            for t, k, x, g, v in zip(ts, keys, xs, gs, payloads, strict=True):  # noqa: B007
                 if t >= nxt:  # updateW: this row closes windows
                     self.W = t
                     self._expire(t)

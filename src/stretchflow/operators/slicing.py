@@ -38,7 +38,6 @@ from ..errors import RunTupleError, StretchflowError
 from .aggregate_instance import _MISSING, AggregateInstance
 from .keys import one_key_test
 from .oplus import OPlusInstance, SharedState, key_pairs
-from .row_keys import Entry
 
 if TYPE_CHECKING:
     from .aggregate import Aggregate
@@ -150,7 +149,8 @@ class SlicedAggregateInstance(AggregateInstance):
             raise RunTupleError(t, v, e) from e
         self._rows_done(ts)
 
-    def _own_rows(self, entries: list[Entry]) -> None:
+    def _own_rows(self, ts: list[int], keys: list[Any], xs: list[Any], gs: list[int],
+                  payloads: list[Any]) -> None:
         """This instance's entries of a batch (:meth:`AggregateInstance._own_rows`, sliced):
         a row updates its one slice in its key's group, looked up once per slice and group."""
         op = self.op
@@ -162,7 +162,7 @@ class SlicedAggregateInstance(AggregateInstance):
         cached: dict[int, dict] = {}
         t = v = None
         try:
-            for t, k, x, g, v in entries:  # noqa: B007 - v names a failing row
+            for t, k, x, g, v in zip(ts, keys, xs, gs, payloads, strict=True):  # noqa: B007
                 if t >= nxt:  # updateW: this row closes windows (slices may go)
                     self.W = t
                     self._expire(t)
