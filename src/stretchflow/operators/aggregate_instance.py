@@ -151,16 +151,19 @@ class AggregateInstance(OPlusInstance):
     def _own_rows(self, ts: list[int], keys: list[Any], xs: list[Any], gs: list[int],
                   payloads: list[Any]) -> None:
         """This instance's entries of a batch (:class:`~.row_keys.RowKeys`), in order: the
-        loop of :meth:`process_rows` with each key's group given. updateW runs at the rows
-        of this instance only (and at the batch's end, :meth:`_rows_end`): a window a row
-        falls in closes after it, and the outputs of windows that close come out in
-        timestamp order either way."""
+        loop of :meth:`process_rows` with each key's group given. The σ entries a row
+        updates (:meth:`_dicts`) are the same for every row of one span of gcd(WS, WA) —
+        both ends of its window range, and its slice, change only at such multiples — so they
+        are looked up once per span and group. updateW runs at the rows of this instance
+        only (and at the batch's end, :meth:`_rows_end`): a window a row falls in closes
+        after it, and the outputs of windows that close come out in timestamp order either
+        way."""
         op = self.op
         update, init, missing = op.user_update, op.user_init, _MISSING
-        wa, ws_ = op.WA, op.WS
-        groups, heap = self.groups, self._lheap
+        width, ws_ = math.gcd(op.WS, op.WA), op.WS
+        groups, heap, dicts = self.groups, self._lheap, self._dicts
         nxt = heap[0][0] + ws_ if heap else math.inf  # the next expiry (ρ + WS)
-        c1 = c2 = None  # the window range [c1, c2] whose dicts `cached` holds, per group
+        cur = None  # the span whose σ entries `cached` holds, per group
         cached: dict[int, list[dict]] = {}
         t = v = None
         try:
@@ -169,22 +172,14 @@ class AggregateInstance(OPlusInstance):
                     self.W = t
                     self._expire(t)
                     nxt = heap[0][0] + ws_ if heap else math.inf
-                    c1 = None
-                l1 = ((t - ws_) // wa + 1) * wa  # earliestWinL
-                l2 = t - t % wa  # latestWinL
-                if l1 != c1 or l2 != c2:
+                    cur = None
+                s = t - t % width
+                if s != cur:
                     cached = {}
-                    c1, c2 = l1, l2
+                    cur = s
                 ds = cached.get(g)
                 if ds is None:
-                    sg = groups[g]
-                    ds = cached[g] = []
-                    for l in range(l1, l2 + 1, wa):
-                        d = sg.get(l)
-                        if d is None:  # check&Create
-                            d = sg[l] = {}
-                            heapq.heappush(heap, (l, g))
-                        ds.append(d)
+                    ds = cached[g] = dicts(groups[g], g, t)
                     nxt = heap[0][0] + ws_
                 for d in ds:
                     acc = d.get(k, missing)
@@ -193,6 +188,13 @@ class AggregateInstance(OPlusInstance):
             raise
         except Exception as e:
             raise RunTupleError(t, v, e) from e
+
+    def _dicts(self, sg: dict, g: int, t: int) -> list[dict]:
+        """σ_g's window instances a row at ``t`` falls in, earliestWinL(t)..latestWinL(t),
+        created (check&Create) where missing."""
+        wa = self.op.WA
+        return [self._entry(sg, l, g)
+                for l in range(((t - self.op.WS) // wa + 1) * wa, t - t % wa + 1, wa)]
 
     def _rows_end(self, last: int) -> None:
         """updateW at a batch's last timestamp ``last`` for an instance that skipped rows

@@ -149,43 +149,9 @@ class SlicedAggregateInstance(AggregateInstance):
             raise RunTupleError(t, v, e) from e
         self._rows_done(ts)
 
-    def _own_rows(self, ts: list[int], keys: list[Any], xs: list[Any], gs: list[int],
-                  payloads: list[Any]) -> None:
-        """This instance's entries of a batch (:meth:`AggregateInstance._own_rows`, sliced):
-        a row updates its one slice in its key's group, looked up once per slice and group."""
-        op = self.op
-        update, init, missing = op.user_update, op.user_init, _MISSING
-        width, ws_ = self._width, op.WS
-        groups, heap = self.groups, self._lheap
-        nxt = heap[0][0] + ws_ if heap else math.inf  # the next expiry (ρ + WS)
-        cur = None  # the slice start whose dicts `cached` holds, per group
-        cached: dict[int, dict] = {}
-        t = v = None
-        try:
-            for t, k, x, g, v in zip(ts, keys, xs, gs, payloads, strict=True):  # noqa: B007
-                if t >= nxt:  # updateW: this row closes windows (slices may go)
-                    self.W = t
-                    self._expire(t)
-                    nxt = heap[0][0] + ws_ if heap else math.inf
-                    cur = None
-                s = t - t % width
-                if s != cur:
-                    cached = {}
-                    cur = s
-                d = cached.get(g)
-                if d is None:
-                    sg = groups[g]
-                    d = sg.get(s)
-                    if d is None:
-                        d = self._entry(sg, s, g)
-                        nxt = heap[0][0] + ws_
-                    cached[g] = d
-                acc = d.get(k, missing)
-                d[k] = update(init() if acc is missing else acc, x)  # f_U
-        except (RunTupleError, StretchflowError):
-            raise
-        except Exception as e:
-            raise RunTupleError(t, v, e) from e
+    def _dicts(self, sg: dict, g: int, t: int) -> list[dict]:
+        """The one σ entry a row at ``t`` updates: its slice in σ_g, created if new."""
+        return [self._entry(sg, t - t % self._width, g)]
 
     def _spans(self, ts: Any) -> tuple[Any, Any, int]:
         # process_keyed: each row updates its one slice
