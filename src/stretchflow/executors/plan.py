@@ -296,8 +296,8 @@ def stateless_paths(flow: Flow, streams: set[Node]) -> dict[str, str]:
 class Batches:
     """Which streams of a plan may hold batches, for an executor that runs them: ``streams``,
     the nodes whose output stream may hold Batch items (sources read in batches, fused
-    operators applied by their columnar forms, columnar O+), and ``takers``, the O+ that take
-    batches. A sink takes them too (the runtime's drain writes a batch at once)."""
+    operators applied to them, O+ taking them), and ``takers``, the O+ that take batches. A
+    sink takes them too (the runtime's drain writes a batch at once)."""
 
     def __init__(self, streams: set[Node], takers: set[Node]):
         self.streams = streams

@@ -1,23 +1,29 @@
-"""Whole batches through the VSN executor (issues #16, #31): which sources read batches,
+"""Whole batches through the VSN executor (issues #16, #31, #32): which sources read batches,
 which operators take them, and the inlets that carry them.
 
 A source reads :class:`~stretchflow.batch.Batch` es (``Source.batches``: sorted, unpaced files)
-when each of its readers takes them: a Map or Filter with a columnar form (``batch_fn``: column
-expressions, ``map_batches``, Arrow filters), a single-input O+ with columnar forms
-(``Aggregate.columnar``), or a sink. Batches then flow on (:class:`~.plan.Batches`):
+when each of its readers takes them: a stateless operator, or a single-input O+ (a join merges
+its inputs tuple by tuple). It builds Arrow tables only when a reader reads them (a Map or
+Filter with a columnar form, ``batch_fn``; an O+ with columnar forms, ``Aggregate.columnar``);
+otherwise its batches hold rows only (``tables=False``: JSON Lines parsed per line, issue #32).
+Batches then flow on (:class:`~.plan.Batches`):
 
-* a fused Map or Filter with a columnar form, run on its producer's thread, applies that form
-  to each whole batch (:func:`~.plan.apply_columnar`; a batch it refuses goes through ``fn``
-  tuple by tuple, which names the failing tuple) — so a source's batches reach the O+ and
-  sinks behind an expression chain;
-* a columnar O+ — one with columnar forms whose input stream holds batches — takes them
-  whole: its instances share a columnar σ
+* a fused Map, Filter or FlatMap, run on its producer's thread, applies itself to each whole
+  batch (:func:`~.plan.apply_batches`): its columnar form where it has one (a batch the form
+  refuses goes through ``fn`` tuple by tuple, which names the failing tuple), else its Python
+  function over the batch's rows in one loop (``apply_rows``);
+* a columnar O+ — one with columnar forms whose input stream holds batches of tables — takes
+  them whole: its instances share a columnar σ
   (:class:`~stretchflow.operators.columnar_shared.ColumnarShared`) and its windows leave as
   batches, one per window and instance. Its output stream holds batches in turn, so an O+
   with columnar forms fed by it (hot items' arg_max per window over the counts) is columnar
   too: chains stay columnar;
-* a consumer that takes tuples (a lambda operator, an O+ without columnar forms, a join) gets
-  each batch's tuples, in order, from the producer (:data:`~.plan.EXPLODE`).
+* any other single-input O+ whose input holds batches takes them as rows
+  (:attr:`BatchPlan.rows`; ``VSNInstance._rows``: an A+'s f_MK once per batch for all its
+  instances, :mod:`~stretchflow.operators.row_keys`) and its outputs leave as one batch per
+  timestamp;
+* a consumer that takes tuples (a join) gets each batch's tuples, in order, from the producer
+  (:data:`~.plan.EXPLODE`).
 
 A batch is one ESG entry ``(last ts, batch)``: a run of tuples in timestamp order, never a
 reordering. Control tuples and watermarks stay entries of their own, so a reconfiguration
@@ -27,11 +33,11 @@ count tuples: an inlet of batches holds ``capacity`` tuples' worth of batches, a
 ``max_spread`` tuples are ``max_spread // COLUMNAR_BATCH`` entries (at least one;
 :data:`~stretchflow.runtime.pump.COLUMNAR_BATCH` tuples a batch).
 
-Where an O+ with columnar forms takes tuples, the run summary's ``columnar_fallback`` says
-why (:attr:`BatchPlan.fallback`): ``columnar='off'``, several inputs, an input stream without
-batches (a source that gives none, a reader of it that takes tuples, a lambda operator in
-between), or a checkpointed run whose O+ is fed by another O+ (the checkpoint fences of the
-shared σ assume one producer of batches).
+Where an O+ with columnar forms takes tuples or rows, the run summary's ``columnar_fallback``
+says why (:attr:`BatchPlan.fallback`): ``columnar='off'``, several inputs, an input stream
+without batches of tables (a source that gives none, a reader of it that takes tuples, a
+lambda operator in between), or a checkpointed run whose O+ is fed by another O+ (the
+checkpoint fences of the shared σ assume one producer of batches).
 """
 
 from __future__ import annotations
