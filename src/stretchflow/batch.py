@@ -42,11 +42,23 @@ class Batch:
         self._make_payloads = make_payloads
         #: what a consumer derived from this batch, computed once for every reader of it
         #: (the VSN instances sharing an ESG read the same Batch object:
-        #: :mod:`stretchflow.operators.columnar_shared`)
-        self.memo: Any = None
+        #: :mod:`stretchflow.operators.columnar_shared`, :meth:`shared`), by consumer; a dict
+        #: from the start, so readers of different operators never race to create it
+        self.memo: dict[Any, Any] = {}
         #: f_MK's columnar form of this batch computed ahead of its reader, on the thread that
         #: read it (:func:`stretchflow.operators.columnar.explode_ahead`), or None
         self.ahead: Any = None
+
+    def shared(self, key: Any, lock: Any, compute: Callable[[], Any]) -> Any:
+        """``compute()``'s result for this batch and ``key``, computed once whichever reader
+        asks first: ``lock`` (one per consumer, shared by its readers) is held while it
+        computes, so the others wait for it rather than compute it again (without relying
+        on the GIL; a user function inside ``compute`` runs once per tuple overall)."""
+        with lock:
+            got = self.memo.get(key, _UNSET)
+            if got is _UNSET:
+                got = self.memo[key] = compute()
+        return got
 
     # -- the two forms ---------------------------------------------------------------------------
     @property
@@ -125,6 +137,9 @@ class Batch:
     def __repr__(self) -> str:
         span = f", ts {self.first}..{self.last}" if len(self) else ""
         return f"Batch({len(self)} tuples{span})"
+
+
+_UNSET = object()
 
 
 def _as_table(t: Any) -> Any:

@@ -22,13 +22,13 @@ their input (STRETCH §7, "stateless operators in a chain run on the upstream th
 :class:`Pusher` applies them to a producer's batches and adds the results to the inlets
 downstream, each producer adding under its own source id.
 
-Streams of whole batches (issues #16, #31): an executor that runs batches tells the plan which
-nodes' streams may hold :class:`~stretchflow.batch.Batch` items (``batches``, a
-:class:`Batches`). A producer of such a stream applies a fused Map or Filter that has a
-columnar form to each batch at once (:func:`apply_columnar`), hands batches on to the
-consumers that take them (a sink, a columnar O+) and turns them into their tuples, in order,
-for every other one (a lambda operator, an O+ that takes tuples): the same tuples, in the same
-order, as tuple at a time.
+Streams of whole batches (issues #16, #31, #32): an executor that runs batches tells the plan
+which nodes' streams may hold :class:`~stretchflow.batch.Batch` items (``batches``, a
+:class:`Batches`). A producer of such a stream applies a fused stateless operator in that
+stream to each batch at once (:func:`apply_batches`: a columnar form on its table, or a
+Python function over its rows), hands batches on to the consumers that take them (a sink, an
+O+ taking batches) and turns them into their tuples, in order, for every other one (an O+
+that takes tuples, a join): the same tuples, in the same order, as tuple at a time.
 """
 
 from __future__ import annotations
@@ -40,9 +40,10 @@ from typing import Any, Protocol
 
 from ..batch import Batch
 from ..buffers.esg import ElasticScaleGate
+from ..errors import OperatorError
 from ..eventtime import WATERMARK
 from ..flow import Flow, Node
-from ..operators.stateless import apply_batch, through_batch
+from ..operators.stateless import apply_batch, apply_rows, through_batch
 
 Item = tuple[int, Any]
 _ts = itemgetter(0)
@@ -141,7 +142,8 @@ def esg_inlet(consumer: Any, name: str, producers: list[Hashable], readers: list
 
 
 #: how a :class:`Pusher` hands a producer's items to a target: as they are, their batches
-#: as tuples first (a consumer that takes tuples), or through a fused operator's columnar form
+#: as tuples first (a consumer that takes tuples), or a fused operator over whole batches
+#: (:func:`apply_batches`: its columnar form, or its function over each batch's rows)
 AS_IS, EXPLODE, COLUMNAR = 0, 1, 2
 
 
@@ -169,11 +171,12 @@ class Pusher:
             items = exploded(batch) if how is EXPLODE else batch
             if kind == "inlet":
                 target.push_input(self.pid, items, arg)
-            else:
-                out = apply_columnar(target, items) if how is COLUMNAR else \
-                    apply_batch(target, items)
-                if out:
-                    arg.push(out)
+                continue
+            out, err = _through(target, items, how)
+            if out:
+                arg.push(out)
+            if err is not None:  # the outputs before the failing tuple went on first
+                raise err
 
     def _routes(self, batch: list[Item], acc: list[tuple[Any, int, list[Item]]]) -> None:
         """``(inlet, input index, batch)`` for every path of ``batch`` below this pusher."""
@@ -181,11 +184,12 @@ class Pusher:
             items = exploded(batch) if how is EXPLODE else batch
             if kind == "inlet":
                 acc.append((target, arg, items))
-            else:
-                out = apply_columnar(target, items) if how is COLUMNAR else \
-                    apply_batch(target, items)
-                if out:
-                    arg._routes(out, acc)
+                continue
+            out, err = _through(target, items, how)
+            if out:
+                arg._routes(out, acc)
+            if err is not None:
+                raise err
 
     def _push_merged(self, batch: list[Item]) -> None:
         acc: list[tuple[Any, int, list[Item]]] = []
@@ -230,28 +234,51 @@ def exploded(items: list[Item]) -> list[Item]:
     return out
 
 
-def apply_columnar(op: Any, items: list[Item]) -> list[Item]:
-    """A fused Map or Filter with a columnar form over a producer's items: each Batch through
-    it at once (:func:`~stretchflow.operators.stateless.through_batch`; one the form refuses
-    tuple by tuple through ``fn``, which names the tuple it fails on), anything else
-    (watermarks, tuples) through ``fn``. A batch a filter empties is dropped, as its tuples
-    would be."""
+def _through(op: Any, items: list[Item], how: int) -> tuple[list[Item], BaseException | None]:
+    """A fused stateless operator over a producer's items: ``(outputs, error)``."""
+    if how is COLUMNAR:
+        return apply_batches(op, items)
+    return apply_batch(op, items), None
+
+
+def apply_batches(op: Any, items: list[Item]) -> tuple[list[Item], BaseException | None]:
+    """A fused Map, Filter or FlatMap over a producer's items that may hold batches:
+    ``(outputs, error)``. Each Batch goes through the operator at once: its columnar form
+    where it has one (:func:`~stretchflow.operators.stateless.through_batch`; a batch the
+    form refuses goes tuple by tuple through ``fn``, which names the tuple it fails on),
+    else its function over the batch's rows in one loop
+    (:func:`~stretchflow.operators.stateless.apply_rows`, issue #32); anything else
+    (watermarks, tuples) goes through ``fn``. A batch a filter empties is dropped, as its
+    tuples would be. ``error``: the failure of a user function naming its tuple, ``outputs``
+    then what came before it, which the caller hands on before raising it (as tuple at a
+    time)."""
+    columnar = getattr(op, "batch_fn", None) is not None
     out: list[Item] = []
     run: list[Item] = []  # non-batch items, in order
-    for item in items:
-        p = item[1]
-        if type(p) is not Batch:
-            run.append(item)
-            continue
+    try:
+        for item in items:
+            p = item[1]
+            if type(p) is not Batch:
+                run.append(item)
+                continue
+            if run:
+                out.extend(apply_batch(op, run))
+                run = []
+            if columnar:
+                b = through_batch(op, p)
+            else:
+                b, err = apply_rows(op, p)
+                if err is not None:
+                    if len(b):
+                        out.append((b.last, b))
+                    return out, err
+            if len(b):
+                out.append((b.last, b))
         if run:
             out.extend(apply_batch(op, run))
-            run = []
-        b = through_batch(op, p)
-        if len(b):
-            out.append((b.last, b))
-    if run:
-        out.extend(apply_batch(op, run))
-    return out
+    except OperatorError as e:  # apply_batch's, on a tuple of a run: the run's outputs lost
+        return out, e
+    return out, None
 
 
 def columnar_form(node: Node) -> bool:
@@ -269,8 +296,8 @@ def stateless_paths(flow: Flow, streams: set[Node]) -> dict[str, str]:
 class Batches:
     """Which streams of a plan may hold batches, for an executor that runs them: ``streams``,
     the nodes whose output stream may hold Batch items (sources read in batches, fused
-    operators applied by their columnar forms, columnar O+), and ``takers``, the O+ that take
-    batches. A sink takes them too (the runtime's drain writes a batch at once)."""
+    operators applied to them, O+ taking them), and ``takers``, the O+ that take batches. A
+    sink takes them too (the runtime's drain writes a batch at once)."""
 
     def __init__(self, streams: set[Node], takers: set[Node]):
         self.streams = streams

@@ -36,6 +36,8 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Hashable
+from itertools import groupby
+from operator import itemgetter
 from typing import Any
 
 from ..batch import Batch
@@ -93,7 +95,12 @@ class VSNInstance:
         self._take = RUN_BATCH if runs else BATCH
         if vop.columnar_state is not None:
             self._step = self._process_batches
+            self._batch = self.inst.process_batch
             self._take = 2  # entries: batches of COLUMNAR_BATCH tuples each
+        elif vop.rows:  # batches of rows, f_MK once per batch for all instances
+            self._step = self._process_batches
+            self._batch = self._rows
+            self._take = 2
 
     def bound_take(self, spread: int | None) -> None:
         """Takes at most half of ``max_spread`` tuples at a time: a batch in flight is work
@@ -177,11 +184,12 @@ class VSNInstance:
         return True
 
     def _process_batches(self, items: list) -> bool:
-        """processVSN (Alg. 4) over ESG_in entries that are whole batches (a columnar O+):
-        each batch goes through the shared columnar σ at once (:mod:`~stretchflow.operators.
-        columnar_shared`); control tuples and watermarks are entries of their own, between
+        """processVSN (Alg. 4) over ESG_in entries that are whole batches: each batch goes
+        through the shared columnar σ at once (a columnar O+, :mod:`~stretchflow.operators.
+        columnar_shared`) or through the instance's loop over its rows (:meth:`_rows`);
+        control tuples, checkpoint barriers and watermarks are entries of their own, between
         batches, and switch or advance as tuple at a time."""
-        inst = self.inst
+        inst, batch = self.inst, self._batch
         for idx, (ts, p) in enumerate(items):
             kind = type(p)
             if kind is Control:
@@ -193,7 +201,7 @@ class VSNInstance:
                 continue
             try:
                 if kind is Batch:
-                    inst.process_batch(p)
+                    batch(p)
                     self.processed += len(p)
                 elif p is WATERMARK:
                     inst.advance(ts)
@@ -203,6 +211,15 @@ class VSNInstance:
             except Exception as e:
                 raise_user_error(self.vop.name, ts, p.payloads[0] if kind is Batch else p, e)
         return True
+
+    def _rows(self, batch: Batch) -> None:
+        """A batch of rows (issue #32): an A+ instance's keys computed once for the
+        operator's instances (``process_shared``), any other O+'s ``process_rows``."""
+        shared = getattr(self.inst, "process_shared", None)
+        if shared is not None:
+            shared(batch, self.vop.rows_lock)
+        else:
+            self.inst.process_rows(batch.ts.tolist(), batch.payloads, 0)
 
     def _run(self, run: list[tuple[int, Any, int]]) -> None:
         if not run:
@@ -263,6 +280,8 @@ class VSNInstance:
 
     def _emit(self) -> None:
         out = self.inst.take()  # windows as batches: the pusher explodes them where needed
+        if self.vop.rows and out:
+            out = by_timestamp(out)
         w = self.inst.W
         # lets ESG_out's readiness pass this instance (Lemma 2); a leaving instance that
         # flushed outputs beyond W is about to be removed and needs none
@@ -309,6 +328,8 @@ class VSNExecutor:
         }
         self.batches = plan_batches(flow, self.ops, self.G, s.columnar == "on",
                                     s.checkpoint is not None)
+        for node in self.batches.rows:
+            self.ops[node].rows = True
         self.plan = PhysicalPlan(flow, self._producer_ids, self._reader_ids, s.capacity,
                                  inlet=BatchAwareInlets(flow, self.ops, self.batches),
                                  batches=self.batches)
@@ -316,7 +337,7 @@ class VSNExecutor:
             vop.inlet = self.plan.inlets[node]
             vop.instances = [VSNInstance(vop, j) for j in range(n)]
             spread = _spread(s.max_spread, vop.instances[0].inst.takes_runs)
-            if vop.columnar_state is not None:  # positions are batches here
+            if vop.columnar_state is not None or vop.rows:  # positions are batches here
                 spread = spread_in_entries(spread)
             vop.inlet.esg.set_max_spread(spread)
             vop.inlet.esg.set_control_hold(s.control_hold)
@@ -459,6 +480,22 @@ class VSNExecutor:
     def _release_holds(self) -> None:
         for vop in self.ops.values():  # requests a failure left pending hold no GC
             vop.release_gc_holds()
+
+
+def by_timestamp(out: list[tuple[int, Any]]) -> list[tuple[int, Any]]:
+    """An instance's outputs (timestamp-sorted) as one batch per timestamp. A batch is one
+    ESG entry at its last timestamp, and ESG_out merges its producers' entries by those:
+    a batch spanning several timestamps could go after another producer's later tuples,
+    which the consumer would then read out of order; one timestamp a batch keeps the merge
+    exactly that of the tuples."""
+    runs: list[tuple[int, Any]] = []
+    for t, group in groupby(out, key=_TS):
+        ps = [p for _, p in group]
+        runs.append((t, Batch([t] * len(ps), payloads=ps)))
+    return runs
+
+
+_TS = itemgetter(0)
 
 
 def _path(instances: list[VSNInstance]) -> str:

@@ -1,23 +1,29 @@
-"""Whole batches through the VSN executor (issues #16, #31): which sources read batches,
+"""Whole batches through the VSN executor (issues #16, #31, #32): which sources read batches,
 which operators take them, and the inlets that carry them.
 
 A source reads :class:`~stretchflow.batch.Batch` es (``Source.batches``: sorted, unpaced files)
-when each of its readers takes them: a Map or Filter with a columnar form (``batch_fn``: column
-expressions, ``map_batches``, Arrow filters), a single-input O+ with columnar forms
-(``Aggregate.columnar``), or a sink. Batches then flow on (:class:`~.plan.Batches`):
+when each of its readers takes them: a stateless operator, or a single-input O+ (a join merges
+its inputs tuple by tuple). It builds Arrow tables only when a reader reads them (a Map or
+Filter with a columnar form, ``batch_fn``; an O+ with columnar forms, ``Aggregate.columnar``);
+otherwise its batches hold rows only (``tables=False``: JSON Lines parsed per line, issue #32).
+Batches then flow on (:class:`~.plan.Batches`):
 
-* a fused Map or Filter with a columnar form, run on its producer's thread, applies that form
-  to each whole batch (:func:`~.plan.apply_columnar`; a batch it refuses goes through ``fn``
-  tuple by tuple, which names the failing tuple) — so a source's batches reach the O+ and
-  sinks behind an expression chain;
-* a columnar O+ — one with columnar forms whose input stream holds batches — takes them
-  whole: its instances share a columnar σ
+* a fused Map, Filter or FlatMap, run on its producer's thread, applies itself to each whole
+  batch (:func:`~.plan.apply_batches`): its columnar form where it has one (a batch the form
+  refuses goes through ``fn`` tuple by tuple, which names the failing tuple), else its Python
+  function over the batch's rows in one loop (``apply_rows``);
+* a columnar O+ — one with columnar forms whose input stream holds batches of tables — takes
+  them whole: its instances share a columnar σ
   (:class:`~stretchflow.operators.columnar_shared.ColumnarShared`) and its windows leave as
   batches, one per window and instance. Its output stream holds batches in turn, so an O+
   with columnar forms fed by it (hot items' arg_max per window over the counts) is columnar
   too: chains stay columnar;
-* a consumer that takes tuples (a lambda operator, an O+ without columnar forms, a join) gets
-  each batch's tuples, in order, from the producer (:data:`~.plan.EXPLODE`).
+* any other single-input O+ whose input holds batches takes them as rows
+  (:attr:`BatchPlan.rows`; ``VSNInstance._rows``: an A+'s f_MK once per batch for all its
+  instances, :mod:`~stretchflow.operators.row_keys`) and its outputs leave as one batch per
+  timestamp;
+* a consumer that takes tuples (a join) gets each batch's tuples, in order, from the producer
+  (:data:`~.plan.EXPLODE`).
 
 A batch is one ESG entry ``(last ts, batch)``: a run of tuples in timestamp order, never a
 reordering. Control tuples and watermarks stay entries of their own, so a reconfiguration
@@ -27,15 +33,16 @@ count tuples: an inlet of batches holds ``capacity`` tuples' worth of batches, a
 ``max_spread`` tuples are ``max_spread // COLUMNAR_BATCH`` entries (at least one;
 :data:`~stretchflow.runtime.pump.COLUMNAR_BATCH` tuples a batch).
 
-Where an O+ with columnar forms takes tuples, the run summary's ``columnar_fallback`` says
-why (:attr:`BatchPlan.fallback`): ``columnar='off'``, several inputs, an input stream without
-batches (a source that gives none, a reader of it that takes tuples, a lambda operator in
-between), or a checkpointed run whose O+ is fed by another O+ (the checkpoint fences of the
-shared σ assume one producer of batches).
+Where an O+ with columnar forms takes tuples or rows, the run summary's ``columnar_fallback``
+says why (:attr:`BatchPlan.fallback`): ``columnar='off'``, several inputs, an input stream
+without batches of tables (a source that gives none, a reader of it that takes tuples, a
+lambda operator in between), or a checkpointed run whose O+ is fed by another O+ (the
+checkpoint fences of the shared σ assume one producer of batches).
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +63,11 @@ class BatchPlan(Batches):
         super().__init__(set(), set())
         self.sources: dict[Node, Any] = {}
         self.fallback: dict[str, str] = {}
+        #: the takers that take batches as rows (the others, as tables: a columnar σ)
+        self.rows: set[Node] = set()
+        #: the takers whose input is an O+'s outputs (batches of a window's outputs each,
+        #: not a source's ``COLUMNAR_BATCH`` tuples)
+        self.outputs_in: set[Node] = set()
 
     def get(self, node: Node) -> Any:
         """Source ``node``'s batches, or None (it is read tuple by tuple)."""
@@ -65,7 +77,8 @@ class BatchPlan(Batches):
 def plan_batches(flow: Flow, ops: dict[Node, VSNOperator], n_groups: int, on: bool,
                  checkpoints: bool = False) -> BatchPlan:
     """Which streams hold batches (see the module doc); sets up the columnar σ of each O+
-    that takes them. Nothing when ``on`` is False. ``checkpoints``: the run checkpoints."""
+    that takes them as tables and marks each that takes them as rows. Nothing when ``on`` is
+    False. ``checkpoints``: the run checkpoints."""
     plan = BatchPlan()
     able = [node for node in ops if getattr(node.spec, "columnar", False)]
     if not on:
@@ -77,59 +90,81 @@ def plan_batches(flow: Flow, ops: dict[Node, VSNOperator], n_groups: int, on: bo
         for up in node.inputs:
             readers[up].append(node)
     streams, takers = plan.streams, plan.takers
+    tables: set[Node] = set()  # streams whose batches are tables (columnar forms read them)
     fed_by_oplus: set[Node] = set()  # streams an O+'s instances produce (through stateless)
     for node in flow.nodes:  # in topological order
         if node.kind == "source":
             rs = readers[node]
-            if not rs or not all(r in cand or columnar_form(r) for r in rs):
+            # every reader takes batches: a stateless operator or a one-input O+ (a join
+            # merges its inputs tuple by tuple); tables only where a columnar form reads them
+            if not rs or not all(r.kind == "stateless" or (r.kind == "oplus" and
+                                                           len(r.inputs) == 1) for r in rs):
                 continue
+            table = any(r in cand or columnar_form(r) for r in rs)
             batches = getattr(node.spec, "batches", None)
-            it = batches(pump.COLUMNAR_BATCH) if batches is not None else None
+            it = _source_batches(batches, table) if batches is not None else None
             if it is not None:
                 plan.sources[node] = it
                 streams.add(node)
+                if table:
+                    tables.add(node)
         elif node.kind == "stateless":
             up = node.inputs[0]
             if up in fed_by_oplus:
                 fed_by_oplus.add(node)
-            if up in streams and columnar_form(node):
+            if up in streams:
                 streams.add(node)
+                if up in tables and columnar_form(node):
+                    tables.add(node)
         elif node.kind == "oplus":
             fed_by_oplus.add(node)
-            if node not in cand:
+            if len(node.inputs) != 1 or node.inputs[0] not in streams:
                 continue
             up = node.inputs[0]
-            if up not in streams:
-                continue
-            if checkpoints and up in fed_by_oplus:
-                plan.fallback[node.name] = ("a checkpointed run: an O+ fed by another O+ "
-                                            "takes tuples")
-                continue
-            takers.add(node)
             streams.add(node)
+            takers.add(node)
+            if node not in cand or up not in tables:
+                plan.rows.add(node)  # a batch's rows through the instances' loops
+            elif checkpoints and up in fed_by_oplus:
+                plan.rows.add(node)
+                plan.fallback[node.name] = ("a checkpointed run: an O+ fed by another O+ "
+                                            "takes rows, not columns")
+            else:
+                tables.add(node)
+            if up in fed_by_oplus:
+                plan.outputs_in.add(node)
     for node in able:
-        if node not in takers and node.name not in plan.fallback:
+        if (node not in takers or node in plan.rows) and node.name not in plan.fallback:
             plan.fallback[node.name] = (
                 "several inputs" if len(node.inputs) > 1 else
-                "its input holds no batches (a source that gives none: not a sorted, "
-                "unpaced file; a reader of that source that takes tuples; or an operator "
-                "without a columnar form in between)")
+                "its input holds no batches of columns (a source that gives none: not a "
+                "sorted, unpaced file; a reader of that source that takes tuples; or an "
+                "operator without a columnar form in between)")
+    columnar = takers - plan.rows
     for src, it in list(plan.sources.items()):
         rs = readers[src]
-        if len(rs) == 1 and rs[0] in takers:
+        if len(rs) == 1 and rs[0] in columnar:
             # f_MK's explode of each batch on the source's thread, ahead of the instances
             # (operators/columnar.explode_ahead; the instances then only sum and combine)
             from ..operators.columnar import explode_ahead
 
             plan.sources[src] = explode_ahead(rs[0].spec, it)
-    if not takers and not plan.sources:
+    if not columnar and not tables:
         return plan
     prefer_system_allocator()
     from ..operators.columnar_shared import ColumnarShared
 
-    for node in takers:
+    for node in columnar:
         ops[node].columnar_state = ColumnarShared(node.spec, n_groups)
     return plan
+
+
+def _source_batches(batches: Any, tables: bool) -> Any:
+    """``Source.batches``, asked for rows only when no reader needs tables (a source class
+    of its own whose ``batches`` takes no ``tables`` is asked as before)."""
+    if not tables and "tables" in inspect.signature(batches).parameters:
+        return batches(pump.COLUMNAR_BATCH, tables=False)
+    return batches(pump.COLUMNAR_BATCH)
 
 
 class BatchAwareInlets:
@@ -139,6 +174,7 @@ class BatchAwareInlets:
 
     def __init__(self, flow: Flow, ops: dict[Node, VSNOperator], plan: BatchPlan):
         self.ops = ops
+        self.plan = plan
         self.batch_sinks = {("sink", k) for k, (node, _) in enumerate(flow.sinks)
                             if node in plan.streams}
 
@@ -146,12 +182,26 @@ class BatchAwareInlets:
                  readers: list[Hashable], capacity: int, n_inputs: int) -> Inlet:
         vop = self.ops.get(consumer) if isinstance(consumer, Node) else None
         if vop is not None and vop.columnar_state is not None:
-            return BatchInlet(name, producers, readers,
-                              max(4, capacity // pump.COLUMNAR_BATCH),
+            return BatchInlet(name, producers, readers, source_batches(capacity),
                               n_inputs, vop.columnar_state.offer)
-        if consumer in self.batch_sinks:
-            capacity = max(16, capacity // 64)
+        if consumer in self.plan.rows:  # an O+ taking rows: capacity in batches too
+            capacity = output_batches(capacity) if consumer in self.plan.outputs_in else \
+                source_batches(capacity)
+        elif consumer in self.batch_sinks:
+            capacity = output_batches(capacity)
         return Inlet(name, producers, readers, capacity, n_inputs)
+
+
+def source_batches(capacity: int) -> int:
+    """ESG entries of a source's batches (``COLUMNAR_BATCH`` tuples each) that hold about
+    ``capacity`` tuples."""
+    return max(4, capacity // pump.COLUMNAR_BATCH)
+
+
+def output_batches(capacity: int) -> int:
+    """ESG entries of an O+'s outputs as batches (a window's outputs each, or a source's
+    batch) for ``capacity`` tuples: fewer entries than tuples, more than of whole batches."""
+    return max(16, capacity // 64)
 
 
 class BatchInlet(Inlet):

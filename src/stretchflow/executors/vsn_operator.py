@@ -183,6 +183,11 @@ class VSNOperator:
         #: a columnar O+'s shared σ (:class:`~stretchflow.operators.columnar_shared.
         #: ColumnarShared`), set by the executor when its input comes as batches
         self.columnar_state: Any = None
+        #: True when its input comes as batches of rows (issue #32): each batch through the
+        #: instances' ``process_shared``/``process_rows``, its f_MK computed once for all of
+        #: them under :attr:`rows_lock` (:mod:`~stretchflow.operators.row_keys`)
+        self.rows = False
+        self.rows_lock = threading.Lock()
         self.instances: list[VSNInstance] = []  # set by the executor
         #: the run's :class:`~stretchflow.executors.vsn_checkpoint.VSNCheckpoints` (checkpoint
         #: barriers in ESG_in), or None

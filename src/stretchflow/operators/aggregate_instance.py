@@ -13,8 +13,10 @@ from ..errors import RunTupleError, StretchflowError
 from .columnar_kernels import sum_by
 from .keys import key_pairs, one_key_test
 from .oplus import OPlusInstance
+from .row_keys import RowKeys
 
 if TYPE_CHECKING:
+    from ..batch import Batch
     from .aggregate import Aggregate
 
 
@@ -57,7 +59,7 @@ class AggregateInstance(OPlusInstance):
         f_MK is read as :func:`~.keys.one_key` reads it, inlined. An instance sharing σ
         with others (an assignment, VSN) or taking runs through a kernel goes the general
         way."""
-        if self.assign is not None or self.takes_runs:
+        if not self._rows_alone() or self.takes_runs:
             super().process_rows(ts, payloads, i)
             return
         op = self.op
@@ -111,6 +113,97 @@ class AggregateInstance(OPlusInstance):
         except Exception as e:
             raise RunTupleError(t, v, e) from e
         self._rows_done(ts)
+
+    def _rows_alone(self) -> bool:
+        """Whether this instance alone handles every key: it owns all of σ and σ is one
+        group (the sequential case, or a VSN instance owning the one group there is), so a
+        row's keys need no routing."""
+        return self.assign is None or (self._owns_all and self.state.G == 1)
+
+    def process_shared(self, batch: Batch, lock: Any) -> None:
+        """A batch of rows read by every instance sharing σ (VSN, Alg. 4), this instance
+        updating the keys of its own groups: f_MK runs once per row for all of them
+        (:class:`~.row_keys.RowKeys`, left on the batch under ``lock``, which the
+        instances share), then this instance's rows go through one loop (:meth:`_own_rows`).
+        Same σ and outputs as :meth:`process` on every row; a failure is a
+        :class:`~stretchflow.errors.RunTupleError` naming its row. An instance alone
+        (:meth:`_rows_alone`) or taking runs through a kernel takes :meth:`process_rows`."""
+        if self._rows_alone() or self.takes_runs:
+            self.process_rows(batch.ts.tolist(), batch.payloads)
+            return
+        n = len(batch)
+        if not n:
+            return
+        if self.state.G == 1:  # one group, another instance's: nothing here but time
+            self._rows_end(batch.last)
+            return
+        op, assign = self.op, self.assign
+        raw = getattr(op.user_keys, "__wrapped__", op.user_keys)
+        hits = self.group_hits
+        rk = batch.shared(self.state, lock, lambda: RowKeys(raw, batch, self.state.G, assign,
+                                                             hits))
+        self._own_rows(*rk.part(self.j, assign))
+        if rk.failed is not None:  # the rows before it are done, and updateW at its ts
+            self._rows_end(rk.failed[0])
+            rk.raise_failure()
+        self._rows_end(batch.last)
+
+    def _own_rows(self, ts: list[int], keys: list[Any], xs: list[Any], gs: list[int],
+                  payloads: list[Any]) -> None:
+        """This instance's entries of a batch (:class:`~.row_keys.RowKeys`), in order: the
+        loop of :meth:`process_rows` with each key's group given. The σ entries a row
+        updates (:meth:`_dicts`) are the same for every row of one span of gcd(WS, WA) —
+        both ends of its window range, and its slice, change only at such multiples — so they
+        are looked up once per span and group. updateW runs at the rows of this instance
+        only (and at the batch's end, :meth:`_rows_end`): a window a row falls in closes
+        after it, and the outputs of windows that close come out in timestamp order either
+        way."""
+        op = self.op
+        update, init, missing = op.user_update, op.user_init, _MISSING
+        width, ws_ = math.gcd(op.WS, op.WA), op.WS
+        groups, heap, dicts = self.groups, self._lheap, self._dicts
+        nxt = heap[0][0] + ws_ if heap else math.inf  # the next expiry (ρ + WS)
+        cur = None  # the span whose σ entries `cached` holds, per group
+        cached: dict[int, list[dict]] = {}
+        t = v = None
+        try:
+            for t, k, x, g, v in zip(ts, keys, xs, gs, payloads, strict=True):  # noqa: B007
+                if t >= nxt:  # updateW: this row closes windows
+                    self.W = t
+                    self._expire(t)
+                    nxt = heap[0][0] + ws_ if heap else math.inf
+                    cur = None
+                s = t - t % width
+                if s != cur:
+                    cached = {}
+                    cur = s
+                ds = cached.get(g)
+                if ds is None:
+                    ds = cached[g] = dicts(groups[g], g, t)
+                    nxt = heap[0][0] + ws_
+                for d in ds:
+                    acc = d.get(k, missing)
+                    d[k] = update(init() if acc is missing else acc, x)  # f_U
+        except (RunTupleError, StretchflowError):
+            raise
+        except Exception as e:
+            raise RunTupleError(t, v, e) from e
+
+    def _dicts(self, sg: dict, g: int, t: int) -> list[dict]:
+        """σ_g's window instances a row at ``t`` falls in, earliestWinL(t)..latestWinL(t),
+        created (check&Create) where missing."""
+        wa = self.op.WA
+        return [self._entry(sg, l, g)
+                for l in range(((t - self.op.WS) // wa + 1) * wa, t - t % wa + 1, wa)]
+
+    def _rows_end(self, last: int) -> None:
+        """updateW at a batch's last timestamp ``last`` for an instance that skipped rows
+        of it: expire what it closes, then W and latestWinL (:meth:`_rows_done`)."""
+        heap = self._lheap
+        if heap and heap[0][0] + self.op.WS <= last:
+            self.W = max(self.W, last)
+            self._expire(last)
+        self._rows_done((last,))
 
     def _rows_done(self, ts: Sequence[int]) -> None:
         """updateW's bookkeeping after a batch of rows: W and latestWinL of its last row."""

@@ -101,7 +101,7 @@ class SlicedAggregateInstance(AggregateInstance):
     def process_rows(self, ts: Sequence[int], payloads: Sequence[Any], i: int = 0) -> None:
         """A batch of rows in one loop (:meth:`AggregateInstance.process_rows`, sliced): a row
         updates its one slice, looked up once per slice rather than per row."""
-        if self.assign is not None or self.takes_runs:
+        if not self._rows_alone() or self.takes_runs:
             OPlusInstance.process_rows(self, ts, payloads, i)
             return
         op = self.op
@@ -148,6 +148,10 @@ class SlicedAggregateInstance(AggregateInstance):
         except Exception as e:
             raise RunTupleError(t, v, e) from e
         self._rows_done(ts)
+
+    def _dicts(self, sg: dict, g: int, t: int) -> list[dict]:
+        """The one σ entry a row at ``t`` updates: its slice in σ_g, created if new."""
+        return [self._entry(sg, t - t % self._width, g)]
 
     def _spans(self, ts: Any) -> tuple[Any, Any, int]:
         # process_keyed: each row updates its one slice
