@@ -3,7 +3,7 @@ parallelism, reconfigurations included, and on the reference at parallelism P > 
 
 * Expression chains: a source read in batches reaches its O+ and sinks through Maps and
   Filters with columnar forms (``filter(expr)``, ``with_columns``, ``select``), fused on the
-  source's thread and applied to whole batches (executors/plan.py ``apply_columnar``).
+  source's thread and applied to whole batches (executors/plan.py ``apply_batches``).
 * O+ chains: an O+ with columnar forms fed by a columnar O+ takes its output tables as
   batches (hot items: counts per auction, then arg_max per window).
 * The reference at P > 1 runs a columnar O+ as P instances sharing one columnar σ.

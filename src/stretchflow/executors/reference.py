@@ -45,7 +45,6 @@ O+'s run and the drain's buffer: outputs reach the sink as the watermark passes 
 from __future__ import annotations
 
 import heapq
-import inspect
 import itertools
 from collections.abc import Iterator
 from operator import itemgetter
@@ -57,7 +56,7 @@ from ..engines import run as run_engine
 from ..eventtime import WATERMARK
 from ..flow import Flow, Node
 from ..io.sinks import CsvSink, JsonLinesSink, ParquetSink
-from ..io.sources import Source, pace
+from ..io.sources import Source, pace, read_batches
 from ..operators.oplus import OPlus, OPlusInstance, SharedState
 from ..operators.stateless import Filter, FlatMap, Map, apply_rows, through_batch
 from ..runtime.control import CheckpointBarrier, raise_user_error, user_error
@@ -218,7 +217,8 @@ def _compile(flow: Flow, counts: dict[str, list[int]], P: int = 1, G: int = 1,
             counter = counts.setdefault(node.name, [0])
             batches = getattr(node.spec, "batches", None) if batches_on else None
             if batches is not None and all(takes_batches(r) for r in readers[node]):
-                bs = _source_batches(batches, any(needs_tables(r) for r in readers[node]))
+                bs = read_batches(node.spec, BATCH,
+                                  any(needs_tables(r) for r in readers[node]))
                 if bs is not None:
                     batchy.add(node)
                     if ckpt is not None:
@@ -255,14 +255,6 @@ def _compile(flow: Flow, counts: dict[str, list[int]], P: int = 1, G: int = 1,
     if info is not None:
         info["streams"] = batchy
     return out
-
-
-def _source_batches(batches: Any, tables: bool) -> Iterator[Batch] | None:
-    """``Source.batches``, asked for rows only when no reader needs tables (a source class
-    of its own whose ``batches`` takes no ``tables`` is asked as before)."""
-    if not tables and "tables" in inspect.signature(batches).parameters:
-        return batches(BATCH, tables=False)
-    return batches(BATCH)
 
 
 def _counted_batches(batches: Iterator[Batch], counter: list[int]) -> Iterator[Item]:

@@ -42,12 +42,12 @@ checkpoint fences of the shared σ assume one producer of batches).
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any
 
 from ..batch import Batch, prefer_system_allocator
 from ..flow import Flow, Node
+from ..io.sources import read_batches
 from ..runtime import pump
 from .plan import Batches, Inlet, columnar_form
 
@@ -102,7 +102,8 @@ def plan_batches(flow: Flow, ops: dict[Node, VSNOperator], n_groups: int, on: bo
                 continue
             table = any(r in cand or columnar_form(r) for r in rs)
             batches = getattr(node.spec, "batches", None)
-            it = _source_batches(batches, table) if batches is not None else None
+            it = read_batches(node.spec, pump.COLUMNAR_BATCH, table) \
+                if batches is not None else None
             if it is not None:
                 plan.sources[node] = it
                 streams.add(node)
@@ -157,14 +158,6 @@ def plan_batches(flow: Flow, ops: dict[Node, VSNOperator], n_groups: int, on: bo
     for node in columnar:
         ops[node].columnar_state = ColumnarShared(node.spec, n_groups)
     return plan
-
-
-def _source_batches(batches: Any, tables: bool) -> Any:
-    """``Source.batches``, asked for rows only when no reader needs tables (a source class
-    of its own whose ``batches`` takes no ``tables`` is asked as before)."""
-    if not tables and "tables" in inspect.signature(batches).parameters:
-        return batches(pump.COLUMNAR_BATCH, tables=False)
-    return batches(pump.COLUMNAR_BATCH)
 
 
 class BatchAwareInlets:

@@ -617,3 +617,17 @@ def open_source(path: str | os.PathLike, *, format: str | None = None,  # noqa: 
     src = cls(spec, **kw)
     src.input_format, src._inp = format, inp
     return src
+
+
+def read_batches(source: Any, rows: int, tables: bool) -> Iterator[Batch] | None:
+    """``source.batches(rows)``, asked for rows only (``tables=False``) when no reader needs
+    Arrow tables; a source class of its own whose ``batches`` takes no ``tables`` (or that
+    has no ``batches``) is asked as before. None: the source gives no batches."""
+    import inspect
+
+    batches = getattr(source, "batches", None)
+    if batches is None:
+        return None
+    if not tables and "tables" in inspect.signature(batches).parameters:
+        return batches(rows, tables=False)
+    return batches(rows)
