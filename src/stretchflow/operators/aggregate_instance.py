@@ -66,39 +66,34 @@ class AggregateInstance(OPlusInstance):
         raw = getattr(op.user_keys, "__wrapped__", op.user_keys)
         kind, learn = one_key_test()
         update, init, missing = op.user_update, op.user_init, _MISSING
-        wa, ws_ = op.WA, op.WS
-        sg, heap = self.groups[0], self._lheap
+        # the σ entries a row updates (its window instances, or its slice: _dicts) are the
+        # same through a span of gcd(WS, WA): looked up once per span, as in _own_rows
+        width, ws_ = math.gcd(op.WS, op.WA), op.WS
+        sg, heap, dicts = self.groups[0], self._lheap, self._dicts
         nxt = heap[0][0] + ws_ if heap else math.inf  # the next expiry (ρ + WS)
-        c1 = c2 = None  # the window range [c1, c2] whose dicts `ds` holds
+        cur = None  # the span whose σ entries `ds` holds
         ds: list[dict] = []
         t = v = None
         try:
             for t, v in zip(ts, payloads, strict=True):
-                if t >= nxt:  # updateW: this row closes windows
+                if t >= nxt:  # updateW: this row closes windows (slices may go)
                     self.W = t
                     self._expire(t)
                     nxt = heap[0][0] + ws_ if heap else math.inf
-                    c1 = None
+                    cur = None
                 ks = raw(v)
                 one = kind.get(type(ks))
                 if one or (one is None and learn(type(ks))):
                     pairs = None
                 elif not ks:
-                    continue  # no keys
+                    continue  # no keys: no σ entry is made
                 else:
                     pairs = key_pairs(ks, v)
-                l1 = ((t - ws_) // wa + 1) * wa  # earliestWinL
-                l2 = t - t % wa  # latestWinL
-                if l1 != c1 or l2 != c2:
-                    ds = []
-                    for l in range(l1, l2 + 1, wa):
-                        d = sg.get(l)
-                        if d is None:  # check&Create
-                            d = sg[l] = {}
-                            heapq.heappush(heap, (l, 0))
-                        ds.append(d)
+                s = t - t % width
+                if s != cur:
+                    ds = dicts(sg, 0, t)  # check&Create
                     nxt = heap[0][0] + ws_
-                    c1, c2 = l1, l2
+                    cur = s
                 if pairs is None:
                     for d in ds:
                         acc = d.get(ks, missing)

@@ -31,13 +31,11 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
-from ..errors import RunTupleError, StretchflowError
 from .aggregate_instance import _MISSING, AggregateInstance
-from .keys import one_key_test
-from .oplus import OPlusInstance, SharedState, key_pairs
+from .oplus import SharedState, key_pairs
 
 if TYPE_CHECKING:
     from .aggregate import Aggregate
@@ -97,57 +95,6 @@ class SlicedAggregateInstance(AggregateInstance):
                 d = self._entry(sg, s, g)
             acc = d.get(k, _MISSING)
             d[k] = update(init() if acc is _MISSING else acc, v)  # check&Create, f_U, set
-
-    def process_rows(self, ts: Sequence[int], payloads: Sequence[Any], i: int = 0) -> None:
-        """A batch of rows in one loop (:meth:`AggregateInstance.process_rows`, sliced): a row
-        updates its one slice, looked up once per slice rather than per row."""
-        if not self._rows_alone() or self.takes_runs:
-            OPlusInstance.process_rows(self, ts, payloads, i)
-            return
-        op = self.op
-        raw = getattr(op.user_keys, "__wrapped__", op.user_keys)
-        kind, learn = one_key_test()
-        update, init, missing = op.user_update, op.user_init, _MISSING
-        width, ws_ = self._width, op.WS
-        sg, heap = self.groups[0], self._lheap
-        nxt = heap[0][0] + ws_ if heap else math.inf  # the next expiry (ρ + WS)
-        cur = None  # the slice start whose dict `d` is
-        d: dict = {}
-        t = v = None
-        try:
-            for t, v in zip(ts, payloads, strict=True):
-                if t >= nxt:  # updateW: this row closes windows (slices may go)
-                    self.W = t
-                    self._expire(t)
-                    nxt = heap[0][0] + ws_ if heap else math.inf
-                    cur = None
-                ks = raw(v)
-                one = kind.get(type(ks))
-                if one or (one is None and learn(type(ks))):
-                    pairs = None
-                elif not ks:
-                    continue  # no keys: no slice is made
-                else:
-                    pairs = key_pairs(ks, v)
-                s = t - t % width
-                if s != cur:
-                    got = sg.get(s)
-                    if got is None:
-                        got = self._entry(sg, s, 0)
-                        nxt = heap[0][0] + ws_
-                    d, cur = got, s
-                if pairs is None:
-                    acc = d.get(ks, missing)
-                    d[ks] = update(init() if acc is missing else acc, v)  # f_U
-                    continue
-                for k, x in pairs:
-                    acc = d.get(k, missing)
-                    d[k] = update(init() if acc is missing else acc, x)
-        except (RunTupleError, StretchflowError):
-            raise
-        except Exception as e:
-            raise RunTupleError(t, v, e) from e
-        self._rows_done(ts)
 
     def _dicts(self, sg: dict, g: int, t: int) -> list[dict]:
         """The one σ entry a row at ``t`` updates: its slice in σ_g, created if new."""
