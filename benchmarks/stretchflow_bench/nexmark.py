@@ -31,6 +31,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from stretchflow.workloads.nexmark import CITIES, FIRST_NAMES, LAST_NAMES, STATES
+
 #: bumped when the generated data change (old cache entries are then not reused)
 VERSION = 1
 #: distinct auctions the bids go to
@@ -39,13 +41,8 @@ FIRST_ID = 1_000
 #: the skew of the auctions' popularity: rank r is drawn with weight 1 / r**SKEW
 SKEW = 0.8
 _STEPS = np.array([0, 0, 1, 1, 2])  # ms between two events, drawn uniformly: mean 0.8 ms
-_FIRST_NAMES = ("Peter", "Paul", "Luke", "John", "Saul", "Vicky", "Kate", "Julie", "Sarah",
-                "Deiter", "Walter")
-_LAST_NAMES = ("Shultz", "Abrams", "Spencer", "White", "Bartels", "Walton", "Smith", "Jones",
-               "Noris")
-_CITIES = ("Phoenix", "Los Angeles", "San Francisco", "Boise", "Portland", "Bend", "Redmond",
-           "Seattle", "Kent", "Cheyenne")
-_STATES = ("AZ", "CA", "ID", "OR", "WA", "WY")
+# NEXMark's names, cities and states, as the package's generator has them
+_FIRST_NAMES, _LAST_NAMES, _CITIES, _STATES = FIRST_NAMES, LAST_NAMES, CITIES, STATES
 #: the kinds of file and their formats
 KINDS = ("bids", "persons", "auctions")
 FORMATS = ("jsonl", "parquet")
