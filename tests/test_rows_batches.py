@@ -290,3 +290,27 @@ def test_reference_lambda_flow_killed_mid_batch_resumes_exactly(tmp_path):
     assert not out.exists() and any(ck.iterdir())
     build(out).run(engine="reference", checkpoint=str(ck), checkpoint_every=400)
     assert out.read_bytes() == plain.read_bytes() and plain.stat().st_size > 0
+
+
+@pytest.mark.parametrize("P", [2, 3])
+def test_reference_partitioned_shares_the_keys_of_a_batch(tmp_path, P):
+    """At parallelism P the reference's P instances (one thread) compute a batch's keys once
+    for all of them (as VSN's): f_MK called once per tuple, the output that of P = 1."""
+    src = tmp_path / "bids.jsonl"
+    _bids(src, n=3000)
+    calls = [0]
+
+    def keys(t):
+        calls[0] += 1
+        return t["auction"]
+
+    outs = {}
+    for p in (1, P):
+        calls[0] = 0
+        flow = sf.Flow("p")
+        c = flow.source(sf.io.jsonl(src)).aggregate(size="2s", slide="500ms", keys=keys,
+                                                     **sf.count()).collect()
+        flow.run(engine="reference", parallelism=p)
+        outs[p] = sorted(map(repr, c.items))
+        assert calls[0] == 3000
+    assert outs[1] == outs[P] and outs[1]

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import threading
 from collections.abc import Iterator
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
@@ -388,6 +389,7 @@ def _oplus(op: OPlus, ups: list[Iterator[Item]], P: int = 1, G: int = 1,
     if registry is not None:
         registry[:] = insts  # for the run summary's paths
     at_barrier = _Barriers(name, insts, ckpt)
+    lock = threading.Lock()  # the instances' shared f_MK of a batch (one thread here)
     if len(ups) == 1:
         tagged: Iterator[tuple[int, int, Any]] = _tag(ups[0], 0)
     else:
@@ -424,9 +426,7 @@ def _oplus(op: OPlus, ups: list[Iterator[Item]], P: int = 1, G: int = 1,
                     yield from at_barrier(ts, v)
                     continue
                 if type(v) is Batch:
-                    rows, payloads = v.ts.tolist(), v.payloads
-                    for inst in insts:
-                        inst.process_rows(rows, payloads, i)
+                    _shared_rows(insts, v, lock, i)
                     yield from _as_batch(insts)
                     continue
                 for inst in insts:
@@ -443,6 +443,21 @@ def _oplus(op: OPlus, ups: list[Iterator[Item]], P: int = 1, G: int = 1,
     except Exception as e:
         raise_user_error(op.name, ts, v, e)
     yield from _merged(insts)
+
+
+def _shared_rows(insts: list[OPlusInstance], batch: Batch, lock: Any, i: int) -> None:
+    """A batch of rows through P instances sharing σ: an A+'s keys computed once for all of
+    them (``process_shared``, as VSN's instances do: f_MK once per tuple at any P), any other
+    O+ row by row in each (``process_rows``)."""
+    rows = None
+    for inst in insts:
+        shared = getattr(inst, "process_shared", None)
+        if shared is not None and i == 0:
+            shared(batch, lock)
+            continue
+        if rows is None:
+            rows = batch.ts.tolist()
+        inst.process_rows(rows, batch.payloads, i)
 
 
 def _as_batch(insts: list[OPlusInstance]) -> Iterator[Item]:
