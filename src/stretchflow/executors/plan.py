@@ -43,7 +43,7 @@ from ..buffers.esg import ElasticScaleGate
 from ..errors import OperatorError
 from ..eventtime import WATERMARK
 from ..flow import Flow, Node
-from ..operators.stateless import apply_batch, apply_rows, through_batch
+from ..operators.stateless import apply_batch, over_batch
 
 Item = tuple[int, Any]
 _ts = itemgetter(0)
@@ -252,7 +252,6 @@ def apply_batches(op: Any, items: list[Item]) -> tuple[list[Item], BaseException
     tuples would be. ``error``: the failure of a user function naming its tuple, ``outputs``
     then what came before it, which the caller hands on before raising it (as tuple at a
     time)."""
-    columnar = getattr(op, "batch_fn", None) is not None
     out: list[Item] = []
     run: list[Item] = []  # non-batch items, in order
     try:
@@ -264,16 +263,11 @@ def apply_batches(op: Any, items: list[Item]) -> tuple[list[Item], BaseException
             if run:
                 out.extend(apply_batch(op, run))
                 run = []
-            if columnar:
-                b = through_batch(op, p)
-            else:
-                b, err = apply_rows(op, p)
-                if err is not None:
-                    if len(b):
-                        out.append((b.last, b))
-                    return out, err
+            b, err = over_batch(op, p)
             if len(b):
                 out.append((b.last, b))
+            if err is not None:
+                return out, err
         if run:
             out.extend(apply_batch(op, run))
     except OperatorError as e:  # apply_batch's, on a tuple of a run: the run's outputs lost

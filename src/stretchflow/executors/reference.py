@@ -59,7 +59,7 @@ from ..flow import Flow, Node
 from ..io.sinks import CsvSink, JsonLinesSink, ParquetSink
 from ..io.sources import Source, pace, read_batches
 from ..operators.oplus import OPlus, OPlusInstance, SharedState
-from ..operators.stateless import Filter, FlatMap, Map, apply_rows, through_batch
+from ..operators.stateless import Filter, FlatMap, Map, over_batch
 from ..runtime.control import CheckpointBarrier, raise_user_error, user_error
 from ..runtime.drain import SinkDrain, pull_merged
 from ..runtime.result import RunResult
@@ -238,9 +238,7 @@ def _compile(flow: Flow, counts: dict[str, list[int]], P: int = 1, G: int = 1,
         if node.kind == "stateless":
             if node.inputs[0] in batchy and takes_batches(node):
                 batchy.add(node)
-                if needs_tables(node):
-                    return _stateless_columnar(node.spec, ups[0])
-                return _stateless_rows(node.spec, ups[0])
+                return _stateless_batches(node.spec, ups[0])
             return _stateless(node.spec, ups[0])
         if node.kind == "stateful":
             return _stateful(node.spec, ups[0], node.name, ckpt)
@@ -318,31 +316,18 @@ def _stateless(op: Map | FlatMap | Filter, up: Iterator[Item]) -> Iterator[Item]
             raise user_error(op.name, ts, v, e) from e
 
 
-def _stateless_columnar(op: Map | Filter, up: Iterator[Item]) -> Iterator[Item]:
-    """A Map or Filter with a columnar form (``batch_fn``) over a stream that holds
-    batches: a batch goes through it at once
-    (:func:`~stretchflow.operators.stateless.through_batch`: a batch without a table, or one
-    the form refuses, tuple by tuple through ``fn``, which names the tuple it fails on);
-    anything else through ``fn``."""
+def _stateless_batches(op: Map | FlatMap | Filter, up: Iterator[Item]) -> Iterator[Item]:
+    """A stateless operator over a stream that holds batches: a batch goes through it at once
+    (:func:`~stretchflow.operators.stateless.over_batch`: a columnar form on its table —
+    a batch without a table, or one the form refuses, tuple by tuple through ``fn``, which
+    names the tuple it fails on — else the function over its rows in one loop, issue #32),
+    a batch out; the outputs before a failing tuple go on before its error is raised
+    (tuple-at-a-time order). Anything else goes through ``fn``."""
     for ts, v in up:
         if type(v) is not Batch:
             yield from _stateless(op, iter(((ts, v),)))
             continue
-        out = through_batch(op, v)
-        if len(out):
-            yield out.last, out
-
-
-def _stateless_rows(op: Map | FlatMap | Filter, up: Iterator[Item]) -> Iterator[Item]:
-    """A Map, Filter or FlatMap of a Python function over a stream that holds batches: each
-    batch's rows through the function in one loop
-    (:func:`~stretchflow.operators.stateless.apply_rows`), a batch of rows out; the outputs
-    before a failing tuple go on before its error is raised (tuple-at-a-time order)."""
-    for ts, v in up:
-        if type(v) is not Batch:
-            yield from _stateless(op, iter(((ts, v),)))
-            continue
-        out, err = apply_rows(op, v)
+        out, err = over_batch(op, v)
         if len(out):
             yield out.last, out
         if err is not None:
@@ -395,7 +380,7 @@ def _oplus(op: OPlus, ups: list[Iterator[Item]], P: int = 1, G: int = 1,
     else:
         tagged = heapq.merge(*(_tag(up, i) for i, up in enumerate(ups)), key=itemgetter(0))
     if insts[0].takes_runs:
-        yield from _oplus_runs(op, insts, tagged, at_barrier)
+        yield from _oplus_runs(op, insts, tagged, at_barrier, lock)
         return
     ts = v = None
     try:
@@ -468,7 +453,7 @@ def _as_batch(insts: list[OPlusInstance]) -> Iterator[Item]:
 
 
 def _oplus_runs(op: OPlus, insts: list[OPlusInstance],
-                tagged: Iterator[tuple[int, int, Any]], at_barrier: _Barriers
+                tagged: Iterator[tuple[int, int, Any]], at_barrier: _Barriers, lock: Any
                 ) -> Iterator[Item]:
     """The O+ reading its (merged) input in runs for ``OPlusInstance.process_run``: the data
     tuples up to the next watermark, at most RUN of them (issue #16: every engine runs the
@@ -497,9 +482,7 @@ def _oplus_runs(op: OPlus, insts: list[OPlusInstance],
             ts, i, v = item
             if type(v) is Batch:
                 yield from flush()
-                rows, payloads = v.ts.tolist(), v.payloads
-                for inst in insts:
-                    inst.process_rows(rows, payloads, i)
+                _shared_rows(insts, v, lock, i)
                 yield from _as_batch(insts)
                 continue
             if v is WATERMARK:

@@ -145,6 +145,16 @@ def apply_rows(op: Map | FlatMap | Filter, batch: Any) -> tuple[Any, BaseExcepti
     return Batch(np.repeat(ts[:len(ends)], counts), payloads=out), err
 
 
+def over_batch(op: Map | FlatMap | Filter, batch: Any) -> tuple[Any, BaseException | None]:
+    """``op`` over a whole :class:`~stretchflow.batch.Batch`: ``(out, error)`` — its columnar
+    form where it has one (:func:`through_batch`, which raises a failure itself), else its
+    function over the batch's rows (:func:`apply_rows`, whose failure comes back as
+    ``error`` after the outputs before it). What every executor that runs batches calls."""
+    if getattr(op, "batch_fn", None) is not None:
+        return through_batch(op, batch), None
+    return apply_rows(op, batch)
+
+
 def through_batch(op: Map | FlatMap | Filter, batch: Any) -> Any:
     """``op`` over a :class:`~stretchflow.batch.Batch`, a batch out: its table through the
     columnar form (``batch_fn``: a Map's rows, a Filter's kept rows, timestamps kept), else
