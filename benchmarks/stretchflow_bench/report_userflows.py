@@ -160,6 +160,11 @@ def _userflows(d: Doc) -> str:
         cost = _own_cost(cells)
         if cost:
             out.append(cost)
+        out += [f"{c['flow']}, {c['format']}: its key function cost "
+                f"{spread(c['keys_us_per_call'], f2)} µs per call (median (min–max) over the "
+                "rounds, measured by the loop's process); its loop calls the flow's own "
+                "functions, so its own-cost row is against that loop."
+                for c in cells if c.get("keys_us_per_call")]
         reasons: dict[tuple[str, str], list[str]] = {}  # (flow, why) -> variants not run
         for c in cells:
             for v, why in c["skipped"].items():

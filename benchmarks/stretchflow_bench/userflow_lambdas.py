@@ -13,7 +13,8 @@ hand-written loops (:mod:`stretchflow_bench.userflow_loops`) and of the Polars a
 programs (``peer_programs/``): one row per output tuple, its ``ts`` the window's end.
 
 :data:`HOT_ITEMS` holds hot items' functions by name: the calls loop of ``bench userflows``
-(the engine's own cost per tuple, issue #32) calls these same functions.
+(the engine's own cost per tuple, issue #32) calls these same functions; so does the loop of
+``hot_items_costly`` with :data:`HOT_ITEMS_COSTLY` (its key function costs about 5 us).
 """
 
 from __future__ import annotations
@@ -51,6 +52,25 @@ HOT_ITEMS: dict[str, Any] = {
 }
 
 
+#: iterations of hot_items_costly's key function: about 5-7 us of Python per call on the
+#: 2-core machine of the results (the loop measures it in each run: ``keys_us_per_call``)
+BURN = 90
+
+
+def costly_auction(t: dict) -> int:
+    """Hot items' key with Python work a real key function might do (a parse, a lookup):
+    ``BURN`` steps of a linear congruential generator, then the auction."""
+    x = t["auction"]
+    for _ in range(BURN):
+        x = (x * 1103515245 + 12345) & 0xFFFFFFFF
+    return t["auction"]
+
+
+#: hot items whose key function costs real time (issue #32: process channels must beat the
+#: reference there), everything else as :data:`HOT_ITEMS`
+HOT_ITEMS_COSTLY: dict[str, Any] = {**HOT_ITEMS, "keys": costly_auction}
+
+
 def currency(bids: sf.Stream) -> sf.Stream:
     """NEXMark Q1: every bid with its price in euros beside it."""
     return bids.map(lambda t: {**t, "price_eur": t["price"] * 0.908})
@@ -62,10 +82,9 @@ def selection(bids: sf.Stream) -> sf.Stream:
             .map(lambda t: {"auction": t["auction"], "price": t["price"]}))
 
 
-def hot_items(bids: sf.Stream) -> sf.Stream:
+def hot_items(bids: sf.Stream, f: dict[str, Any] = HOT_ITEMS) -> sf.Stream:
     """NEXMark Q5: bids per auction in sliding windows of 10 s every 2 s, then per window
-    the auction(s) with the most bids (ties included)."""
-    f = HOT_ITEMS
+    the auction(s) with the most bids (ties included); ``f``: its functions."""
     counts = bids.aggregate(size="10s", slide="2s", keys=f["keys"], **f["count"],
                             output=f["output"])
     top = counts.aggregate(size="2s", keys=f["top_keys"], init=f["top_init"],
@@ -78,6 +97,11 @@ def highest_bid(bids: sf.Stream) -> sf.Stream:
     top = bids.aggregate(size="10s", keys=lambda t: 0, init=lambda: (None, []),
                          update=_top_update("price"), output=lambda k, acc: {"rows": acc[1]})
     return top.flat_map(lambda t: t["rows"])
+
+
+def hot_items_costly(bids: sf.Stream) -> sf.Stream:
+    """Hot items with a key function costing about 5 us (:data:`HOT_ITEMS_COSTLY`)."""
+    return hot_items(bids, HOT_ITEMS_COSTLY)
 
 
 def mean_price(bids: sf.Stream) -> sf.Stream:
@@ -97,7 +121,8 @@ def join(persons: sf.Stream, auctions: sf.Stream) -> sf.Stream:
 
 #: flow name -> the function building it from the bids stream
 ON_BIDS = {"currency": currency, "selection": selection, "hot_items": hot_items,
-           "highest_bid": highest_bid, "mean_price": mean_price}
+           "highest_bid": highest_bid, "mean_price": mean_price,
+           "hot_items_costly": hot_items_costly}
 
 
 def build_flow(params: dict[str, str]) -> sf.Flow:

@@ -28,6 +28,9 @@ engine's own cost per tuple (issue #32): hot items computed tuple by tuple by ca
 lambda flow's own functions (:data:`stretchflow_bench.userflow_lambdas.HOT_ITEMS`) as the
 engine's sliced path calls them — f_MK and f_U per tuple into a pane, combine per pane and
 key for each window, f_O per window and key, then the second stage's functions per row.
+:func:`hot_items_costly` is the baseline of the flow of that name, whose key function costs
+about 5 us: a loop must call it once per bid too, so it is the calls loop with those functions
+(its output also carries ``keys_us_per_call``, that function's cost measured in the run).
 """
 
 from __future__ import annotations
@@ -348,9 +351,11 @@ def join(persons: str, auctions: str, out: BinaryIO) -> tuple[int, int]:
     return n_in[0], n_out
 
 
-def hot_items_calls(path: str, out: BinaryIO) -> tuple[int, int]:
-    """Hot items by calling the lambda flow's own functions (module docstring)."""
-    fns = _lambda_functions()
+def hot_items_calls(path: str, out: BinaryIO, fns: dict[str, Any] | None = None
+                    ) -> tuple[int, int]:
+    """Hot items by calling the lambda flow's own functions (module docstring): ``fns``,
+    by default :data:`~stretchflow_bench.userflow_lambdas.HOT_ITEMS`."""
+    fns = fns or _lambda_functions()
     keys, init, update = fns["keys"], fns["count"]["init"], fns["count"]["update"]
     combine, output = fns["count"]["combine"], fns["output"]
     top_keys, top_init, top_update = fns["top_keys"], fns["top_init"], fns["top_update"]
@@ -407,38 +412,65 @@ def hot_items_calls(path: str, out: BinaryIO) -> tuple[int, int]:
     return n_in, n_out
 
 
-def _lambda_functions() -> dict[str, Any]:
-    """:data:`~stretchflow_bench.userflow_lambdas.HOT_ITEMS`, loaded from the flow file
-    beside this one (importing it imports stretchflow: the cost is outside the timed run)."""
+def hot_items_costly(path: str, out: BinaryIO) -> tuple[int, int]:
+    """Hot items whose key function costs about 5 us: the strongest loop calls it once per
+    bid as any program must, so it is :func:`hot_items_calls` with those functions."""
+    return hot_items_calls(path, out, _lambda_functions("HOT_ITEMS_COSTLY"))
+
+
+def _lambda_functions(name: str = "HOT_ITEMS") -> dict[str, Any]:
+    """:data:`~stretchflow_bench.userflow_lambdas.HOT_ITEMS` (or another dict of it by
+    ``name``), loaded from the flow file beside this one (importing it imports stretchflow:
+    the cost is outside the timed run)."""
     import importlib.util
 
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "userflow_lambdas.py")
-    spec = importlib.util.spec_from_file_location("userflow_lambdas", path)
-    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    return mod.HOT_ITEMS
+    mod = sys.modules.get("userflow_lambdas")
+    if mod is None:
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "userflow_lambdas.py")
+        spec = importlib.util.spec_from_file_location("userflow_lambdas", path)
+        mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        spec.loader.exec_module(mod)  # type: ignore[union-attr]
+        sys.modules["userflow_lambdas"] = mod
+    return getattr(mod, name)
+
+
+def keys_us_per_call(calls: int = 20_000) -> float:
+    """What hot_items_costly's key function costs here, in us per call (a warm loop over
+    ``calls`` bids shaped as the input's; reported beside the loop's time)."""
+    keys = _lambda_functions("HOT_ITEMS_COSTLY")["keys"]
+    rows = [{"ts": i, "auction": i % 5000} for i in range(calls)]
+    t0 = time.perf_counter()
+    for t in rows:
+        keys(t)
+    return (time.perf_counter() - t0) / calls * 1e6
 
 
 #: flow name -> its loop (the join takes two inputs)
 LOOPS: dict[str, Callable[..., tuple[int, int]]] = {
     "currency": currency, "selection": selection, "hot_items": hot_items,
     "highest_bid": highest_bid, "mean_price": mean_price, "join": join,
-    "hot_items_calls": hot_items_calls,
+    "hot_items_calls": hot_items_calls, "hot_items_costly": hot_items_costly,
 }
+#: loops that call the lambda flow's functions (loaded before the timed run)
+_CALLING = ("hot_items_calls", "hot_items_costly")
 
 
 def run(flow: str, output: str | os.PathLike, *inputs: str) -> dict[str, Any]:
     """Runs the loop of ``flow`` and times it from opening the input to closing the output."""
     if flow not in LOOPS:
         raise ValueError(f"no loop for {flow!r}; loops: {', '.join(LOOPS)}")
-    if flow == "hot_items_calls":
+    extra: dict[str, Any] = {}
+    if flow in _CALLING:
         _lambda_functions()  # loaded (and stretchflow imported) before the timed run
+    if flow == "hot_items_costly":
+        extra["keys_us_per_call"] = keys_us_per_call()
     if any(map(_is_parquet, inputs)):
         import pyarrow.parquet  # noqa: F401  (imported before the timed run, as an engine's)
     t0 = time.perf_counter()
     with open(output, "wb") as out:
         n_in, n_out = LOOPS[flow](*inputs, out)
-    return {"elapsed_s": time.perf_counter() - t0, "tuples_in": n_in, "rows_out": n_out}
+    return {"elapsed_s": time.perf_counter() - t0, "tuples_in": n_in, "rows_out": n_out,
+            **extra}
 
 
 if __name__ == "__main__":

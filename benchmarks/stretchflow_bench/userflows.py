@@ -6,7 +6,10 @@ Polars script of the same query, whole processes (issue #31 item 4, issue #32 it
 The flows (:mod:`.userflow_lambdas`, :mod:`.userflow_exprs`): currency conversion (Q1),
 selection (Q2), hot items (Q5), highest bid per window (Q7's shape), mean price per category,
 and new persons joined with their auctions (Q8; lambda form only: the join takes no column
-names). The inputs (:mod:`.nexmark`) are JSON Lines or Parquet of 1 M or 10 M events.
+names); and ``hot_items_costly``, hot items whose key function costs about 5 us of Python
+(lambda form, JSON Lines, no Polars: where the user's functions cost real time, issue #32's
+target for process channels). The inputs (:mod:`.nexmark`) are JSON Lines or Parquet of
+1 M or 10 M events.
 
 Every measured variant is a fresh process run under :mod:`.peak` and measured by
 :func:`.speed.measure` (wall, own time, CPU of every process, peak RSS):
@@ -72,7 +75,20 @@ FLOW_FILES = {"lambda": HERE / "userflow_lambdas.py", "expr": HERE / "userflow_e
 POLARS = Peer("polars-2.1.0", ("polars==2.1.0",), "polars_userflows.py")
 SPARK_SQL = HERE / "peer_programs" / "spark_userflows.py"
 
-FLOWS = ("currency", "selection", "hot_items", "highest_bid", "mean_price", "join")
+FLOWS = ("currency", "selection", "hot_items", "highest_bid", "mean_price", "join",
+         "hot_items_costly")
+#: flows measured on one input format only, and why
+ONE_FORMAT = {"hot_items_costly": ("jsonl", "the flow weighs a Python key function's cost, "
+                                            "which does not depend on the input format")}
+#: flows without a Polars program, and why
+NO_POLARS = {"hot_items_costly": "a Python key function per row is what the flow measures; "
+                                 "Polars would run it as a Python UDF, not at its best"}
+#: flows without an expression form, and why
+NO_EXPR = {"join": "no expression form: Stream.join takes key functions, no column names",
+           "hot_items_costly": "no expression form: the flow measures a Python key function"}
+#: flows whose loop calls the lambda flow's own functions: the engine's own cost per tuple is
+#: measured against that loop (hot items: against the separate "calls" loop)
+CALLS_BASELINE = {"hot_items": "calls", "hot_items_costly": "loop"}
 FORMS = ("lambda", "expr")
 FORMATS = nexmark.FORMATS
 #: engine variant -> ``stretchflow run`` flags (bench speed's, and the reference at
@@ -237,7 +253,9 @@ def _variants(flow: str, size: int, sel: dict[str, Any], polars_ok: bool,
     """The variants of one cell and, for each left out, why."""
     run = ["loop"]
     skipped: dict[str, str] = {}
-    if polars_ok:
+    if polars_ok and flow in NO_POLARS:
+        skipped["polars"] = NO_POLARS[flow]
+    elif polars_ok:
         run += [f"polars-{a}" for a in POLARS_APIS]
     if flow == "hot_items":
         run.append("calls")
@@ -249,8 +267,7 @@ def _variants(flow: str, size: int, sel: dict[str, Any], polars_ok: bool,
             if form == "expr" and expr_flows is None:
                 skipped[v] = "no expression API in this checkout"
             elif form == "expr" and flow not in expr_flows:
-                skipped[v] = ("no expression form: Stream.join takes key functions, no "
-                              "column names")
+                skipped[v] = NO_EXPR.get(flow, "no expression form")
             elif engine == "spark" and spark_here:
                 skipped[v] = f"skipped: {spark_here}"
             elif engine == "spark" and form == "lambda" and not sel.get("spark_lambdas"):
@@ -304,8 +321,8 @@ def _cell(flow: str, fmt: str, size: int, variants: list[str], rounds: int, seed
                     continue
                 report = orjson.loads(res.pop("stdout").strip().splitlines()[-1]) \
                     if own is reported_own_s else {}
-                res.update({k: report[k] for k in ("startup_s", "settings", "tuples_in")
-                            if k in report})
+                res.update({k: report[k] for k in ("startup_s", "settings", "tuples_in",
+                                                   "keys_us_per_call") if k in report})
                 runs[v][r] = res
                 if v == "loop" and expected is None:
                     expected = digest(out)
@@ -328,6 +345,9 @@ def _cell(flow: str, fmt: str, size: int, variants: list[str], rounds: int, seed
                             "tuples_in": runs["loop"][0].get("tuples_in") or size,
                             "variants": {}, "failed": failed, "loadavg_1min": load,
                             "probes": probes}
+    keys_us = [x["keys_us_per_call"] for x in runs["loop"].values() if "keys_us_per_call" in x]
+    if keys_us:  # what the costly key function cost in each round (the loop measures it)
+        cell["keys_us_per_call"] = summarize(keys_us)
     for v in variants:
         if v in failed or not runs[v]:
             continue
@@ -454,8 +474,12 @@ def targets(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
             add("31-spark-expr-vs-sql", c, "spark/expr",
                 _per_round(c, "spark-sql", "spark/expr", "own_s"), 1 / 1.5)
         cost = c.get("own_cost_us_per_tuple", {}).get("reference/lambda")
-        if cost is not None:
+        if cost is not None and c["flow"] == "hot_items":
             add("32-own-cost-reference", c, "reference/lambda", cost, 1.0, at_least=False)
+        if c["flow"] == "hot_items_costly" and chosen("sn2-processes/lambda"):
+            add("32-sn2-vs-reference-costly", c, "sn2-processes/lambda",
+                _per_round(c, "reference/lambda", "sn2-processes/lambda"), 1.3,
+                why=skipped.get("sn2-processes/lambda", ""))
     return rows
 
 
@@ -479,6 +503,8 @@ TARGETS = {
                             "parallelism 1",
     "32-own-cost-reference": "the engine's own cost per tuple on the reference <= 1 us "
                              "(hot items with lambdas, against the calls loop, own time)",
+    "32-sn2-vs-reference-costly": "sn with 2 process channels >= 1.3x the reference on a flow "
+                                  "whose key function costs about 5 us (hot_items_costly)",
 }
 
 
@@ -486,7 +512,7 @@ def own_cost(cell: dict[str, Any]) -> dict[str, dict[str, float]]:
     """Per engine variant of the lambda form, its own time beyond the calls loop's per input
     tuple, in microseconds, per round (min/median/max)."""
     vs = cell["variants"]
-    calls = vs.get("calls")
+    calls = vs.get(CALLS_BASELINE.get(cell["flow"], "calls"))
     if calls is None:
         return {}
     n = cell["tuples_in"]
@@ -525,6 +551,8 @@ def run(quick: bool = False, out_dir: str | os.PathLike | None = None, seed: int
         for size in sel["sizes"]:
             for fmt in sel["formats"]:
                 for flow in sel["flows"]:
+                    if flow in ONE_FORMAT and fmt != ONE_FORMAT[flow][0]:
+                        continue
                     variants, skipped = _variants(flow, size, sel, polars is not None,
                                                   expr_flows, spark_why)
                     cell = _cell(flow, fmt, size, variants, sel["rounds"], seed, tmp,
