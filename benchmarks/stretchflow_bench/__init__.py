@@ -31,6 +31,8 @@ def _vsn(kind: str) -> Callable[[bool, str | None], Path]:
 
         fn, full, small = {
             "reconfiguration": (vsn.reconfiguration, {"cycles": 13}, {"cycles": 1}),
+            "reconfiguration-rows": (vsn.reconfiguration_rows, {},
+                                     {"events": 20_000, "gap": 1_000, "repeats": 1}),
             "forward": (vsn.forward, {}, {"rows": 5000, "parallelisms": (1, 2), "repeats": 1}),
             "wordcount": (vsn.wordcount_vs_reference, {}, {"rows": 20_000, "repeats": 1}),
             "scalejoin": (vsn.scalejoin, {}, {"rows": 2000, "window": 30_000, "repeats": 1}),
@@ -115,6 +117,9 @@ BENCHMARKS: dict[str, tuple[str, str, Callable[[bool, str | None], Path]]] = {
                             _reference),
     "vsn-reconfiguration": ("VSN reconfiguration time, 1..16 instances and back",
                             "STRETCH Q4", _vsn("reconfiguration")),
+    "vsn-reconfiguration-rows": ("VSN reconfiguration time with batches of rows in flight: "
+                                 "a lambda user flow at full speed, 1..8 instances and back",
+                                 "STRETCH Q4, issue #32", _vsn("reconfiguration-rows")),
     "vsn-forward": ("Op. 15 throughput and latency vs parallelism", "STRETCH Q2",
                     _vsn("forward")),
     "vsn-wordcount": ("VSN at parallelism 1 vs the reference executor", "STRETCH Q1",

@@ -164,9 +164,26 @@ def _wordcount(ax: Any, m: dict[str, Any]) -> None:
                  f"{m['ratio_vsn1_over_reference']['median']:.2f}")
 
 
+def _reconfiguration_rows(ax: Any, metrics: dict[str, Any]) -> None:
+    """Every reconfiguration's time in the order applied (log scale), per flow, run and
+    operator, with the 5 ms target (dashed)."""
+    for flow, m in metrics["flows"].items():
+        for k, run in enumerate(m["stepping"]):
+            for op, ds in run["durations_ms"].items():
+                ax.plot(range(len(ds)), ds, ".", markersize=3, alpha=0.6,
+                        label=f"{flow}, run {k + 1}, {op}")
+    ax.axhline(5.0, color="tab:red", lw=0.8, ls="--", label="target p99 5 ms")
+    ax.set_yscale("log")
+    ax.set_xlabel("reconfiguration (in order: Π " + "→".join(map(str, m["steps"])) + " ...)")
+    ax.set_ylabel("reconfigure call to barrier end (ms)")
+    ax.set_title("lambda flows, batches of rows in flight, full speed", fontsize=9)
+    ax.legend(fontsize=6, ncol=2)
+
+
 _FIGURES = {
     "reference-wordcount": _reference,
     "vsn-reconfiguration": _reconfiguration,
+    "vsn-reconfiguration-rows": _reconfiguration_rows,
     "vsn-forward": _forward,
     "vsn-scalejoin": _scalejoin,
     "vsn-wordcount": _wordcount,

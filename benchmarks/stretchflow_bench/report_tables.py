@@ -229,6 +229,36 @@ def _reconfiguration(d: Doc) -> str:
                     + (["to the last instance: p50 / p99"] if phased else []), rows))
 
 
+@renderer("vsn-reconfiguration-rows", "vsn-reconfiguration-rows")
+def _reconfiguration_rows(d: Doc) -> str:
+    return "\n\n".join(_reconfiguration_rows_of(m) for m in d["metrics"]["flows"].values())
+
+
+def _reconfiguration_rows_of(m: dict[str, Any]) -> str:
+    rows = []
+    for k, r in enumerate(m["stepping"]):
+        a = r["all"]["duration_ms"]
+        ops = "; ".join(f"{op} {f2(s['duration_ms']['p50'])} / {f2(s['duration_ms']['p99'])}"
+                        for op, s in r["operators"].items())
+        rows.append([str(k + 1), f"{r['all']['applied']} of {r['all']['requested']}",
+                     f"{f2(a['p50'])} ms", f"{f2(a['p99'])} ms", f"{f1(a['max'])} ms", ops,
+                     f"{f2(r['elapsed_s'])} s", f"{f2(m['fixed'][k]['elapsed_s'])} s",
+                     "yes" if r["output_identical"] and m["fixed"][k]["output_identical"]
+                     else "**no**"])
+    worst = m["p99_ms"]["max"]
+    return (f"{m['flow']} with lambdas over {n0(m['events'])} NEXMark bids ({m['input']}, read as "
+            f"batches of rows), full speed; every O+ stepping "
+            f"{' → '.join(map(str, m['steps']))} (repeated), a reconfiguration every "
+            f"{n0(m['gap_tuples'])} source tuples, {m['reconfigurations_per_run']} per "
+            f"operator and run; {m['repeats']} round(s), each with the same flow at parallelism 1 "
+            f"without reconfigurations, alternating. Target p99 ≤ 5 ms with batches in flight "
+            f"(every run): {verdict_at_most(worst, 5.0)} (p99 per run "
+            f"{f2(m['p99_ms']['min'])}–{f2(worst)} ms).\n\n"
+            + table(["run", "applied", "p50", "p99", "max", "per operator: p50 / p99 (ms)",
+                     "run time, stepping", "run time, fixed Π = 1",
+                     "outputs = reference"], rows))
+
+
 @renderer("vsn-forward", "vsn-forward")
 def _forward(d: Doc) -> str:
     rows = []

@@ -5,6 +5,11 @@
   (calibrated in the run) and at full speed; the parallelism steps 1→2→4→8→4→2→1→8→1,
   several times; each reconfiguration's time from the reconfigure call to the end of the
   barrier action, with the spread bound and without it.
+* ``reconfiguration_rows`` (Q4 with batches of rows in flight, issue #32): a user's lambda
+  flow over NEXMark bids from a JSON Lines file (read as batches of rows), at full speed, the
+  parallelism stepping as in ``reconfiguration``; each reconfiguration's time per operator,
+  the output against the reference engine's, the run's time against the same flow without
+  reconfigurations.
 * ``forward`` (Q2): Op. 15 over two inputs; throughput at full speed and latency at a paced
   rate, for Π = 1, 2, 4, 8, in rounds with every Π once per round.
 * ``wordcount``: VSN at Π = 1 against the reference executor on the same input, alternating.
@@ -219,6 +224,87 @@ def _load_summary(recs: list[dict], rate: float | None, lavg: list[float]) -> di
             "spread_at_send": _pct(spreads),
             "by_transition_ms": {k: _pct(v) for k, v in by_step.items()},
             "loadavg_at_phase_start_end": lavg}
+
+
+def reconfiguration_rows(events: int = 1_000_000, gap: int = 8_000, repeats: int = 3,
+                         flows: tuple[str, ...] = ("mean_price", "hot_items"), seed: int = 1
+                         ) -> dict[str, Any]:
+    """:func:`reconfiguration_rows_of` for each of ``flows`` (mean price: one tumbling O+;
+    hot items: a sliding O+ whose every window emits thousands of rows into a second O+)."""
+    return {"flows": {f: reconfiguration_rows_of(events, gap, repeats, f, seed) for f in flows}}
+
+
+def reconfiguration_rows_of(events: int, gap: int, repeats: int, flow: str,
+                            seed: int) -> dict[str, Any]:
+    """STRETCH Q4 with batches of rows in flight (issue #32): ``flow`` of
+    :mod:`.userflow_lambdas` (lambdas: the instances take whole batches of rows, f_MK once
+    per batch for all of them) over ``events`` NEXMark bids in a JSON Lines file, read at
+    full speed, every O+ of it stepping through :data:`STEPS` over and over, a
+    reconfiguration every ``gap`` source tuples (so each one meets batches in ESG_in and in
+    the instances). ``repeats`` rounds, each running, in alternating order, that run and
+    the same flow at parallelism 1 without reconfigurations (what the reconfigurations cost
+    the run). Per run: each reconfiguration's time from the reconfigure call to the end of
+    the barrier action, per operator and over all, with its phases; and the output, against
+    the reference engine's (a digest of the rows: the per-timestamp multiset)."""
+    import tempfile
+
+    from . import nexmark
+    from .userflow_lambdas import build_flow
+    from .userflows import digest
+
+    data = nexmark.dataset("bids", events, "jsonl", seed)
+    cycle = list(STEPS[1:])
+    steps = cycle * max(1, events // gap // len(cycle) - 1)  # every step before the end
+    schedule = [(gap * (k + 1), p) for k, p in enumerate(steps)]
+    runs: dict[str, list[dict[str, Any]]] = {"stepping": [], "fixed": []}
+    with tempfile.TemporaryDirectory(prefix="reconf-rows-") as tmp:
+        def go(kind: str) -> tuple[Any, Path]:
+            out = Path(tmp) / f"{kind}.jsonl"
+            f = build_flow({"flow": flow, "input": str(data), "output": str(out)})
+            kw: dict[str, Any] = {"engine": "reference"} if kind == "reference" else {
+                "engine": "vsn", "parallelism": 1, "max_parallelism": MAX_P}
+            if kind == "stepping":
+                kw["reconfigure"] = schedule
+            with repeat_probe() as probe:
+                res = f.run(**kw)
+            return {"elapsed_s": res.elapsed, "probe": probe, "extra": res.extra}, out
+
+        _, ref_out = go("reference")
+        expected = digest(ref_out)
+        for r in range(repeats):
+            for kind in (("stepping", "fixed") if r % 2 == 0 else ("fixed", "stepping")):
+                got, out = go(kind)
+                got["output_identical"] = digest(out) == expected
+                runs[kind].append(got)
+    per_run = []
+    for got in runs["stepping"]:
+        recs = got["extra"]["reconfigurations"]
+        by_op: dict[str, list[dict]] = {}
+        for rec in recs:
+            by_op.setdefault(rec["operator"], []).append(rec)
+        per_run.append({
+            "elapsed_s": got["elapsed_s"], "probe": got["probe"],
+            "output_identical": got["output_identical"], "paths": got["extra"].get("paths"),
+            "all": _load_summary(recs, None, [got["probe"]["load_before"]]),
+            # each reconfiguration's time, in the order applied, per operator (the figure)
+            "durations_ms": {op: [rec["duration_ms"] for rec in rs if rec["applied"]]
+                             for op, rs in by_op.items()},
+            "operators": {op: _load_summary(rs, None, []) for op, rs in by_op.items()},
+            "slowest": sorted(({k: rec.get(k) for k in ("operator", "parallelism_before",
+                                                        "parallelism_after", "duration_ms",
+                                                        "phases_ms", "spread_at_send")}
+                               for rec in recs if rec["applied"]),
+                              key=lambda rec: -rec["duration_ms"])[:5]})
+    fixed = [{"elapsed_s": g["elapsed_s"], "probe": g["probe"],
+              "output_identical": g["output_identical"]} for g in runs["fixed"]]
+    return {"flow": flow, "events": events, "input": data.name, "gap_tuples": gap,
+            "steps": list(STEPS), "reconfigurations_per_run": len(schedule),
+            "repeats": repeats, "stepping": per_run, "fixed": fixed,
+            "stepping_elapsed_s": summarize([r["elapsed_s"] for r in per_run]),
+            "fixed_elapsed_s": summarize([r["elapsed_s"] for r in fixed]),
+            "p99_ms": summarize([r["all"]["duration_ms"]["p99"] for r in per_run]),
+            "p50_ms": summarize([r["all"]["duration_ms"]["p50"] for r in per_run]),
+            "max_ms": summarize([r["all"]["duration_ms"]["max"] for r in per_run])}
 
 
 def _drop(ts: int, payload: Any) -> None:
@@ -452,5 +538,5 @@ def scalejoin(rows: int = 60_000, window: int = 600_000, rate: float = 100.0, ba
     return out
 
 
-__all__ = ["forward", "reconfiguration", "scalejoin", "scalejoin_1t", "scalejoin_1t_runs",
-           "wordcount_vs_reference"]
+__all__ = ["forward", "reconfiguration", "reconfiguration_rows", "reconfiguration_rows_of",
+           "scalejoin", "scalejoin_1t", "scalejoin_1t_runs", "wordcount_vs_reference"]
