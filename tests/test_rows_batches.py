@@ -162,6 +162,14 @@ _CASES = {
     "malformed": '{"ts":1}\n{"ts":2,\n',
     "huge ts": '{"ts":1}\n{"ts":99999999999999999999}\n',
     "no newline at end": '{"ts":1}\n{"ts":2}',
+    # one parse per chunk (a JSON array of its lines) must still see a line as the tuple
+    # path does: two values on a line, a whitespace-only line, CR LF endings, a string value
+    # holding an escaped line break
+    "two objects on a line": '{"ts":1}\n{"ts":2},{"ts":3}\n{"ts":4}\n',
+    "two numbers on a line": '{"ts":1}\n1, 2\n{"ts":4}\n',
+    "whitespace line": '{"ts":1}\n   \n{"ts":4}\n',
+    "crlf": '{"ts":1,"a":"x"}\r\n{"ts":2}\r\n',
+    "escaped newline": '{"ts":1,"s":"a\\nb"}\n{"ts":2,"s":"c,d"}\n',
 }
 
 

@@ -89,8 +89,9 @@ def jsonl_batches(src: Any, rows: int, max_bytes: int) -> Iterator[Batch]:
 
 def jsonl_row_batches(src: Any, rows: int, max_bytes: int) -> Iterator[Batch]:
     """The batches of a sorted JSON Lines source for readers that take rows only (issue #32:
-    a flow of Python functions): the chunks of :func:`jsonl_batches`, each line parsed by the
-    tuple path's own ``orjson.loads`` call, the timestamps checked in bulk (:func:`_row_batch`)
+    a flow of Python functions): the chunks of :func:`jsonl_batches`, each parsed by one
+    ``orjson.loads`` call into the values the tuple path's per-line calls give (:func:`_row_batch`
+    says why they are the same), the timestamps checked in bulk (:func:`_row_batch`)
     and no Arrow table built. A chunk the bulk checks do not pass runs through the tuple
     path's per-record code (:func:`_exact`), as in :func:`jsonl_batches`."""
     loads = orjson.loads
@@ -116,8 +117,14 @@ def _row_batch(chunk: bytes, n: int, ts_f: str, prev: float, loads: Any) -> Batc
     None otherwise (a blank line, a parse error, a timestamp of another type, which the tuple
     path may still take or must name)."""
     try:
-        # the lines have no newline but the last, which orjson ignores like any whitespace
-        recs = list(map(loads, chunk.split(b"\n", n - 1)))
+        # One parse of the chunk as a JSON array, its line breaks made commas (the last
+        # newline, if any, stays: whitespace to orjson): a fifth cheaper than a call per line.
+        # It gives exactly the per-line parses when it gives one value per line: a line
+        # holding no value (blank) or two (`1, 2`) fails, or changes the count, and no JSON
+        # value spans a line break (a string cannot hold one), so each value is its line's.
+        recs = loads(b"[" + chunk.replace(b"\n", b",", n - 1) + b"]")
+        if len(recs) != n:
+            return None
         tss = list(map(itemgetter(ts_f), recs))
     except (orjson.JSONDecodeError, KeyError, TypeError, IndexError):
         return None
