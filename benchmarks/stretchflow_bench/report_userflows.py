@@ -138,6 +138,7 @@ def _targets(d: Doc) -> str:
                   "missed by (worst first), or why not measured"], rows)
 
 
+@renderer("userflows-10m", "userflows-10m")
 @renderer("userflows", "userflows")
 def _userflows(d: Doc) -> str:
     m = d["metrics"]

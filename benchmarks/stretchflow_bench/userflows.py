@@ -37,7 +37,8 @@ What runs is chosen by environment variables (``bench run`` takes no parameters)
 comma-separated list, or by the same options of ``python -m stretchflow_bench.userflows``:
 ``USERFLOWS_FLOWS``, ``USERFLOWS_FORMS`` (lambda, expr), ``USERFLOWS_ENGINES`` (keys of
 :data:`ENGINES`), ``USERFLOWS_SIZES`` (events), ``USERFLOWS_FORMATS`` (jsonl, parquet),
-``USERFLOWS_ROUNDS``; ``USERFLOWS_PROGRESS=1`` prints a line per run on stderr; with
+``USERFLOWS_ROUNDS``, ``USERFLOWS_NAME`` (the result's name: ``userflows-10m`` keeps a 10 M-event
+selection beside the default run's); ``USERFLOWS_PROGRESS=1`` prints a line per run on stderr; with
 Spark, its lambda forms run only under ``USERFLOWS_SPARK_LAMBDAS=1``. The default
 is 1 M events, both formats, every flow and form, every local engine (:data:`DEFAULT_ENGINES`),
 3 rounds: budget about an hour on a 2-core machine, more under load (``total_s`` in the
@@ -528,10 +529,20 @@ def own_cost(cell: dict[str, Any]) -> dict[str, dict[str, float]]:
 
 
 # -- the run ------------------------------------------------------------------------------------
+#: result names a run may write: the default run, and the 10 M-event selection kept beside it
+#: (its own block in RESULTS.md; ``USERFLOWS_NAME`` or ``--name`` chooses)
+NAMES = ("userflows", "userflows-10m")
+
+
 def run(quick: bool = False, out_dir: str | os.PathLike | None = None, seed: int = 1,
-        progress: Callable[[str], None] | None = None, **choose: Any) -> Path:
+        progress: Callable[[str], None] | None = None, name: str | None = None,
+        **choose: Any) -> Path:
     """Measures the selection (:func:`selection`; ``choose`` overrides it) and writes
-    ``userflows.json``; returns its path."""
+    ``NAME.json`` (``name``, else ``USERFLOWS_NAME``, else ``userflows``: :data:`NAMES`);
+    returns its path."""
+    name = name or os.environ.get("USERFLOWS_NAME") or "userflows"
+    if name not in NAMES:
+        raise ValueError(f"USERFLOWS_NAME: unknown {name!r}; known: {', '.join(NAMES)}")
     t_start = time.perf_counter()
     sel = selection(quick, **choose)
     if progress is None and os.environ.get("USERFLOWS_PROGRESS") == "1":
@@ -561,7 +572,7 @@ def run(quick: bool = False, out_dir: str | os.PathLike | None = None, seed: int
                     cell["own_cost_us_per_tuple"] = own_cost(cell)
                     cells.append(cell)
                     # what a run that fails later (or is stopped) still leaves to look at
-                    partial = nexmark.data_dir() / "userflows-partial.json"
+                    partial = nexmark.data_dir() / f"{name}-partial.json"
                     partial.write_text(orjson.dumps({"selection": sel, "cells": cells}).decode())
     metrics = {"cells": cells, "targets": targets(cells),
                "polars_venv": polars_install, "total_s": time.perf_counter() - t_start}
@@ -593,8 +604,8 @@ def run(quick: bool = False, out_dir: str | os.PathLike | None = None, seed: int
                   "per round (min/median/max over the rounds) and of medians; a verdict "
                   "is met only when every round's ratio is past the target",
     }
-    png = draw(metrics, results_dir(out_dir) / "userflows.png", quick)
-    return write_result("userflows", params, metrics, out_dir, plot=png.name)
+    png = draw(metrics, results_dir(out_dir) / f"{name}.png", quick)
+    return write_result(name, params, metrics, out_dir, plot=png.name)
 
 
 def draw(metrics: dict[str, Any], path: Path, quick: bool) -> Path:
@@ -653,12 +664,13 @@ def main(argv: list[str] | None = None) -> None:
         p.add_argument(f"--{name}", default=None, help="comma-separated")
     p.add_argument("--sizes", default=None, help="comma-separated event counts")
     p.add_argument("--rounds", type=int, default=None)
+    p.add_argument("--name", default=None, choices=NAMES, help="the result's name")
     a = p.parse_args(argv)
     split = (lambda s: s.split(",") if s else None)  # noqa: E731
     path = run(a.quick, a.out, flows=split(a.flows), forms=split(a.forms),
                engines=split(a.engines), formats=split(a.formats),
                sizes=[int(x) for x in a.sizes.split(",")] if a.sizes else None,
-               rounds=a.rounds,
+               rounds=a.rounds, name=a.name,
                progress=lambda m: print(f"[{time.strftime('%H:%M:%S')}] {m}",
                                         file=sys.stderr, flush=True))
     print(path)
