@@ -22,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .arrow_rows import pylist
+
 Item = tuple[int, Any]
 
 
@@ -82,7 +84,7 @@ class Batch:
                 self._payloads = self._make_payloads()
                 self._make_payloads = None
             else:
-                self._payloads = self._table.to_pylist()
+                self._payloads = pylist(self._table)
         return self._payloads
 
     def items(self) -> list[Item]:

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from ..arrow_rows import pylist
 from ..errors import SourceError
 from ..eventtime import WATERMARK, Watermark
 from .files import FileInput, arrow_stream, ms_timestamps, name_of, open_random, path_of
@@ -383,7 +384,7 @@ class _Arrow(FileInput, Source):
     def _pylist(self, batch: Any, row: int) -> list[Any]:
         """The rows of a record batch as dicts; ``row``: rows before it (for the error)."""
         try:
-            return batch.to_pylist()
+            return pylist(batch)
         except Exception as e:
             raise self._error(row + 1, f"cannot read: {e}") from e
 
@@ -492,7 +493,7 @@ class Generated(Source):
             table = table[self._index]
         row = 0
         for batch in table.to_batches(max_chunksize=8192):
-            for rec in batch.to_pylist():
+            for rec in pylist(batch):
                 row += 1
                 yield rec["ts"], rec, row
             self.read = row
