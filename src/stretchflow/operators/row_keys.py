@@ -143,10 +143,14 @@ class RowKeys:
             if len(idx) == len(gs):  # every entry this instance's: no gathering
                 parts.append((ts.tolist(), ks, xs, gs.tolist(), vs))
                 continue
-            if obj is None:
-                obj = [np.fromiter(c, dtype=object, count=len(c)) for c in (ks, xs, vs)]
-            parts.append((ts[idx].tolist(), obj[0][idx].tolist(), obj[1][idx].tolist(),
-                          gs[idx].tolist(), obj[2][idx].tolist()))
+            if not len(idx):  # none: nothing to gather (one key's batch, another instance's)
+                parts.append(([], [], [], [], []))
+                continue
+            if obj is None:  # one object column per distinct list (f_U sees the row: xs is vs)
+                obj = {id(c): np.fromiter(c, dtype=object, count=len(c)) for c in (ks, xs, vs)}
+            parts.append((ts[idx].tolist(), obj[id(ks)][idx].tolist(),
+                          got := obj[id(xs)][idx].tolist(), gs[idx].tolist(),
+                          got if vs is xs else obj[id(vs)][idx].tolist()))
         return parts
 
     def part(self, j: int, assign: Sequence[int]) -> Part:
