@@ -97,9 +97,11 @@ from ..runtime.result import RunResult
 from ..runtime.skeleton import Run
 from .ordered_checkpoint import OrderedCheckpoints, apply_chain, deferred
 from .ordered_columnar import decide, paths_extra, use_batches
+from .ordered_rows import decide_rows, use_rows
 from .ordered_stages import (
     END,
     END_TAG,
+    Failure,
     Item,
     KeyedStage,
     OPlusStage,
@@ -229,11 +231,17 @@ class _Executor:
             self.drains_of.setdefault(t if tagged else -2, []).append(d)
         self.sink_buf: dict[int, list[Any]] = {t: [] for t in self.drains_of}
         self.marker_ms: list[float] = []
-        self._apply = apply_batch  # a stateless slice (batches: ordered_columnar's)
+        # a stateless slice: barriers pass in place on a checkpointed run (batches of
+        # tables: ordered_columnar's; of rows: ordered_rows')
+        self._apply = apply_chain if checkpoint is not None else apply_batch
+        self.plan = plan
+        self.rows = False  # the line carries batches of rows (ordered_rows)
         got = decide(plan, columnar, checkpoint is not None)
         self.columnar_why = got if isinstance(got, str) else None
         if got is not None and not isinstance(got, str):
             use_batches(self, got, key_groups)
+        elif (rows := decide_rows(plan, columnar)) is not None:
+            use_rows(self, rows)
 
     def _abort(self, e: BaseException) -> None:
         """RunControl's abort hook: wake every idle worker, abort buffers and queues (taken
@@ -322,6 +330,9 @@ class _Executor:
                 for d in self.drains:  # (a checkpointed run: the last part)
                     d.end()
                 self.finished = True
+            elif type(p) is Failure:  # a user's error on a line of rows (ordered_rows)
+                self._hand_over()
+                raise p.error
             elif type(p) is CheckpointBarrier:
                 self._hand_over()
                 assert self.ck is not None
@@ -349,6 +360,8 @@ class _Executor:
             if buf:
                 for d in self.drains_of[t]:
                     d.take(buf)
+                    if self.rows:  # batches of rows: written per hand-over, not held
+                        d.flush()
                 self.sink_buf[t] = []
 
     def _marker_sent(self, ts: Any) -> float | None:
@@ -503,8 +516,7 @@ class _Executor:
             out = apply_tagged(st, batch)
             n_data = sum(1 for it in batch if it[2] == st.in_tag and it[1] is not WATERMARK)
         else:
-            out = (apply_chain(st.op, batch, (WATERMARK, END)) if self.ck is not None else
-                   self._apply(st.op, batch, (WATERMARK, END)))
+            out = self._apply(st.op, batch, (WATERMARK, END))
             n_data = sum(len(p) if type(p) is Batch else 1 for _, p in batch
                          if p is not WATERMARK and p is not END)
         dt = time.perf_counter() - t0

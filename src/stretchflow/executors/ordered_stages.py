@@ -33,6 +33,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ..batch import Batch
 from ..buffers.hybrid_queue import HybridQueue, PartitionedQueue
 from ..buffers.reorder import AtomicInt, ReorderBuffer, SerialCounter
 from ..eventtime import WATERMARK
@@ -57,10 +58,25 @@ END_TAG = -1
 Item = tuple[Any, ...]  # (ts, payload) in a chain, (ts, payload, tag) otherwise
 
 
+class Failure:
+    """A user function's error on a line of row batches (:mod:`.ordered_rows`), travelling
+    in place as a control item ``(ts of the failing tuple, Failure)``: what came before it
+    goes on first, so an error of a later stage on an earlier tuple is raised first, as
+    tuple at a time; the sinks raise it when it reaches them."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException):
+        self.error = error
+
+    def __repr__(self) -> str:
+        return f"Failure({self.error!r})"
+
+
 def order_key(item: Item) -> tuple[Any, int]:
-    # outputs before a watermark of the same ts, END last (its ts is +inf anyway)
+    # outputs before a watermark (or a failure) of the same ts, END last (its ts is +inf)
     p = item[1]
-    return item[0], (2 if p is END else 1 if p is WATERMARK else 0)
+    return item[0], (2 if p is END else 1 if p is WATERMARK or type(p) is Failure else 0)
 
 
 # -- the plan -----------------------------------------------------------------------------------
@@ -182,9 +198,12 @@ class StatelessStage(Stage):
         self.in_tag = 0
         self.queue: deque[Item] = deque()  # under the executor's lock
         self.next_slice = 1  # serial of the next slice (§3), drawn under the executor's lock
+        # what one queued item counts for in the backlog (flow control): 1 for a tuple, more
+        # for a batch of rows (ordered_rows), so the capacity holds a few batches
+        self.weight = 1
 
     def backlog(self) -> int:
-        return len(self.queue)
+        return len(self.queue) * self.weight
 
 
 def apply_tagged(st: StatelessStage, batch: list[Item]) -> list[Item]:
@@ -319,6 +338,12 @@ class OPlusStage(KeyedStage):
         # what one entry counts for in the backlog (flow control): 1 for a tuple; more for a
         # whole batch (ordered_columnar), so the capacity holds a few batches, not 1024
         self.weight = 1
+        # a line of row batches (ordered_rows): the merged outputs of an input leave as
+        # batches of rows (the next stage takes them whole); the lock under which the
+        # instances share a batch's keys (f_MK once per tuple); instances that met a failure
+        self.batch_outputs = False
+        self.rows_lock = threading.Lock()
+        self.halted = [False] * p
         # on batches: entries each instance has processed (instance j's only by the worker
         # holding bucket j); the backlog then follows the slowest instance, which bounds the
         # batches a lagging instance keeps alive, not just the queue ahead of instance 0
@@ -395,11 +420,33 @@ def oplus_emitter(st: OPlusStage) -> Callable[[Any], None]:
                   list(heapq.merge(*runs, key=order_key)) if runs else [])
         if tagged and group[0][1]:  # what instance 0 passed on, END last
             merged = merged + group[0][1] if merged else group[0][1]
+        if merged and st.batch_outputs:
+            merged = as_batches(merged)
         if merged:
             with lock:
                 st.outbox.extend(merged)
 
     return emit_oplus
+
+
+def as_batches(items: list[Item]) -> list[Item]:
+    """A chain's items with each run of data tuples between two control items (watermark,
+    END, barrier, failure) as one :class:`~stretchflow.batch.Batch` item ``(last ts,
+    batch)``, in order (as the reference hands an O+'s outputs of one batch on)."""
+    out: list[Item] = []
+    run: list[Item] = []
+    for item in items:
+        p = item[1]
+        if p is WATERMARK or p is END or type(p) is CheckpointBarrier or type(p) is Failure:
+            if run:
+                out.append((run[-1][0], Batch.of_items(run)))
+                run = []
+            out.append(item)
+        else:
+            run.append(item)
+    if run:
+        out.append((run[-1][0], Batch.of_items(run)))
+    return out
 
 
 def oplus_unit(st: OPlusStage, j: int, batch: list[Item]) -> tuple[list[Item], int]:
@@ -594,7 +641,8 @@ def retry_stash(st: Stage) -> None:
         _retry_locked(st)
 
 
-__all__ = ["END", "END_TAG", "Item", "KeyedStage", "OPlusStage", "PSStage", "Plan",
-           "SourceStage", "Stage", "StatelessStage", "apply_tagged", "deposit_many",
+__all__ = ["END", "END_TAG", "Failure", "Item", "KeyedStage", "OPlusStage", "PSStage", "Plan",
+           "SourceStage", "Stage", "StatelessStage", "apply_tagged", "as_batches",
+           "deposit_many",
            "oplus_emitter", "oplus_unit", "oplus_unit_tagged", "order_key", "ps_units",
            "retry_stash"]
