@@ -68,7 +68,6 @@ from .ordered_stages import (
     OPlusStage,
     Plan,
     SourceStage,
-    StatelessStage,
     deposit_many,
 )
 
