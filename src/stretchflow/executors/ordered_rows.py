@@ -25,7 +25,7 @@ form reads them). The paper's machinery is unchanged; what a unit holds is:
   (:class:`~stretchflow.operators.row_keys.RowKeys`, left on the batch under the stage's
   lock), and each instance updates its own key groups in one loop -- f_MK once per tuple at
   any p. Any other O+ takes a batch through ``process_rows``. The merged outputs of an entry
-  leave as batches of rows (:func:`~.ordered_stages.as_batches`), so an O+ or a stateless
+  leave as batches of rows (:func:`~.ordered_stages.merge_rows`), so an O+ or a stateless
   operator after it takes them whole too;
 * **flow control** counts a queued item (a batch, or a marker) as
   :attr:`~.ordered_stages.StatelessStage.weight` tuples, as the columnar line does, so a
@@ -214,17 +214,20 @@ def _oplus_items(st: OPlusStage, lease: Any) -> tuple[float, int]:
     return n_in / st.p, n_out
 
 
-def _unit(st: OPlusStage, j: int, batch: list[Item]) -> tuple[list[Item], int, int]:
-    """Instance j over one entry: its unit (its outputs, ts-sorted; instance 0 forwards
-    watermarks, barriers, failures and END after what came before them, Alg. 2), its
-    number of outputs and the tuples it went through. An instance that fails, or meets a
+def _unit(st: OPlusStage, j: int, batch: list[Item]
+          ) -> tuple[tuple[list[Item], list[Item]], int, int]:
+    """Instance j over one entry: its unit -- its outputs, ts-sorted, and the control items
+    it forwards (instance 0: watermarks, barriers, failures and END, after what came before
+    them, Alg. 2; :func:`~.ordered_stages.merge_rows` puts them in place) -- its number of
+    outputs and the tuples it went through. An instance that fails, or meets a
     failure, stops: its unit ends with the failure and its later units are empty."""
     if st.halted[j]:
-        return [], 0, 0
+        return ([], []), 0, 0
     inst = st.instances[j]
     shared = getattr(inst, "process_shared", None)
     lock = st.rows_lock
     o: list[Item] = []
+    marks: list[Item] = []  # the control items it forwards or raises, in order
     n_out = tuples = 0
     for ts, p in batch:
         tp = type(p)
@@ -255,12 +258,12 @@ def _unit(st: OPlusStage, j: int, batch: list[Item]) -> tuple[list[Item], int, i
             n_out += len(got)
             o.extend(got)
         if failed is not None:
-            o.append(failed if failed[0] is not None else (ts, failed[1]))
+            marks.append(failed if failed[0] is not None else (ts, failed[1]))
             st.halted[j] = True
             break
         if j == 0 and tp is not Batch:
-            o.append((ts, p))  # forwarded after what it released or closed
+            marks.append((ts, p))  # forwarded after what it released or closed
         if tp is Failure:
             st.halted[j] = True
             break
-    return o, n_out, tuples
+    return (o, marks), n_out, tuples

@@ -29,8 +29,10 @@ from __future__ import annotations
 
 import heapq
 import threading
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Iterator
+from operator import itemgetter
 from typing import Any
 
 from ..batch import Batch
@@ -415,13 +417,17 @@ def oplus_emitter(st: OPlusStage) -> Callable[[Any], None]:
         if len(group) < p:
             return
         st.group = []
+        if st.batch_outputs:  # a line of rows: (outputs, control items) per instance
+            merged = merge_rows(group)
+            if merged:
+                with lock:
+                    st.outbox.extend(merged)
+            return
         runs = [g[0] for g in group if g[0]] if tagged else [g for g in group if g]
         merged = (runs[0] if len(runs) == 1 else
                   list(heapq.merge(*runs, key=order_key)) if runs else [])
         if tagged and group[0][1]:  # what instance 0 passed on, END last
             merged = merged + group[0][1] if merged else group[0][1]
-        if merged and st.batch_outputs:
-            merged = as_batches(merged)
         if merged:
             with lock:
                 st.outbox.extend(merged)
@@ -429,24 +435,44 @@ def oplus_emitter(st: OPlusStage) -> Callable[[Any], None]:
     return emit_oplus
 
 
-def as_batches(items: list[Item]) -> list[Item]:
-    """A chain's items with each run of data tuples between two control items (watermark,
-    END, barrier, failure) as one :class:`~stretchflow.batch.Batch` item ``(last ts,
-    batch)``, in order (as the reference hands an O+'s outputs of one batch on)."""
+def merge_rows(group: list[tuple[list[Item], list[Item]]]) -> list[Item]:
+    """The p units of one input on a line of rows (:mod:`.ordered_rows`), merged in the
+    sequential order: each unit is an instance's outputs (ts-sorted) and its control items
+    (instance 0's forwarded watermarks, barriers and END, any instance's failure), which
+    :func:`order_key` puts after the outputs of their timestamp. The outputs leave as
+    :class:`~stretchflow.batch.Batch` items of rows between the control items, as the
+    reference hands an O+'s outputs of one batch on. The outputs are merged by a stable
+    sort on their timestamp (ties in instance order, as ``heapq.merge``'s), in C."""
+    outs = [u[0] for u in group if u[0]]
+    marks = [m for u in group for m in u[1]]
+    if len(marks) > 1:
+        marks.sort(key=_TS)  # stable: an instance's own order kept
+    data = outs[0] if outs else []
+    if len(outs) > 1:
+        for o in outs[1:]:
+            data.extend(o)  # (the instance's list, handed over with its unit)
+        data.sort(key=_TS)
+    if not marks:
+        return [(data[-1][0], _rows(data))] if data else []
     out: list[Item] = []
-    run: list[Item] = []
-    for item in items:
-        p = item[1]
-        if p is WATERMARK or p is END or type(p) is CheckpointBarrier or type(p) is Failure:
-            if run:
-                out.append((run[-1][0], Batch.of_items(run)))
-                run = []
-            out.append(item)
-        else:
-            run.append(item)
-    if run:
-        out.append((run[-1][0], Batch.of_items(run)))
+    lo = 0
+    for m in marks:
+        hi = bisect_right(data, m[0], lo, key=_TS)  # the outputs of ts <= the mark's
+        if hi > lo:
+            out.append((data[hi - 1][0], _rows(data[lo:hi])))
+            lo = hi
+        out.append(m)
+    if lo < len(data):
+        out.append((data[-1][0], _rows(data[lo:])))
     return out
+
+
+_TS = itemgetter(0)
+
+
+def _rows(items: list[Item]) -> Batch:
+    ts, ps = zip(*items, strict=True)
+    return Batch(ts, payloads=list(ps))
 
 
 def oplus_unit(st: OPlusStage, j: int, batch: list[Item]) -> tuple[list[Item], int]:
@@ -642,7 +668,6 @@ def retry_stash(st: Stage) -> None:
 
 
 __all__ = ["END", "END_TAG", "Failure", "Item", "KeyedStage", "OPlusStage", "PSStage", "Plan",
-           "SourceStage", "Stage", "StatelessStage", "apply_tagged", "as_batches",
-           "deposit_many",
-           "oplus_emitter", "oplus_unit", "oplus_unit_tagged", "order_key", "ps_units",
-           "retry_stash"]
+           "SourceStage", "Stage", "StatelessStage", "apply_tagged", "deposit_many",
+           "merge_rows", "oplus_emitter", "oplus_unit", "oplus_unit_tagged", "order_key",
+           "ps_units", "retry_stash"]
