@@ -45,6 +45,9 @@ merged by timestamp. That merge is the sequential output order: every output an 
 produces for input s has ``ts <= W_s``, every later one ``ts > W_s``. A file source -> A+ with
 columnar forms -> sinks carries whole Arrow batches through the same machinery, the instances
 sharing a columnar σ (:mod:`.ordered_columnar`; ``extra["paths"]`` says which path each O+ took).
+A chain of Python functions fed by a file source carries batches of rows through the same
+machinery (:mod:`.ordered_rows`; ``extra["row_batches"]``): a unit holds Batch items, an O+'s
+p entries share each batch, so an A+ computes f_MK once per tuple for its p instances.
 
 Latency markers (§7, "markers at equal tuple intervals"): with ``marker_every=m`` the source
 adds a watermark at the timestamp of the latest tuple after every m tuples (a no-op for every
@@ -615,6 +618,7 @@ class _Executor:
             "scheduler": self.sched.policy,
             "reorder": self.reorder,
             "queue": self.queue_kind,
+            "row_batches": self.rows,  # the line carried batches of rows (ordered_rows)
             **paths_extra(self.stages, self.columnar_why),
             "operators": [
                 {"name": st.name, "cost_us": st.cost * 1e6, "selectivity": st.selectivity,
