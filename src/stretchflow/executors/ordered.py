@@ -502,6 +502,13 @@ class _Executor:
         self._clocked(items)
         if end:
             items.append((math.inf, END, END_TAG) if st.tagged else (math.inf, END))
+        self._source_done(st, items, end, paused, len(items), len(items), t0)
+
+    def _source_done(self, st: SourceStage, items: list[Item], end: bool, paused: bool,
+                     n_in: float, n_out: int, t0: float) -> None:
+        """The end of a source slice (tuples or batches of rows): the stage's flags, the
+        hand-over of ``items``, then the stage free for its next slice, and the slice's
+        statistics (``n_in`` inputs, ``n_out`` outputs since ``t0``)."""
         dt = time.perf_counter() - t0
         with self.cond:
             if end:
@@ -511,7 +518,7 @@ class _Executor:
         self._push(0, items)
         with self.cond:
             st.busy = False  # only now: the next slice's items must follow these
-        self._finish_slice(st, len(items), len(items), dt)
+        self._finish_slice(st, n_in, n_out, dt)
 
     def _run_stateless(self, task: tuple[Any, ...], t0: float) -> None:
         _, st, serial, batch = task

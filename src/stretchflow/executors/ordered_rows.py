@@ -159,16 +159,7 @@ def _run_source(ex: Any, task: tuple[Any, ...], t0: float) -> None:
     st.count += tuples
     if last != -math.inf:
         ex.clock.record(last)  # (latency)
-    dt = time.perf_counter() - t0
-    with ex.cond:
-        if end:
-            st.exhausted = True
-        if paused:  # before the push: the sinks may see the barrier at once
-            st.paused = True
-    ex._push(0, items)
-    with ex.cond:
-        st.busy = False  # only now: the next slice's items must follow these
-    ex._finish_slice(st, max(tuples, 1), tuples, dt)
+    ex._source_done(st, items, end, paused, max(tuples, 1), tuples, t0)
 
 
 def rows_through(op: Any, items: list[Item], markers: tuple[Any, ...]) -> list[Item]:
