@@ -453,26 +453,21 @@ def merge_rows(group: list[tuple[list[Item], list[Item]]]) -> list[Item]:
             data.extend(o)  # (the instance's list, handed over with its unit)
         data.sort(key=_TS)
     if not marks:
-        return [(data[-1][0], _rows(data))] if data else []
+        return [(data[-1][0], Batch.of_items(data))] if data else []
     out: list[Item] = []
     lo = 0
     for m in marks:
         hi = bisect_right(data, m[0], lo, key=_TS)  # the outputs of ts <= the mark's
         if hi > lo:
-            out.append((data[hi - 1][0], _rows(data[lo:hi])))
+            out.append((data[hi - 1][0], Batch.of_items(data[lo:hi])))
             lo = hi
         out.append(m)
     if lo < len(data):
-        out.append((data[-1][0], _rows(data[lo:])))
+        out.append((data[-1][0], Batch.of_items(data[lo:] if lo else data)))
     return out
 
 
 _TS = itemgetter(0)
-
-
-def _rows(items: list[Item]) -> Batch:
-    ts, ps = zip(*items, strict=True)
-    return Batch(ts, payloads=list(ps))
 
 
 def oplus_unit(st: OPlusStage, j: int, batch: list[Item]) -> tuple[list[Item], int]:
