@@ -64,7 +64,8 @@ class Failure:
     """A user function's error on a line of row batches (:mod:`.ordered_rows`), travelling
     in place as a control item ``(ts of the failing tuple, Failure)``: what came before it
     goes on first, so an error of a later stage on an earlier tuple is raised first, as
-    tuple at a time; the sinks raise it when it reaches them."""
+    tuple at a time; the sinks raise it when it reaches them. (Only on that line: the
+    tuple path raises where the error happens.)"""
 
     __slots__ = ("error",)
 
@@ -76,9 +77,9 @@ class Failure:
 
 
 def order_key(item: Item) -> tuple[Any, int]:
-    # outputs before a watermark (or a failure) of the same ts, END last (its ts is +inf)
+    # outputs before a watermark of the same ts, END last (its ts is +inf anyway)
     p = item[1]
-    return item[0], (2 if p is END else 1 if p is WATERMARK or type(p) is Failure else 0)
+    return item[0], (2 if p is END else 1 if p is WATERMARK else 0)
 
 
 # -- the plan -----------------------------------------------------------------------------------
@@ -438,8 +439,9 @@ def oplus_emitter(st: OPlusStage) -> Callable[[Any], None]:
 def merge_rows(group: list[tuple[list[Item], list[Item]]]) -> list[Item]:
     """The p units of one input on a line of rows (:mod:`.ordered_rows`), merged in the
     sequential order: each unit is an instance's outputs (ts-sorted) and its control items
-    (instance 0's forwarded watermarks, barriers and END, any instance's failure), which
-    :func:`order_key` puts after the outputs of their timestamp. The outputs leave as
+    (instance 0's forwarded watermarks, barriers and END, any instance's failure), each
+    placed after the outputs of its timestamp (as :func:`order_key` puts a watermark), the
+    control items of several instances by timestamp. The outputs leave as
     :class:`~stretchflow.batch.Batch` items of rows between the control items, as the
     reference hands an O+'s outputs of one batch on. The outputs are merged by a stable
     sort on their timestamp (ties in instance order, as ``heapq.merge``'s), in C."""
