@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -338,3 +339,33 @@ def test_checkpointed_lambda_flow_failing_mid_batch_resumes_exactly(
         assert Counter(out.read_bytes().splitlines()) == Counter(
             plain.read_bytes().splitlines())
     assert taken["tuples"] == 0 and taken["rows through map"] > 0, taken
+
+
+@pytest.mark.slow  # CLI runs SIGKILLed at random and resumed (about 10 s)
+def test_sigkill_with_batches_in_flight_resumes(bids_file: Path, tmp_path: Path) -> None:
+    """Hot items of lambdas from the bench's flow file on the CLI, ordered with 2 workers
+    on batches of rows, checkpointed, SIGKILLed at random moments and re-run until it
+    completes: the uninterrupted run's lines, nothing left behind."""
+    import random
+    import subprocess
+
+    from test_checkpoint_reference import CLI, assert_no_leftovers, kill_until_done
+
+    out, ck, ref = tmp_path / "out.jsonl", tmp_path / "ck", tmp_path / "ref.jsonl"
+    cmd = CLI + ["run", str(Path(lambdas.__file__)), "--param", "flow=hot_items",
+                 "--param", f"input={bids_file}", "-q", "--engine", "ordered",
+                 "--parallelism", "2"]
+    t0 = time.perf_counter()
+    subprocess.run(cmd + ["--param", f"output={ref}"], check=True)
+    full = time.perf_counter() - t0
+    run = cmd + ["--param", f"output={out}", "--checkpoint", str(ck),
+                 "--checkpoint-every", "1000"]
+    rng = random.Random(7)
+    stats = {"kills": 0, "resumed_from_checkpoint": 0, "restarts": 0}
+    for _ in range(6):
+        out.unlink(missing_ok=True)
+        kill_until_done(run, rng, full, full, ck, stats)
+        assert Counter(out.read_bytes().splitlines()) == Counter(ref.read_bytes().splitlines())
+        assert_no_leftovers(out, ck)
+    assert stats["resumed_from_checkpoint"] >= 1, stats  # killed with a checkpoint on disk
+    assert ref.read_bytes().count(b"\n") > 5
