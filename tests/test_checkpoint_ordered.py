@@ -156,8 +156,8 @@ ORDERED_MODES = [
 def test_ordered_wordcount_resume_equals_uninterrupted(opts: dict, tweets: Path,
                                                        tmp_path: Path) -> None:
     build = _wordcount(tweets, "ordered")
-    # a checkpointed run takes the tuple path (docs/ordered.md, "Whole batches"); byte-equal
-    # output is promised against the same path
+    # a checkpointed run takes tuples or batches of rows, never the columnar path
+    # (docs/ordered.md, "Whole batches"), whose output is byte-equal to the tuple path's
     plain = _plain(build, tmp_path, "ordered", columnar="off", **opts)
     resumed, man = _interrupted(build, tmp_path, "ordered", 7_000, "1500", **opts)
     assert man["epoch"] >= 2 and man["cut"] > 0

@@ -45,6 +45,9 @@ merged by timestamp. That merge is the sequential output order: every output an 
 produces for input s has ``ts <= W_s``, every later one ``ts > W_s``. A file source -> A+ with
 columnar forms -> sinks carries whole Arrow batches through the same machinery, the instances
 sharing a columnar σ (:mod:`.ordered_columnar`; ``extra["paths"]`` says which path each O+ took).
+A chain of Python functions fed by a file source carries batches of rows through the same
+machinery (:mod:`.ordered_rows`; ``extra["row_batches"]``): a unit holds Batch items, an O+'s
+p entries share each batch, so an A+ computes f_MK once per tuple for its p instances.
 
 Latency markers (§7, "markers at equal tuple intervals"): with ``marker_every=m`` the source
 adds a watermark at the timestamp of the latest tuple after every m tuples (a no-op for every
@@ -97,9 +100,11 @@ from ..runtime.result import RunResult
 from ..runtime.skeleton import Run
 from .ordered_checkpoint import OrderedCheckpoints, apply_chain, deferred
 from .ordered_columnar import decide, paths_extra, use_batches
+from .ordered_rows import decide_rows, use_rows
 from .ordered_stages import (
     END,
     END_TAG,
+    Failure,
     Item,
     KeyedStage,
     OPlusStage,
@@ -229,11 +234,17 @@ class _Executor:
             self.drains_of.setdefault(t if tagged else -2, []).append(d)
         self.sink_buf: dict[int, list[Any]] = {t: [] for t in self.drains_of}
         self.marker_ms: list[float] = []
-        self._apply = apply_batch  # a stateless slice (batches: ordered_columnar's)
+        # a stateless slice: barriers pass in place on a checkpointed run (batches of
+        # tables: ordered_columnar's; of rows: ordered_rows')
+        self._apply = apply_chain if checkpoint is not None else apply_batch
+        self.plan = plan
+        self.rows = False  # the line carries batches of rows (ordered_rows)
         got = decide(plan, columnar, checkpoint is not None)
         self.columnar_why = got if isinstance(got, str) else None
         if got is not None and not isinstance(got, str):
             use_batches(self, got, key_groups)
+        elif (rows := decide_rows(plan, columnar)) is not None:
+            use_rows(self, rows)
 
     def _abort(self, e: BaseException) -> None:
         """RunControl's abort hook: wake every idle worker, abort buffers and queues (taken
@@ -322,6 +333,9 @@ class _Executor:
                 for d in self.drains:  # (a checkpointed run: the last part)
                     d.end()
                 self.finished = True
+            elif type(p) is Failure:  # a user's error on a line of rows (ordered_rows)
+                self._hand_over()
+                raise p.error
             elif type(p) is CheckpointBarrier:
                 self._hand_over()
                 assert self.ck is not None
@@ -349,6 +363,8 @@ class _Executor:
             if buf:
                 for d in self.drains_of[t]:
                     d.take(buf)
+                    if self.rows:  # batches of rows: written per hand-over, not held
+                        d.flush()
                 self.sink_buf[t] = []
 
     def _marker_sent(self, ts: Any) -> float | None:
@@ -486,6 +502,13 @@ class _Executor:
         self._clocked(items)
         if end:
             items.append((math.inf, END, END_TAG) if st.tagged else (math.inf, END))
+        self._source_done(st, items, end, paused, len(items), len(items), t0)
+
+    def _source_done(self, st: SourceStage, items: list[Item], end: bool, paused: bool,
+                     n_in: float, n_out: int, t0: float) -> None:
+        """The end of a source slice (tuples or batches of rows): the stage's flags, the
+        hand-over of ``items``, then the stage free for its next slice, and the slice's
+        statistics (``n_in`` inputs, ``n_out`` outputs since ``t0``)."""
         dt = time.perf_counter() - t0
         with self.cond:
             if end:
@@ -495,7 +518,7 @@ class _Executor:
         self._push(0, items)
         with self.cond:
             st.busy = False  # only now: the next slice's items must follow these
-        self._finish_slice(st, len(items), len(items), dt)
+        self._finish_slice(st, n_in, n_out, dt)
 
     def _run_stateless(self, task: tuple[Any, ...], t0: float) -> None:
         _, st, serial, batch = task
@@ -503,8 +526,7 @@ class _Executor:
             out = apply_tagged(st, batch)
             n_data = sum(1 for it in batch if it[2] == st.in_tag and it[1] is not WATERMARK)
         else:
-            out = (apply_chain(st.op, batch, (WATERMARK, END)) if self.ck is not None else
-                   self._apply(st.op, batch, (WATERMARK, END)))
+            out = self._apply(st.op, batch, (WATERMARK, END))
             n_data = sum(len(p) if type(p) is Batch else 1 for _, p in batch
                          if p is not WATERMARK and p is not END)
         dt = time.perf_counter() - t0
@@ -603,6 +625,7 @@ class _Executor:
             "scheduler": self.sched.policy,
             "reorder": self.reorder,
             "queue": self.queue_kind,
+            "row_batches": self.rows,  # the line carried batches of rows (ordered_rows)
             **paths_extra(self.stages, self.columnar_why),
             "operators": [
                 {"name": st.name, "cost_us": st.cost * 1e6, "selectivity": st.selectivity,

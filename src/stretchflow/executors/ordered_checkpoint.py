@@ -72,6 +72,11 @@ class OrderedCheckpoints:
         """Source ``node``'s items with the barriers, past the restored cut."""
         return self.run.items(node, counter)
 
+    def batches(self, node: Node, batches: Iterator[Any]) -> Iterator[Any]:
+        """Source ``node``'s :class:`~stretchflow.batch.Batch` items with the barriers, past
+        the restored cut (a batch straddling a cut is split there)."""
+        return self.run.ckpt.batches(node.name, batches, [0])
+
     def at_barrier(self, b: CheckpointBarrier) -> None:
         """The barrier reached the sinks with nothing in flight (the executor's lock is
         held): snapshot every stateful stage (then each sink's drain commits its part)."""

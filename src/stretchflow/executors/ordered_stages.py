@@ -29,10 +29,13 @@ from __future__ import annotations
 
 import heapq
 import threading
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Iterator
+from operator import itemgetter
 from typing import Any
 
+from ..batch import Batch
 from ..buffers.hybrid_queue import HybridQueue, PartitionedQueue
 from ..buffers.reorder import AtomicInt, ReorderBuffer, SerialCounter
 from ..eventtime import WATERMARK
@@ -55,6 +58,22 @@ class _End:
 END = _End()
 END_TAG = -1
 Item = tuple[Any, ...]  # (ts, payload) in a chain, (ts, payload, tag) otherwise
+
+
+class Failure:
+    """A user function's error on a line of row batches (:mod:`.ordered_rows`), travelling
+    in place as a control item ``(ts of the failing tuple, Failure)``: what came before it
+    goes on first, so an error of a later stage on an earlier tuple is raised first, as
+    tuple at a time; the sinks raise it when it reaches them. (Only on that line: the
+    tuple path raises where the error happens.)"""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException):
+        self.error = error
+
+    def __repr__(self) -> str:
+        return f"Failure({self.error!r})"
 
 
 def order_key(item: Item) -> tuple[Any, int]:
@@ -182,9 +201,12 @@ class StatelessStage(Stage):
         self.in_tag = 0
         self.queue: deque[Item] = deque()  # under the executor's lock
         self.next_slice = 1  # serial of the next slice (§3), drawn under the executor's lock
+        # what one queued item counts for in the backlog (flow control): 1 for a tuple, more
+        # for a batch of rows (ordered_rows), so the capacity holds a few batches
+        self.weight = 1
 
     def backlog(self) -> int:
-        return len(self.queue)
+        return len(self.queue) * self.weight
 
 
 def apply_tagged(st: StatelessStage, batch: list[Item]) -> list[Item]:
@@ -319,6 +341,12 @@ class OPlusStage(KeyedStage):
         # what one entry counts for in the backlog (flow control): 1 for a tuple; more for a
         # whole batch (ordered_columnar), so the capacity holds a few batches, not 1024
         self.weight = 1
+        # a line of row batches (ordered_rows): the merged outputs of an input leave as
+        # batches of rows (the next stage takes them whole); the lock under which the
+        # instances share a batch's keys (f_MK once per tuple); instances that met a failure
+        self.batch_outputs = False
+        self.rows_lock = threading.Lock()
+        self.halted = [False] * p
         # on batches: entries each instance has processed (instance j's only by the worker
         # holding bucket j); the backlog then follows the slowest instance, which bounds the
         # batches a lagging instance keeps alive, not just the queue ahead of instance 0
@@ -390,6 +418,12 @@ def oplus_emitter(st: OPlusStage) -> Callable[[Any], None]:
         if len(group) < p:
             return
         st.group = []
+        if st.batch_outputs:  # a line of rows: (outputs, control items) per instance
+            merged = merge_rows(group)
+            if merged:
+                with lock:
+                    st.outbox.extend(merged)
+            return
         runs = [g[0] for g in group if g[0]] if tagged else [g for g in group if g]
         merged = (runs[0] if len(runs) == 1 else
                   list(heapq.merge(*runs, key=order_key)) if runs else [])
@@ -400,6 +434,42 @@ def oplus_emitter(st: OPlusStage) -> Callable[[Any], None]:
                 st.outbox.extend(merged)
 
     return emit_oplus
+
+
+def merge_rows(group: list[tuple[list[Item], list[Item]]]) -> list[Item]:
+    """The p units of one input on a line of rows (:mod:`.ordered_rows`), merged in the
+    sequential order: each unit is an instance's outputs (ts-sorted) and its control items
+    (instance 0's forwarded watermarks, barriers and END, any instance's failure), each
+    placed after the outputs of its timestamp (as :func:`order_key` puts a watermark), the
+    control items of several instances by timestamp. The outputs leave as
+    :class:`~stretchflow.batch.Batch` items of rows between the control items, as the
+    reference hands an O+'s outputs of one batch on. The outputs are merged by a stable
+    sort on their timestamp (ties in instance order, as ``heapq.merge``'s), in C."""
+    outs = [u[0] for u in group if u[0]]
+    marks = [m for u in group for m in u[1]]
+    if len(marks) > 1:
+        marks.sort(key=_TS)  # stable: an instance's own order kept
+    data = outs[0] if outs else []
+    if len(outs) > 1:
+        for o in outs[1:]:
+            data.extend(o)  # (the instance's list, handed over with its unit)
+        data.sort(key=_TS)
+    if not marks:
+        return [(data[-1][0], Batch.of_items(data))] if data else []
+    out: list[Item] = []
+    lo = 0
+    for m in marks:
+        hi = bisect_right(data, m[0], lo, key=_TS)  # the outputs of ts <= the mark's
+        if hi > lo:
+            out.append((data[hi - 1][0], Batch.of_items(data[lo:hi])))
+            lo = hi
+        out.append(m)
+    if lo < len(data):
+        out.append((data[-1][0], Batch.of_items(data[lo:] if lo else data)))
+    return out
+
+
+_TS = itemgetter(0)
 
 
 def oplus_unit(st: OPlusStage, j: int, batch: list[Item]) -> tuple[list[Item], int]:
@@ -594,7 +664,7 @@ def retry_stash(st: Stage) -> None:
         _retry_locked(st)
 
 
-__all__ = ["END", "END_TAG", "Item", "KeyedStage", "OPlusStage", "PSStage", "Plan",
+__all__ = ["END", "END_TAG", "Failure", "Item", "KeyedStage", "OPlusStage", "PSStage", "Plan",
            "SourceStage", "Stage", "StatelessStage", "apply_tagged", "deposit_many",
-           "oplus_emitter", "oplus_unit", "oplus_unit_tagged", "order_key", "ps_units",
-           "retry_stash"]
+           "merge_rows", "oplus_emitter", "oplus_unit", "oplus_unit_tagged", "order_key",
+           "ps_units", "retry_stash"]
