@@ -167,17 +167,17 @@ def execute(flow: Flow, s: Settings) -> RunResult:
         "regions": {reg.name: reg.stats() for reg in regions},
         "paths": {reg.name: "sliced" if getattr(reg.op, "sliced", False) else "tuple"
                   for reg in regions},
-        **({"columnar_fallback": {reg.name: cp for reg in regions
-                                  if getattr(reg.op, "columnar", False)}}
+        # why the pulse path (on columns or rows) did not take the run
+        **({"columnar_fallback": {reg.name: cp for reg in regions}}
            if isinstance(cp, str) else {}),
     })
 
 
 def _columnar_plan(flow: Flow, channels: str, columnar: str, reconfiguring: bool,
                    checkpointing: bool) -> Any:
-    """:func:`.sn_columnar.plan` (process or thread channels), or the reason the columnar
-    path does not apply, or None when no O+ has columnar forms."""
-    if not any(getattr(n.spec, "columnar", False) for n in flow.nodes if n.kind == "oplus"):
+    """:func:`.sn_columnar.plan` (process or thread channels: on columns, or on rows), or the
+    reason the pulse path does not apply, or None when the flow has no O+."""
+    if not any(n.kind == "oplus" for n in flow.nodes):
         return None
     if columnar != "on":
         return "columnar='off'"
