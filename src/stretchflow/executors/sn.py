@@ -19,8 +19,11 @@ through stateless operators and A+ with columnar forms to the sinks) runs on who
 batches instead, on process or thread channels (:mod:`.sn_columnar`: the parent deals whole
 batches round robin, as Arrow IPC to processes; the channels explode them, combine per (slice,
 key) and shuffle the rows to each key's owner; the parent runs what follows the first A+ on
-the merged windows; ``extra["paths"]`` says ``columnar``); a reconfiguring or checkpointed
-run takes the tuple path (``extra["columnar_fallback"]``).
+the merged windows; ``extra["paths"]`` says ``columnar``). Such a line whose A+ is made of
+Python functions (lambdas) runs the same way on batches of rows (:mod:`.sn_rows`: the dealt
+channel runs the stateless operators and f_MK, each key's owner its f_U and f_O;
+``extra["paths"]`` says ``rows``). A reconfiguring or checkpointed run, or ``columnar="off"``,
+takes the tuple path (``extra["columnar_fallback"]``).
 
 ``reconfigure`` and the controller apply to every region: a ``(COUNT, P)`` step migrates every
 region to P channels once the run has read COUNT source tuples (the region whose splitter reads
@@ -102,7 +105,8 @@ def run(flow: Flow, parallelism: int | None = None, max_parallelism: int | None 
         columnar: ``"on"``: an A+ with columnar forms (``Aggregate.columnar``) reading a
             sorted, unpaced file source (through stateless operators; A+ with columnar forms
             and stateless operators after it) takes whole Arrow batches
-            (:mod:`.sn_columnar`); a reconfiguring or checkpointed run or another flow shape
+            (:mod:`.sn_columnar`), an A+ of Python functions with WT multi batches of rows
+            (:mod:`.sn_rows`); a reconfiguring or checkpointed run or another flow shape
             takes the tuple path, ``extra["columnar_fallback"]`` says why.
             ``"off"``: always the tuple path.
         checkpoint: a directory: checkpoints are taken there every ``checkpoint_every`` (N

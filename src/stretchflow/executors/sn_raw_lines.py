@@ -8,9 +8,9 @@ bounded the run. Here the dealer reads the file's chunks of whole lines as
 :func:`~stretchflow.io.batches.jsonl_row_batches` cuts them and parses two lines of each,
 the first and the last: their timestamps give the pulse's watermark and the order check
 across chunks. The chunk travels as bytes and the channel it is dealt to parses it with the
-same code as the batch reader (:func:`_row_batch`, else the tuple path's per-record
-:func:`_exact`), so a bad record is named as the reference names it (the source, the line
-number, the reason) after the rows before it.
+same code as the batch reader (:func:`~stretchflow.io.batches.chunk_rows`: the bulk parse,
+else the tuple path's per-record code), so a bad record is named as the reference names it
+(the source, the line number, the reason) after the rows before it.
 
 A chunk whose first or last line the dealer cannot read so (a blank line, a parse error, a
 timestamp that is not an int64 integer, a timestamp before the previous chunk's) is parsed
@@ -19,7 +19,6 @@ by the dealer as the batch reader does, and dealt as rows.
 
 from __future__ import annotations
 
-import io
 import math
 from collections.abc import Iterator
 from typing import Any
@@ -28,7 +27,7 @@ import orjson
 
 from ..batch import Batch
 from ..errors import SourceError
-from ..io.batches import CHUNK_BYTES, _exact, _line_chunks, _row_batch
+from ..io.batches import CHUNK_BYTES, _line_chunks, chunk_rows
 
 __all__ = ["RawLines", "parse", "raw_lines"]
 
@@ -72,12 +71,7 @@ def _chunks(src: Any, rows: int, max_bytes: int) -> Iterator[RawLines | Batch]:
                 prev = raw.last
                 yield raw
             else:  # as jsonl_row_batches reads a chunk
-                batch = _row_batch(chunk, n, ts_f, prev, loads)
-                if batch is not None:
-                    prev = int(batch.ts[-1])
-                    yield batch
-                else:
-                    prev = yield from _exact(src, src._lines(io.BytesIO(chunk), line), prev)
+                prev = yield from chunk_rows(src, chunk, n, line, prev, loads)
             line += n
             src.read = line - 1
 
@@ -103,12 +97,9 @@ def _ends(chunk: bytes, ends: Any, ts_f: str, prev: float, line: int) -> RawLine
 def parse(src: Any, raw: RawLines) -> tuple[Batch | None, SourceError | None]:
     """The chunk's records (in the channel): ``(batch, error)``, the error (the source's,
     naming the line) after the records before it, as the batch reader raises it."""
-    batch = _row_batch(raw.chunk, raw.n, src.ts_field, raw.first, orjson.loads)
-    if batch is not None:
-        return batch, None
     out: list[Batch] = []
     try:
-        out.extend(_exact(src, src._lines(io.BytesIO(raw.chunk), raw.line), raw.first))
+        out.extend(chunk_rows(src, raw.chunk, raw.n, raw.line, raw.first, orjson.loads))
     except SourceError as e:
         return (out[0] if out else None), e
     return (out[0] if out else None), None
