@@ -39,6 +39,13 @@ A batch the columnar f_MK refuses (a payload without a string ``text``, say) is 
 at a time by its channel (f_MK per tuple, so its error names the tuple) and its (key, value)
 pairs travel pickled to their owners, which apply f_U into the same instance's dict slices.
 
+The same dealer, merger and peer shuffle run a line whose O+ are not all columnar, when its
+first O+ is an A+ with WT multi, on batches of rows (``ColumnarPlan.rows``; the channels are
+:class:`~.sn_rows.RowChannel`: the stateless operators and f_MK where the batch was dealt, f_U
+and f_O in each key's owner; JSON Lines dealt unparsed, :mod:`.sn_raw_lines`; the nodes after
+the A+ as their own instances in the parent). A user's failure in a channel is answered in
+pulse order and the merger raises the earliest (:class:`~.sn_columnar_channel.PulseChannel`).
+
 Not on this path (the run takes the tuple path and ``extra["columnar_fallback"]`` says why):
 ``columnar="off"``, reconfiguration (``reconfigure`` or a controller: the
 partials are not migrated), checkpoints, and any flow other than such a line (several sources,
