@@ -36,10 +36,17 @@ PROC = {"channels": "processes"}
 THREADS = {"channels": "threads"}
 
 
-@pytest.fixture(autouse=True)
-def _small_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture(autouse=True, params=["dealt", "mixed"])
+def dealing(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     # many pulses per run: windows close at batch boundaries, parts of several pulses in flight
     monkeypatch.setattr("stretchflow.runtime.pump.COLUMNAR_BATCH", 301)
+    # a small input is dealt before the channel processes start, and the parent explodes a
+    # pulse whose channel has not started: here every pulse is dealt to its channel, or those
+    # of channel 1 are exploded by the parent (both kinds in one run)
+    dealt = request.param == "dealt"
+    monkeypatch.setattr("stretchflow.executors.sn_columnar._Run._channel_ready",
+                        lambda self, j: dealt or j != 1)
+    return request.param
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +88,8 @@ def _want(path: Path, name: str, make: Any) -> Counter:
 # -- the userflows' lambda flows equal the reference -------------------------------------------
 @pytest.mark.parametrize("name", sorted(ON_BIDS))
 @pytest.mark.parametrize("opts", [PROC, THREADS], ids=["processes", "threads"])
-def test_userflows_equal_the_reference(name: str, opts: dict, bids_file: Path) -> None:
+def test_userflows_equal_the_reference(name: str, opts: dict, bids_file: Path,
+                                       dealing: str) -> None:
     want = _want(bids_file, name, ON_BIDS[name])
     for p in (1, 2, 3):
         res, got = _run(bids_file, ON_BIDS[name], "sn", parallelism=p, **opts)
@@ -92,6 +100,11 @@ def test_userflows_equal_the_reference(name: str, opts: dict, bids_file: Path) -
         rows = res.extra["rows"]
         assert rows["entries"] == 6000 and rows["batches"] == 20  # one key a bid
         assert res.extra["parallelism"][next(iter(res.extra["paths"]))] == p
+        # process channels get the lines unparsed (the bytes counted), thread channels rows
+        by_parent = sum((seq - 1) % p == 1 for seq in range(1, 21)) \
+            if dealing == "mixed" else 0
+        assert rows["batches_exploded_in_parent"] == by_parent
+        assert (rows["ipc_bytes_to_channels"] > 0) == (opts is PROC), rows
 
 
 @pytest.mark.parametrize("name", ["hot_items", "mean_price"])
