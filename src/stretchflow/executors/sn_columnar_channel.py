@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 import pickle
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any
 
@@ -102,7 +103,7 @@ def unpack(packed: tuple) -> Batch:
 
 
 # -- the channel --------------------------------------------------------------------------------
-class PulseChannel:
+class PulseChannel(ABC):
     """What every channel of the pulse paths does, whatever its instance (:class:`Channel`
     here, on columns; :class:`~.sn_rows.RowChannel`, on rows): explode the pulses dealt to it
     into every owner's part, apply its own parts in pulse order, answer every pulse. A
@@ -135,7 +136,8 @@ class PulseChannel:
         self.applied = 0  # pulses applied, in order
         self.total: int | None = None  # pulses in the run, once the parent said "end"
         self.busy = 0.0
-        #: pulse -> ((ts, phase), error) of the earliest failure met exploding it
+        #: pulse -> ((ts, row, phase), error) of the earliest failure met at it (exploding it,
+        #: before it is applied; applying it)
         self.failures: dict[int, tuple[tuple, Any]] = {}
         self.failed = False  # answered a pulse with its failure: the channel is done
 
@@ -249,17 +251,21 @@ class PulseChannel:
         return None if self.failed else self.end()
 
     # -- what a channel kind gives ---------------------------------------------------------------
+    @abstractmethod
     def _parts(self, b: Batch, seq: int) -> list[tuple | None]:
-        raise NotImplementedError
+        """Every channel's part of the batch of pulse ``seq`` (None: nothing for it)."""
 
+    @abstractmethod
     def _apply(self, part: tuple) -> None:
-        raise NotImplementedError
+        """This channel's part of a pulse into its instance."""
 
+    @abstractmethod
     def _close(self, wm: int) -> tuple | None:
-        raise NotImplementedError
+        """updateW at a pulse's watermark ``wm``: the windows it closed, packed."""
 
+    @abstractmethod
     def _finish(self) -> tuple | None:
-        raise NotImplementedError
+        """The end of input: every window left, packed."""
 
     def _row_of(self, part: tuple | None, e: BaseException) -> float:
         """The row of the pulse's batch a failure applying ``part`` came from, if known."""
