@@ -39,7 +39,7 @@ THREADS = {"channels": "threads"}
 @pytest.fixture(autouse=True, params=["dealt", "mixed"])
 def dealing(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     # many pulses per run: windows close at batch boundaries, parts of several pulses in flight
-    monkeypatch.setattr("stretchflow.runtime.pump.COLUMNAR_BATCH", 301)
+    monkeypatch.setattr("stretchflow.executors.sn_rows.ROWS_BATCH", 301)
     # a small input is dealt before the channel processes start, and the parent explodes a
     # pulse whose channel has not started: here every pulse is dealt to its channel, or those
     # of channel 1 are exploded by the parent (both kinds in one run)
@@ -157,8 +157,8 @@ def test_random_windows_keys_and_cuts(seed: int, bids_file: Path,
     rng = random.Random(seed)
     make, what = _random_flow(rng)
     want = _run(bids_file, make, "reference", columnar="off")[1]
-    monkeypatch.setattr("stretchflow.runtime.pump.COLUMNAR_BATCH", rng.choice([1, 17, 256,
-                                                                               5000]))
+    monkeypatch.setattr("stretchflow.executors.sn_rows.ROWS_BATCH", rng.choice([1, 17, 256,
+                                                                                5000]))
     opts = PROC if seed % 3 == 0 else THREADS
     p = rng.choice([2, 3])
     res, got = _run(bids_file, make, "sn", parallelism=p, key_groups=rng.choice([1, 7, 128]),

@@ -70,6 +70,7 @@ from ..runtime import RunControl, Stopped, pump
 from ..runtime.control import raise_user_error
 from ..runtime.skeleton import Run
 from ..runtime.tempdirs import sweep_stale
+from . import sn_rows
 from .sn_channel import group_assignment
 from .sn_columnar_channel import Channel, PulseChannel, channel_main, keep, pack, unpack
 from .sn_process import ProcessChannel, ProcessTransport, _preload_modules, import_error, ship
@@ -125,7 +126,8 @@ def plan(flow: Flow, *, reconfiguring: bool, checkpointing: bool) -> ColumnarPla
                         and not getattr(n.spec, "columnar", False))
         return (f"the first O+ {node.name!r} has no columnar forms and is not an A+ with WT "
                 "multi (rows)")
-    it = read_batches(source.spec, pump.COLUMNAR_BATCH, not rows)
+    it = read_batches(source.spec, sn_rows.ROWS_BATCH if rows else pump.COLUMNAR_BATCH,
+                      not rows)
     if it is None:
         return "a source that gives no batches (not a sorted, unpaced file)"
     return ColumnarPlan(node, source, it, pre, post, rows)
@@ -320,7 +322,7 @@ class _Run:
         self.kind: type[PulseChannel] = RowChannel if cp.rows else Channel
         if cp.rows and not self.threads and (PRE_IN_CHANNELS or not pre):
             # JSON Lines dealt unparsed: the channels parse them (sn_raw_lines)
-            raw = raw_lines(cp.source.spec, pump.COLUMNAR_BATCH)
+            raw = raw_lines(cp.source.spec, sn_rows.ROWS_BATCH)
             if raw is not None:
                 cp.batches = raw
         self.transport = None if self.threads else _Transport(
@@ -556,7 +558,8 @@ def run_columnar(flow: Flow, cp: ColumnarPlan, *, parallelism: int, n_groups: in
     # batches (at least two), as pulses in flight across the channels; by default 16 batches
     # a channel, so that the dealer can read ahead while the channel processes start
     queue_size = (_QUEUE_BATCHES if capacity is None
-                  else max(2, capacity // pump.COLUMNAR_BATCH))
+                  else max(2, capacity // (sn_rows.ROWS_BATCH if cp.rows
+                                           else pump.COLUMNAR_BATCH)))
     # this path makes no migration store, but sweeps what killed sn runs left (as the tuple
     # path does when it makes its store): a stale directory is removed by the next sn run
     sweep_stale("sn")
