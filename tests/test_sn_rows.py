@@ -248,6 +248,20 @@ def test_the_earliest_failure_wins(opts: dict, bids_file: Path, bids_rows: list[
     assert not [t for t in threading.enumerate() if t.name.startswith("sn-")]
 
 
+def test_an_unhashable_key_is_named_on_its_tuple(bids_file: Path, bids_rows: list[dict]) -> None:
+    bad = bids_rows[2500]["ts"]
+
+    def make(s: sf.Stream) -> sf.Stream:
+        return s.aggregate(size="5s", keys=lambda t: (t["auction"], [1]) if t["ts"] == bad
+                           else t["auction"], init=int, update=lambda a, t: a + 1, name="c")
+
+    want = _error_of(bids_file, make, "reference", columnar="off")
+    assert isinstance(want, OperatorError) and want.ts == bad
+    for opts in (PROC, THREADS):
+        got = _error_of(bids_file, make, "sn", parallelism=2, **opts)
+        assert type(got) is type(want) and str(got) == str(want), opts
+
+
 def test_a_failing_map_before_the_aggregate(bids_file: Path, bids_rows: list[dict]) -> None:
     bad = bids_rows[1000]["ts"]
 
