@@ -19,8 +19,11 @@ through stateless operators and A+ with columnar forms to the sinks) runs on who
 batches instead, on process or thread channels (:mod:`.sn_columnar`: the parent deals whole
 batches round robin, as Arrow IPC to processes; the channels explode them, combine per (slice,
 key) and shuffle the rows to each key's owner; the parent runs what follows the first A+ on
-the merged windows; ``extra["paths"]`` says ``columnar``); a reconfiguring or checkpointed
-run takes the tuple path (``extra["columnar_fallback"]``).
+the merged windows; ``extra["paths"]`` says ``columnar``). Such a line whose A+ is made of
+Python functions (lambdas) runs the same way on batches of rows (:mod:`.sn_rows`: the dealt
+channel runs the stateless operators and f_MK, each key's owner its f_U and f_O;
+``extra["paths"]`` says ``rows``). A reconfiguring or checkpointed run, or ``columnar="off"``,
+takes the tuple path (``extra["columnar_fallback"]``).
 
 ``reconfigure`` and the controller apply to every region: a ``(COUNT, P)`` step migrates every
 region to P channels once the run has read COUNT source tuples (the region whose splitter reads
@@ -102,7 +105,8 @@ def run(flow: Flow, parallelism: int | None = None, max_parallelism: int | None 
         columnar: ``"on"``: an A+ with columnar forms (``Aggregate.columnar``) reading a
             sorted, unpaced file source (through stateless operators; A+ with columnar forms
             and stateless operators after it) takes whole Arrow batches
-            (:mod:`.sn_columnar`); a reconfiguring or checkpointed run or another flow shape
+            (:mod:`.sn_columnar`), an A+ of Python functions with WT multi batches of rows
+            (:mod:`.sn_rows`); a reconfiguring or checkpointed run or another flow shape
             takes the tuple path, ``extra["columnar_fallback"]`` says why.
             ``"off"``: always the tuple path.
         checkpoint: a directory: checkpoints are taken there every ``checkpoint_every`` (N
@@ -167,17 +171,17 @@ def execute(flow: Flow, s: Settings) -> RunResult:
         "regions": {reg.name: reg.stats() for reg in regions},
         "paths": {reg.name: "sliced" if getattr(reg.op, "sliced", False) else "tuple"
                   for reg in regions},
-        **({"columnar_fallback": {reg.name: cp for reg in regions
-                                  if getattr(reg.op, "columnar", False)}}
+        # why the pulse path (on columns or rows) did not take the run
+        **({"columnar_fallback": {reg.name: cp for reg in regions}}
            if isinstance(cp, str) else {}),
     })
 
 
 def _columnar_plan(flow: Flow, channels: str, columnar: str, reconfiguring: bool,
                    checkpointing: bool) -> Any:
-    """:func:`.sn_columnar.plan` (process or thread channels), or the reason the columnar
-    path does not apply, or None when no O+ has columnar forms."""
-    if not any(getattr(n.spec, "columnar", False) for n in flow.nodes if n.kind == "oplus"):
+    """:func:`.sn_columnar.plan` (process or thread channels: on columns, or on rows), or the
+    reason the pulse path does not apply, or None when the flow has no O+."""
+    if not any(n.kind == "oplus" for n in flow.nodes):
         return None
     if columnar != "on":
         return "columnar='off'"

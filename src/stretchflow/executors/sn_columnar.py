@@ -39,6 +39,13 @@ A batch the columnar f_MK refuses (a payload without a string ``text``, say) is 
 at a time by its channel (f_MK per tuple, so its error names the tuple) and its (key, value)
 pairs travel pickled to their owners, which apply f_U into the same instance's dict slices.
 
+The same dealer, merger and peer shuffle run a line whose O+ are not all columnar, when its
+first O+ is an A+ with WT multi, on batches of rows (``ColumnarPlan.rows``; the channels are
+:class:`~.sn_rows.RowChannel`: the stateless operators and f_MK where the batch was dealt, f_U
+and f_O in each key's owner; JSON Lines dealt unparsed, :mod:`.sn_raw_lines`; the nodes after
+the A+ as their own instances in the parent). A user's failure in a channel is answered in
+pulse order and the merger raises the earliest (:class:`~.sn_columnar_channel.PulseChannel`).
+
 Not on this path (the run takes the tuple path and ``extra["columnar_fallback"]`` says why):
 ``columnar="off"``, reconfiguration (``reconfigure`` or a controller: the
 partials are not migrated), checkpoints, and any flow other than such a line (several sources,
@@ -57,14 +64,18 @@ from typing import Any
 
 from ..batch import Batch, arrow_ints
 from ..flow import Flow, Node
-from ..operators.stateless import through_batch
+from ..io.sources import read_batches
+from ..operators.stateless import over_batch, through_batch
 from ..runtime import RunControl, Stopped, pump
 from ..runtime.control import raise_user_error
 from ..runtime.skeleton import Run
 from ..runtime.tempdirs import sweep_stale
+from . import sn_rows
 from .sn_channel import group_assignment
-from .sn_columnar_channel import Channel, channel_main, keep, pack, unpack
-from .sn_process import ProcessChannel, ProcessTransport, _preload_modules, ship
+from .sn_columnar_channel import Channel, PulseChannel, channel_main, keep, pack, unpack
+from .sn_process import ProcessChannel, ProcessTransport, _preload_modules, import_error, ship
+from .sn_raw_lines import raw_lines
+from .sn_rows import RowChannel, rows_capable
 
 __all__ = ["ColumnarPlan", "plan", "run_columnar"]
 
@@ -76,20 +87,24 @@ PRE_IN_CHANNELS = True
 
 
 class ColumnarPlan:
-    """What the columnar SN path runs: the A+ node its channels run, its source node and the
+    """What the pulse path runs: the O+ node its channels run, its source node and the
     source's batches, the stateless nodes between them (``pre``) and the nodes after it, up
-    to the sinks (``post``: stateless operators and A+ with columnar forms, run by the
-    parent on the merged windows, :class:`Downstream`)."""
+    to the sinks (``post``: stateless operators and O+, run by the parent on the merged
+    windows, :class:`Downstream`). ``rows``: the O+ runs on rows, its Python functions in
+    the channels (:mod:`.sn_rows`), else on columns."""
 
     def __init__(self, node: Node, source: Node, batches: Iterator[Batch],
-                 pre: list[Node] | None = None, post: list[Node] | None = None):
+                 pre: list[Node] | None = None, post: list[Node] | None = None,
+                 rows: bool = False):
         self.node, self.source, self.batches = node, source, batches
         self.pre, self.post = pre or [], post or []
+        self.rows = rows
 
 
 def plan(flow: Flow, *, reconfiguring: bool, checkpointing: bool) -> ColumnarPlan | str:
-    """The columnar path for ``flow`` on process channels with ``columnar="on"`` (the SN
-    executor checks those, and that the flow has an A+ with columnar forms), or why not."""
+    """The pulse path for ``flow`` with ``columnar="on"`` (the SN executor checks that, and
+    that the flow has an O+): on columns when every O+ of the line has columnar forms, on
+    rows (:mod:`.sn_rows`) when the first is an A+ with WT multi; or why neither."""
     if reconfiguring:
         return "a reconfiguring run (reconfigure or controller): partials are not migrated"
     if checkpointing:
@@ -100,18 +115,22 @@ def plan(flow: Flow, *, reconfiguring: bool, checkpointing: bool) -> ColumnarPla
     source, chain = line
     first = next(i for i, n in enumerate(chain) if n.kind == "oplus")
     node, pre, post = chain[first], chain[:first], chain[first + 1:]
-    if not getattr(node.spec, "columnar", False):
-        return f"the first O+ {node.name!r} has no columnar forms"
     for n in pre + post:
         if n.kind == "stateful":
             return f"the stateful operator {n.name!r} takes tuples"
-        if n.kind == "oplus" and not getattr(n.spec, "columnar", False):
-            return f"the O+ {n.name!r} after the first has no columnar forms"
-    batches = getattr(source.spec, "batches", None)
-    it = batches(pump.COLUMNAR_BATCH) if batches is not None else None
+    rows = not all(getattr(n.spec, "columnar", False) for n in chain if n.kind == "oplus")
+    if rows and not rows_capable(node.spec):
+        if getattr(node.spec, "columnar", False):
+            return next(f"the O+ {n.name!r} after the first has no columnar forms, and "
+                        f"{node.name!r} takes no rows" for n in post if n.kind == "oplus"
+                        and not getattr(n.spec, "columnar", False))
+        return (f"the first O+ {node.name!r} has no columnar forms and is not an A+ with WT "
+                "multi (rows)")
+    it = read_batches(source.spec, sn_rows.ROWS_BATCH if rows else pump.COLUMNAR_BATCH,
+                      not rows)
     if it is None:
         return "a source that gives no batches (not a sorted, unpaced file)"
-    return ColumnarPlan(node, source, it, pre, post)
+    return ColumnarPlan(node, source, it, pre, post, rows)
 
 
 _LINE = ("a flow other than one line: one source -> operators, each read by the next only "
@@ -144,27 +163,35 @@ def _line(flow: Flow) -> tuple[Node, list[Node]] | str:
 
 
 class Downstream:
-    """The nodes after the channels' A+, run by the parent on each pulse's merged windows (one
-    batch): stateless operators through their columnar form (``through_batch``), A+ as one
-    :class:`~stretchflow.operators.columnar.ColumnarSlicedInstance` each (parallelism 1: the
-    windows of a window, hot items' arg max, are few rows), advanced to the pulse's watermark
-    -- every channel has passed it, so every later window of the first A+ ends after it."""
+    """The nodes after the channels' O+, run by the parent on each pulse's merged windows (one
+    batch): stateless operators (:func:`~stretchflow.operators.stateless.over_batch`: their
+    columnar form, else their function over the rows), an O+ as one instance each
+    (parallelism 1: the windows of a window, hot items' arg max, are few rows) — a
+    :class:`~stretchflow.operators.columnar.ColumnarSlicedInstance` on columns, the O+'s own
+    instance on rows (``process_rows``) — advanced to the pulse's watermark: every channel has
+    passed it, so every later window of the first O+ ends after it."""
 
-    def __init__(self, nodes: list[Node]):
-        self.steps = [(n.spec, n.spec.columnar_instance() if n.kind == "oplus" else None)
-                      for n in nodes]
+    def __init__(self, nodes: list[Node], rows: bool = False):
+        self.rows = rows
+        self.steps = [(n.spec, None if n.kind != "oplus" else n.spec.instance() if rows
+                       else n.spec.columnar_instance()) for n in nodes]
 
     def push(self, batch: Batch | None, wm: int | None) -> Batch | None:
-        """One pulse's windows (``wm`` None: the last, then every A+ finishes) through the
+        """One pulse's windows (``wm`` None: the last, then every O+ finishes) through the
         nodes; what reaches the sinks."""
         for op, inst in self.steps:
             if inst is None:
                 if batch is not None and len(batch):
-                    batch = through_batch(op, batch)
+                    batch, err = over_batch(op, batch)
+                    if err is not None:
+                        raise err
                 continue
             try:
                 if batch is not None and len(batch):
-                    inst.process_batch(batch)
+                    if self.rows:
+                        inst.process_rows(batch.ts.tolist(), batch.payloads)
+                    else:
+                        inst.process_batch(batch)
                 if wm is None:
                     inst.finish()
                 else:
@@ -173,11 +200,16 @@ class Downstream:
                 if batch is not None and len(batch):
                     raise_user_error(op.name, batch.first, batch.payloads[0], e)
                 raise_user_error(op.name, wm, "<watermark>", e)
-            batch = inst.take_batch()
+            if self.rows:
+                out = inst.take()
+                batch = Batch.of_items(out) if out else None
+            else:
+                batch = inst.take_batch()
         return batch
 
     def counts(self) -> dict[str, dict[str, int]]:
-        return {op.name: dict(inst.batch_counts) for op, inst in self.steps if inst is not None}
+        return {op.name: dict(inst.batch_counts) for op, inst in self.steps
+                if inst is not None and not self.rows}
 
 
 # -- the parent: dealer, merger, lifecycle -----------------------------------------------------
@@ -192,7 +224,7 @@ class _PeerChannel(ProcessChannel):
         self.proc = t.ctx.Process(
             target=channel_main, name=f"sn-channel-{self.j}", daemon=True,
             args=(t.blob, self.j, t.G, list(t.assign), peers, self.inq, self.resq, pdeathsig,
-                  t.pre_blobs))
+                  t.pre_blobs, t.kind, t.source_blob))
         self.attached = True
 
     def start(self) -> None:
@@ -202,19 +234,22 @@ class _PeerChannel(ProcessChannel):
 
 
 class _Transport(ProcessTransport):
-    """Process channels running :func:`.sn_columnar_channel.channel_main` (no store)."""
+    """Process channels running :func:`.sn_columnar_channel.channel_main` (no store) with
+    channels of ``kind``."""
 
     def __init__(self, op: Any, n_groups: int, start_method: str, assign: list[int],
-                 pre: list[Any]):
+                 pre: list[Any], kind: type[PulseChannel], source: Any = None):
         super().__init__(op, n_groups, start_method)
-        self.store_path, self.assign = "", assign
+        self.store_path, self.assign, self.kind = "", assign, kind
+        # the source, for the lines the channels parse (sn_raw_lines)
+        self.source_blob = ship(source) if source is not None else None
         self.pre_blobs = [ship(o) for o in pre]  # the stateless operators before the A+
         if start_method == "forkserver":  # channels fork with Arrow and the channel loaded
             # (pyarrow.compute too: the explode's kernels import it, once in the server
             # rather than in every channel on its first batch)
             self.ctx.set_forkserver_preload(_preload_modules([op, *pre]) + [
-                __name__, "stretchflow.executors.sn_columnar_channel", "pyarrow",
-                "pyarrow.compute"])
+                __name__, "stretchflow.executors.sn_columnar_channel", kind.__module__,
+                "pyarrow", "pyarrow.compute"])
 
     def channel(self, ex: Any, j: int) -> _PeerChannel:
         return _PeerChannel(self, ex, j)
@@ -242,12 +277,13 @@ class _ThreadChannel:
     def _serve(self) -> None:
         r = self.r
         chans = r.host.channels
-        ch = Channel(self.j, r.op, r.p, r.G, r.assign, lambda o, msg: chans[o].q.put(msg),
-                     r.pre_there, ipc=False)
+        ch = r.kind(self.j, r.op, r.p, r.G, r.assign, lambda o, msg: chans[o].q.put(msg),
+                    r.pre_there, ipc=False)
         t0 = time.thread_time()
         final = ch.serve(lambda: r.run.get(self.q), r.host.outq.put)
-        final[3]["cpu_s"] = time.thread_time() - t0
-        r.host.outq.put(final)
+        if final is not None:  # else it answered a failure, its last word
+            final[3]["cpu_s"] = time.thread_time() - t0
+            r.host.outq.put(final)
 
     def close(self, failed: bool) -> None:
         pass
@@ -282,15 +318,24 @@ class _Run:
         self.pre_here = [] if PRE_IN_CHANNELS else pre
         self.pre_there = pre if PRE_IN_CHANNELS else []
         self.threads = channels == "threads"
+        #: the channels' kind: on rows (the O+'s Python functions) or on columns
+        self.kind: type[PulseChannel] = RowChannel if cp.rows else Channel
+        if cp.rows and not self.threads and (PRE_IN_CHANNELS or not pre):
+            # JSON Lines dealt unparsed: the channels parse them (sn_raw_lines)
+            raw = raw_lines(cp.source.spec, sn_rows.ROWS_BATCH)
+            if raw is not None:
+                cp.batches = raw
         self.transport = None if self.threads else _Transport(
-            self.op, n_groups, start_method, self.assign, self.pre_there)
+            self.op, n_groups, start_method, self.assign, self.pre_there, self.kind,
+            cp.source.spec if cp.rows else None)
         self.pack = keep if self.threads else pack
-        self.down = Downstream(cp.post)
+        self.down = Downstream(cp.post, cp.rows)
         self.clock = rt.clock
         self.drains = [rt.drain(k) for k in range(len(rt.sinks))]
         self.read = self.pulses = self.written = self.parent_pulses = 0
-        self.local: Channel | None = None  # explodes pulses while their channel starts
+        self.local: PulseChannel | None = None  # explodes pulses while their channel starts
         self.bytes_out = self.bytes_in = 0
+        self.source_error: BaseException | None = None  # the source's, raised by the merger
         self.blocked = self.startup_s = 0.0
         self.stats: list[dict] = [{} for _ in range(parallelism)]
         self.chans: list[Any] = []
@@ -338,7 +383,7 @@ class _Run:
     def _dealer(self) -> None:
         run, chans = self.run, self.host.channels
         seq = 0
-        for b in self.cp.batches:
+        for b in self._read():
             if run.stop.is_set():
                 raise Stopped
             if not len(b):
@@ -357,6 +402,8 @@ class _Run:
                 packed = self.pack(b)
                 if packed is not None and packed[0] == "ipc":
                     self.bytes_out += len(packed[1])
+                elif packed is not None and packed[0] == "raw":
+                    self.bytes_out += len(b.chunk)
                 chans[j].q.put(("batch", seq, packed, wm))
             else:
                 self._explode_here(seq, b, wm)
@@ -364,6 +411,22 @@ class _Run:
         self.pulses = seq
         for ch in chans.values():
             ch.q.put(("end", seq))
+
+    def _read(self) -> Iterator[Any]:
+        """The source's batches; a failure of the source (a bad record: the batch reader
+        gives the records before it first) ends the input there, and the merger raises it
+        once every pulse before it is written (:meth:`_check_source`), so that a user's
+        failure on an earlier tuple wins, as on the reference."""
+        it = iter(self.cp.batches)
+        while True:
+            try:
+                b = next(it)
+            except StopIteration:
+                return
+            except Exception as e:  # noqa: BLE001 - raised by the merger, in input order
+                self.source_error = e
+                return
+            yield b
 
     def _channel_ready(self, j: int) -> bool:
         """Whether channel ``j``'s process has started (loaded the O+)."""
@@ -382,8 +445,9 @@ class _Run:
             chans[o].q.put(msg)
 
         if self.local is None:
-            self.local = Channel(-1, self.op, self.p, self.G, self.assign, send,
-                                 self.pre_there)
+            self.local = self.kind(-1, self.op, self.p, self.G, self.assign, send,
+                                   self.pre_there, ipc=self.transport is not None,
+                                   source=self.cp.source.spec)
         self.local.explode_batch(seq, b, wm)
         self.parent_pulses += 1
 
@@ -409,6 +473,13 @@ class _Run:
             pending[msg[1]].append(msg)
             while all(pending):
                 msgs = [d.popleft() for d in pending]
+                m0 = msgs[0]
+                seq = m0[4] if m0[0] == "out" else m0[2] if m0[0] == "failed" else None
+                if seq is None and self.source_error is not None:
+                    raise self.source_error  # every pulse before it is written
+                if any(m[0] == "failed" for m in msgs) or (
+                        self.local is not None and seq in self.local.failures):
+                    self._failed(seq, msgs)
                 for m in msgs:
                     if m[0] == "final":
                         finals += 1
@@ -419,6 +490,18 @@ class _Run:
                     with self._progress:
                         self.written = msgs[0][4]
                         self._progress.notify_all()
+
+    def _failed(self, seq: int, msgs: list[tuple]) -> None:
+        """Every channel answered a pulse, some with a user's failure: raises the earliest
+        (:class:`~.sn_columnar_channel.PulseChannel`: by timestamp, an owner's before the
+        explode's at one timestamp, then by channel), with one the parent met exploding the
+        pulse while its channel started."""
+        fails = [(m[3], m[1], m[4]) for m in msgs if m[0] == "failed"]
+        local = self.local.failures.get(seq) if self.local is not None else None
+        if local is not None:
+            fails.append((local[0], -1, local[1]))
+        _, j, err = min(fails, key=lambda f: (f[0], f[1]))
+        raise import_error(j, err) if isinstance(err, tuple) else err
 
     def _write(self, packed: list[tuple], wm: int | None) -> None:
         """One pulse's windows of every channel, merged by timestamp, through the nodes
@@ -458,6 +541,10 @@ def _merge(bs: list[Batch]) -> Batch:
                 return Batch(ts, table=table)
             order = np.argsort(ts, kind="stable")
             return Batch(ts[order], table=table.take(arrow_ints(order)))
+    if not any(b.has_table for b in bs):  # rows: concatenated when already in order
+        ts = np.concatenate([b.ts for b in bs])
+        if bool((ts[1:] >= ts[:-1]).all()):
+            return Batch(ts, payloads=[p for b in bs for p in b.payloads])
     items = list(heapq.merge(*[b.items() for b in bs], key=itemgetter(0)))
     return Batch.of_items(items)
 
@@ -471,7 +558,8 @@ def run_columnar(flow: Flow, cp: ColumnarPlan, *, parallelism: int, n_groups: in
     # batches (at least two), as pulses in flight across the channels; by default 16 batches
     # a channel, so that the dealer can read ahead while the channel processes start
     queue_size = (_QUEUE_BATCHES if capacity is None
-                  else max(2, capacity // pump.COLUMNAR_BATCH))
+                  else max(2, capacity // (sn_rows.ROWS_BATCH if cp.rows
+                                           else pump.COLUMNAR_BATCH)))
     # this path makes no migration store, but sweeps what killed sn runs left (as the tuple
     # path does when it makes its store): a stale directory is removed by the next sn run
     sweep_stale("sn")
@@ -487,16 +575,38 @@ def run_columnar(flow: Flow, cp: ColumnarPlan, *, parallelism: int, n_groups: in
     # channels are the fork server's children, not the parent's)
     parent_cpu = time.process_time() - cpu0
     name = cp.node.name
-    # what ran how: the channels' A+ on columns (its pulses exploded tuple at a time, if any,
-    # in "pulses_tuple"), each A+ after it as the parent's columnar instance (its batches
-    # taken tuple at a time in "batches_tuple"), a stateless operator on its table where it
-    # has a columnar form (batch_fn), else tuple by tuple on the batch's payloads
-    paths = {n.name: ("columnar" if getattr(n.spec, "batch_fn", None) is not None
-                      else "tuple") for n in cp.pre + cp.post if n.kind != "oplus"}
-    paths.update({n.name: "columnar" for n in (cp.node, *cp.post) if n.kind == "oplus"})
+    # what ran how: on columns, the channels' A+ (its pulses exploded tuple at a time, if
+    # any, in "pulses_tuple"), each A+ after it as the parent's columnar instance (its
+    # batches taken tuple at a time in "batches_tuple"), a stateless operator on its table
+    # where it has a columnar form (batch_fn), else tuple by tuple on the batch's payloads;
+    # on rows, every operator over the batches' rows ("rows")
+    if cp.rows:
+        paths = {n.name: "rows" for n in (*cp.pre, cp.node, *cp.post)}
+    else:
+        paths = {n.name: ("columnar" if getattr(n.spec, "batch_fn", None) is not None
+                          else "tuple") for n in cp.pre + cp.post if n.kind != "oplus"}
+        paths.update({n.name: "columnar" for n in (cp.node, *cp.post) if n.kind == "oplus"})
     # the parent's counts are those of pulses it exploded while their channel started (its
     # rows sent to a channel count as shuffled: they cross a process boundary)
     stats = [*r.stats, r.local.stats() if r.local is not None else {}]
+    # rows_exploded: f_MK's rows; rows_combined: after the per-batch combine; rows_shuffled:
+    # combined rows a channel sent to another; on rows, entries: f_MK's (row, key) pairs,
+    # entries_shuffled: those sent to another channel (ipc_bytes_*: the parent's own IPC,
+    # batches dealt and windows back)
+    counted = (("entries", "entries_shuffled") if cp.rows else
+               ("rows_exploded", "rows_combined", "rows_shuffled", "pulses_columnar",
+                "pulses_tuple"))
+    pulses = {"batches": r.pulses, "batches_exploded_in_parent": r.parent_pulses,
+              **{k: sum(s.get(k, 0) for s in stats) for k in counted},
+              **({} if cp.rows else
+                 {"batches_tuple": {n: c["tuple"] for n, c in r.down.counts().items()}}),
+              "pre_in": "channels" if PRE_IN_CHANNELS else "parent",
+              "ipc_bytes_to_channels": r.bytes_out,
+              "ipc_bytes_from_channels": r.bytes_in,
+              "busy_s": [s.get("busy_s", 0.0) for s in r.stats],
+              "cpu_s": [s.get("cpu_s", 0.0) for s in r.stats],
+              "parent_cpu_s": parent_cpu,
+              "parent_explode_s": stats[-1].get("busy_s", 0.0)}
     return rt, {
         "tuples_in": {cp.source.name: r.read},
         "extra": {
@@ -517,20 +627,6 @@ def run_columnar(flow: Flow, cp: ColumnarPlan, *, parallelism: int, n_groups: in
             "bytes_moved": 0,
             "blocked_s": r.blocked,
             "startup_s": r.startup_s,
-            # rows_exploded: f_MK's rows; rows_combined: after the per-batch combine;
-            # rows_shuffled: combined rows a channel sent to another (ipc_bytes_*: the
-            # parent's own IPC, batches dealt and windows back)
-            "columnar": {"batches": r.pulses, "batches_exploded_in_parent": r.parent_pulses,
-                         **{k: sum(s.get(k, 0) for s in stats)
-                            for k in ("rows_exploded", "rows_combined", "rows_shuffled",
-                                      "pulses_columnar", "pulses_tuple")},
-                         "batches_tuple": {n: c["tuple"] for n, c in r.down.counts().items()},
-                         "pre_in": "channels" if PRE_IN_CHANNELS else "parent",
-                         "ipc_bytes_to_channels": r.bytes_out,
-                         "ipc_bytes_from_channels": r.bytes_in,
-                         "busy_s": [s.get("busy_s", 0.0) for s in r.stats],
-                         "cpu_s": [s.get("cpu_s", 0.0) for s in r.stats],
-                         "parent_cpu_s": parent_cpu,
-                         "parent_explode_s": stats[-1].get("busy_s", 0.0)},
+            "rows" if cp.rows else "columnar": pulses,
         },
     }

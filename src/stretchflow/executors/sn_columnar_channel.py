@@ -33,23 +33,25 @@ dict slices (the columnar instance combines both kinds of slice, as on the refer
 
 from __future__ import annotations
 
+import math
 import pickle
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any
 
 from ..batch import Batch, arrow_ints, int_numpy
-from ..errors import RunTupleError, StretchflowError
+from ..errors import OperatorError, RunTupleError, StretchflowError
 from ..operators.aggregate_instance import _MISSING
 from ..operators.column_forms import Refused, form_of, partial, plain_column
 from ..operators.columnar import ColumnarSlicedInstance
 from ..operators.columnar_kernels import key_groups
 from ..operators.keys import key_pairs
-from ..operators.stateless import through_batch
+from ..operators.stateless import over_batch
 from ..runtime import raise_user_error, user_error
 from .sn_process import channel_io, report_error, stable_group_function
 
-__all__ = ["Channel", "channel_main", "keep", "pack", "unpack"]
+__all__ = ["Channel", "PulseChannel", "channel_main", "keep", "pack", "unpack"]
 
 _TS = "__stretchflow_ts"  # the timestamp column of a batch crossing processes
 
@@ -76,6 +78,8 @@ def pack(batch: Batch | None) -> tuple | None:
     table: payloads Arrow cannot hold) the timestamps and payloads pickled; None if empty."""
     if batch is None or not len(batch):
         return None
+    if type(batch) is not Batch:  # the dealer's unparsed lines (sn_raw_lines)
+        return ("raw", batch)
     if batch.has_table:
         return ("ipc", ipc(batch.table.append_column(_TS, arrow_ints(batch.ts))))
     return ("py", batch.ts.tolist(), list(batch.payloads))
@@ -89,7 +93,7 @@ def keep(batch: Batch | None) -> tuple | None:
 
 
 def unpack(packed: tuple) -> Batch:
-    if packed[0] == "batch":
+    if packed[0] == "batch" or packed[0] == "raw":
         return packed[1]
     if packed[0] == "py":
         return Batch(packed[1], payloads=packed[2])
@@ -99,39 +103,47 @@ def unpack(packed: tuple) -> Batch:
 
 
 # -- the channel --------------------------------------------------------------------------------
-class Channel:
-    """One channel's state: its instance, the parts waiting for earlier pulses, its counts.
-    ``send(o, msg)`` puts a part on channel ``o``'s queue (never called for this channel)."""
+class PulseChannel(ABC):
+    """What every channel of the pulse paths does, whatever its instance (:class:`Channel`
+    here, on columns; :class:`~.sn_rows.RowChannel`, on rows): explode the pulses dealt to it
+    into every owner's part, apply its own parts in pulse order, answer every pulse. A
+    subclass gives :meth:`_parts` (a batch into parts), :meth:`_apply` (a part into the
+    instance), :meth:`_close` (the watermark: the windows it closes, packed) and
+    :meth:`_finish`. ``send(o, msg)`` puts a part on channel ``o``'s queue (never called for
+    this channel).
+
+    A user function that fails does not stop the channel at once: the earliest failure of the
+    input wins (the reference's tuple). A failure while exploding pulse ``seq`` (a stateless
+    operator before the O+, f_MK) still sends the owners the parts of the rows before it and
+    is answered when the channel reaches ``seq``; a failure while applying ``seq`` (f_U, f_O)
+    is answered then. The answer is ``("failed", j, seq, (ts, row, phase), error)``, the
+    channel's last: the parent's merger, once every channel answered ``seq``, raises the
+    earliest of the pulse's failures (by timestamp, then by row of the pulse's batch where the
+    channel knows it, then an owner's before the explode's: at one timestamp the explode's
+    failing row comes after every row an owner applied)."""
 
     def __init__(self, j: int, op: Any, p: int, n_groups: int, assign: list[int],
-                 send: Any, pre: Sequence[Any] = (), ipc: bool = True):
-        import numpy as np
-
-        if not getattr(op, "columnar", False):
-            raise ValueError(f"{op.name}: not an A+ with columnar forms")
+                 send: Any, pre: Sequence[Any] = (), ipc: bool = True, source: Any = None):
         self.j, self.op, self.p, self.G = j, op, p, n_groups
-        self.form = form_of(op)
+        self.source = source  # the source spec, for the lines a channel parses
         #: the stateless operators applied to a dealt batch before f_MK (Map/Filter on the
-        #: table through ``batch_fn``); ``ipc`` False: parts stay tables (thread channels)
+        #: table through ``batch_fn``, else their function over the rows); ``ipc`` False:
+        #: parts and answers stay in this process (thread channels)
         self.pre, self.ipc = list(pre), ipc
         self.pack = pack if ipc else keep
-        # pulses exploded through the columnar form and tuple at a time (the run summary)
-        self.columnar_pulses = self.tuple_pulses = 0
         self.assign, self.send = assign, send
-        self._owner = np.asarray(assign, dtype=np.int64)
-        self.inst = ColumnarSlicedInstance(op)
         self.pending: dict[int, tuple] = {}  # pulse -> (part, watermark), not yet applied
         self.applied = 0  # pulses applied, in order
         self.total: int | None = None  # pulses in the run, once the parent said "end"
         self.busy = 0.0
-        # rows: f_MK's, after the per-batch combine, and combined rows sent to another process
-        self.exploded = self.combined = self.shuffled = 0
-        self._py_group = stable_group_function(n_groups)
-        self._key_groups: dict[Any, int] = {}
+        #: pulse -> ((ts, row, phase), error) of the earliest failure met at it (exploding it,
+        #: before it is applied; applying it)
+        self.failures: dict[int, tuple[tuple, Any]] = {}
+        self.failed = False  # answered a pulse with its failure: the channel is done
 
     @property
     def done(self) -> bool:
-        return self.total is not None and self.applied == self.total
+        return self.failed or (self.total is not None and self.applied == self.total)
 
     # -- explode: a dealt batch into every owner's part ---------------------------------------
     def explode(self, msg: tuple) -> None:
@@ -142,21 +154,178 @@ class Channel:
         """Pulse ``seq`` (``batch``, watermark ``wm``) into every owner's part (the parent
         calls this directly on the batch it read: no IPC round trip of its own)."""
         t0 = time.perf_counter()
-        for op in self.pre:  # the stateless operators between the source and the A+
+        for op in self.pre:  # the stateless operators between the source and the O+
             if batch is None or not len(batch):
                 break
-            batch = through_batch(op, batch)
-        parts = self._parts(batch) if batch is not None and len(batch) else [None] * self.p
+            batch, err = over_batch(op, batch)  # the rows before a failure go on
+            if err is not None:
+                self.fail(seq, err, 1)
+        parts: list[tuple | None] = [None] * self.p
+        if batch is not None and len(batch):
+            try:
+                parts = self._parts(batch, seq)
+            except (RunTupleError, OperatorError) as e:  # f_MK on a refused batch
+                self.fail(seq, named(self.op.name, e), 1)
         for o, part in enumerate(parts):
             if o == self.j:
                 self.pending[seq] = (part, wm)
             else:
-                if part is not None and part[0] == "table" and self.ipc:
-                    part = ("ipc", ipc(part[1]), part[2])
-                self.send(o, ("part", seq, part, wm))
+                self.send(o, ("part", seq, self._wire(part), wm))
         self.busy += time.perf_counter() - t0
 
-    def _parts(self, b: Batch) -> list[tuple | None]:
+    def _wire(self, part: tuple | None) -> tuple | None:
+        """A part as it travels to another channel (the same part: pickled by the queue)."""
+        return part
+
+    def fail(self, seq: int, err: BaseException, phase: int, row: float = math.inf) -> None:
+        """Records a user's failure at pulse ``seq`` (an :class:`OperatorError` naming its
+        tuple; ``phase`` 1 exploding, 0 applying; ``row`` its row in the pulse's batch where
+        known), if earlier than the one recorded there: by timestamp, row, phase."""
+        key = (_ts_key(err), row, phase)
+        have = self.failures.get(seq)
+        if have is None or key < have[0]:
+            self.failures[seq] = (key, _exported(err) if self.ipc else err)
+
+    # -- own: parts in pulse order, then the watermark ---------------------------------------
+    def receive(self, msg: tuple) -> None:
+        _, seq, part, wm = msg
+        if seq <= self.applied or seq in self.pending:
+            raise RuntimeError(f"sn channel {self.j}: pulse {seq} twice")
+        self.pending[seq] = (part, wm)
+
+    def ready(self) -> list[tuple]:
+        """Replies for the pulses that can be applied now (the next ones in order); a
+        failure's answer is the last."""
+        out = []
+        while not self.failed and self.applied + 1 in self.pending:
+            seq = self.applied + 1
+            part, wm = self.pending.pop(seq)
+            t0 = time.perf_counter()
+            packed = None
+            try:
+                if part is not None:
+                    self._apply(part)
+                try:
+                    packed = self._close(wm)
+                except (RunTupleError, StretchflowError):
+                    raise
+                except Exception as e:  # noqa: BLE001 - f_O, named by the watermark
+                    raise user_error(self.op.name, wm, "<watermark>", e) from e
+            except (RunTupleError, OperatorError) as e:
+                self.fail(seq, named(self.op.name, e), 0, self._row_of(part, e))
+            self.applied = seq
+            self.busy += time.perf_counter() - t0
+            failure = self.failures.pop(seq, None)
+            if failure is not None:
+                self.failed = True
+                out.append(("failed", self.j, seq, *failure))
+                break
+            out.append(("out", self.j, packed, wm, seq))
+        return out
+
+    def end(self) -> tuple:
+        t0 = time.perf_counter()
+        try:
+            packed = self._finish()
+        except Exception as e:  # noqa: BLE001
+            raise_user_error(self.op.name, None, None, e)
+        self.busy += time.perf_counter() - t0
+        return ("final", self.j, packed, self.stats())
+
+    def serve(self, get: Any, put: Any) -> tuple | None:
+        """The channel's loop: ``batch`` (dealt by the parent), ``part`` (from the peer that
+        exploded a pulse) and ``end`` messages from ``get()``, replies to ``put``, until every
+        pulse is applied; returns the final reply (not put), or None once it answered a
+        failure."""
+        while not self.done:
+            msg = get()
+            kind = msg[0]
+            if kind == "batch":
+                self.explode(msg)
+            elif kind == "part":
+                self.receive(msg)
+            else:  # "end"
+                self.total = msg[1]
+            for reply in self.ready():
+                put(reply)
+        return None if self.failed else self.end()
+
+    # -- what a channel kind gives ---------------------------------------------------------------
+    @abstractmethod
+    def _parts(self, b: Batch, seq: int) -> list[tuple | None]:
+        """Every channel's part of the batch of pulse ``seq`` (None: nothing for it)."""
+
+    @abstractmethod
+    def _apply(self, part: tuple) -> None:
+        """This channel's part of a pulse into its instance."""
+
+    @abstractmethod
+    def _close(self, wm: int) -> tuple | None:
+        """updateW at a pulse's watermark ``wm``: the windows it closed, packed."""
+
+    @abstractmethod
+    def _finish(self) -> tuple | None:
+        """The end of input: every window left, packed."""
+
+    def _row_of(self, part: tuple | None, e: BaseException) -> float:
+        """The row of the pulse's batch a failure applying ``part`` came from, if known."""
+        return math.inf
+
+    def stats(self) -> dict[str, Any]:
+        return {"busy_s": self.busy}
+
+
+def named(operator: str, e: BaseException) -> BaseException:
+    """A user's failure (a :class:`RunTupleError` naming its tuple, or an
+    :class:`OperatorError`) as the run reports it, chained to the user's own exception."""
+    err = user_error(operator, None, None, e)
+    if err is not e:
+        err.__cause__ = e.cause if isinstance(e, RunTupleError) else e
+    return err
+
+
+def _ts_key(err: BaseException) -> float:
+    ts = getattr(err, "ts", None)
+    return ts if isinstance(ts, int | float) else math.inf
+
+
+def _exported(err: BaseException) -> tuple:
+    """A failure as it crosses to the parent (:func:`.sn_process.import_error` rebuilds it)."""
+    from .sn_process import _export
+
+    try:
+        raise err
+    except BaseException as e:  # noqa: BLE001 - for its traceback
+        return _export(e)
+
+
+class Channel(PulseChannel):
+    """A columnar channel: its :class:`ColumnarSlicedInstance`, the combined rows of the keys
+    it owns."""
+
+    def __init__(self, j: int, op: Any, p: int, n_groups: int, assign: list[int],
+                 send: Any, pre: Sequence[Any] = (), ipc: bool = True, source: Any = None):
+        import numpy as np
+
+        if not getattr(op, "columnar", False):
+            raise ValueError(f"{op.name}: not an A+ with columnar forms")
+        super().__init__(j, op, p, n_groups, assign, send, pre, ipc, source)
+        self.form = form_of(op)
+        # pulses exploded through the columnar form and tuple at a time (the run summary)
+        self.columnar_pulses = self.tuple_pulses = 0
+        self._owner = np.asarray(assign, dtype=np.int64)
+        self.inst = ColumnarSlicedInstance(op)
+        # rows: f_MK's, after the per-batch combine, and combined rows sent to another process
+        self.exploded = self.combined = self.shuffled = 0
+        self._py_group = stable_group_function(n_groups)
+        self._key_groups: dict[Any, int] = {}
+
+    def _wire(self, part: tuple | None) -> tuple | None:
+        if part is not None and part[0] == "table" and self.ipc:
+            return ("ipc", ipc(part[1]), part[2])
+        return part
+
+    def _parts(self, b: Batch, seq: int) -> list[tuple | None]:
         """Every channel's part of batch ``b``: rows ``(s, k0.., v)`` of the keys it owns,
         combined per (slice, key) by the form's fold — or, for a float sum or mean
         (``pregroup`` False: its additions wait for the whole slice, in time order), the
@@ -247,34 +416,20 @@ class Channel:
                 self._key_groups[k] = g
         return g
 
-    # -- own: parts in pulse order, then the watermark ---------------------------------------
-    def receive(self, msg: tuple) -> None:
-        _, seq, part, wm = msg
-        if seq <= self.applied or seq in self.pending:
-            raise RuntimeError(f"sn channel {self.j}: pulse {seq} twice")
-        self.pending[seq] = (part, wm)
+    # -- own: a part into the instance, the watermark ------------------------------------------
+    def _apply(self, part: tuple) -> None:
+        if part[0] == "py":
+            self._add_pairs(part[1])
+        else:
+            self._add_rows(part[1] if part[0] == "table" else read_ipc(part[1]), part[2])
 
-    def ready(self) -> list[tuple]:
-        """Replies for the pulses that can be applied now (the next ones in order)."""
-        out = []
-        while self.applied + 1 in self.pending:
-            seq = self.applied + 1
-            part, wm = self.pending.pop(seq)
-            t0 = time.perf_counter()
-            if part is not None:
-                if part[0] == "py":
-                    self._add_pairs(part[1])
-                else:
-                    self._add_rows(part[1] if part[0] == "table" else read_ipc(part[1]),
-                                   part[2])
-            try:
-                self.inst.advance(wm)
-            except Exception as e:  # noqa: BLE001 - f_O's columnar form, named by the watermark
-                raise_user_error(self.op.name, wm, "<watermark>", e)
-            self.applied = seq
-            self.busy += time.perf_counter() - t0
-            out.append(("out", self.j, self.pack(self.inst.take_batch()), wm, seq))
-        return out
+    def _close(self, wm: int) -> tuple | None:
+        self.inst.advance(wm)
+        return self.pack(self.inst.take_batch())
+
+    def _finish(self) -> tuple | None:
+        self.inst.finish()
+        return self.pack(self.inst.take_batch())
 
     def _add_rows(self, table: Any, raw: bool) -> None:
         """Rows ``(s, k0.., v)``, ascending by slice: each slice's run is a partial as the
@@ -316,42 +471,18 @@ class Channel:
             except Exception as e:  # noqa: BLE001 - a user's f_U: named by its tuple
                 raise_user_error(op.name, ts, v, e)
 
-    def end(self) -> tuple:
-        t0 = time.perf_counter()
-        try:
-            self.inst.finish()
-        except Exception as e:  # noqa: BLE001
-            raise_user_error(self.op.name, None, None, e)
-        self.busy += time.perf_counter() - t0
-        return ("final", self.j, self.pack(self.inst.take_batch()), self.stats())
-
-    def serve(self, get: Any, put: Any) -> tuple:
-        """The channel's loop: ``batch`` (dealt by the parent), ``part`` (from the peer that
-        exploded a pulse) and ``end`` messages from ``get()``, replies to ``put``, until every
-        pulse is applied; returns the final reply (not put)."""
-        while not self.done:
-            msg = get()
-            kind = msg[0]
-            if kind == "batch":
-                self.explode(msg)
-            elif kind == "part":
-                self.receive(msg)
-            else:  # "end"
-                self.total = msg[1]
-            for reply in self.ready():
-                put(reply)
-        return self.end()
-
     def stats(self) -> dict[str, Any]:
-        return {"busy_s": self.busy, "rows_exploded": self.exploded,
+        return {**super().stats(), "rows_exploded": self.exploded,
                 "rows_combined": self.combined, "rows_shuffled": self.shuffled,
                 "pulses_columnar": self.columnar_pulses, "pulses_tuple": self.tuple_pulses}
 
 
 def channel_main(blob: bytes, j: int, n_groups: int, assign: list[int], peers: list[Any],
                  inq: Any, outq: Any, pdeathsig: bool = True,
-                 pre: Sequence[bytes] = ()) -> None:
-    """A columnar channel process: ``batch`` (dealt by the parent), ``part`` (from the peer
+                 pre: Sequence[bytes] = (), kind: type[PulseChannel] | None = None,
+                 source: bytes | None = None) -> None:
+    """A channel process of a pulse path (``kind``: :class:`Channel` by default, or
+    :class:`~.sn_rows.RowChannel`): ``batch`` (dealt by the parent), ``part`` (from the peer
     that exploded a pulse) and ``end`` messages, until every pulse is applied; ``peers`` are
     every channel's input queue (unbounded: a put never blocks, so two channels shuffling to
     each other cannot deadlock; the parent bounds the pulses in flight)."""
@@ -361,12 +492,14 @@ def channel_main(blob: bytes, j: int, n_groups: int, assign: list[int], peers: l
         peers[o].put(pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL))
 
     try:
-        ch = Channel(j, pickle.loads(blob), len(peers), n_groups, assign, send,
-                     [pickle.loads(b) for b in pre])
+        ch = (kind or Channel)(j, pickle.loads(blob), len(peers), n_groups, assign, send,
+                               [pickle.loads(b) for b in pre],
+                               source=pickle.loads(source) if source else None)
         put(("ready", j))
         final = ch.serve(get, put)
-        final[3]["cpu_s"] = time.process_time()  # this process's CPU (forked: from zero)
-        put(final)
+        if final is not None:  # else it answered a failure, its last word
+            final[3]["cpu_s"] = time.process_time()  # this process's CPU (forked: from zero)
+            put(final)
     except SystemExit:
         raise
     except BaseException as e:  # noqa: BLE001 - reported to the parent, which stops the run

@@ -64,7 +64,7 @@ from typing import Any
 
 from ..elastic.consistent_hash import stable_hash
 from ..elastic.migration import SQLiteStateStore
-from ..errors import FlowDefinitionError, OperatorError
+from ..errors import FlowDefinitionError, OperatorError, SourceError
 from ..operators.oplus import OPlus, OPlusInstance, SharedState, key_pairs
 from ..runtime import Stopped
 from ..runtime.script_main import main_not_rerun, unguarded_call
@@ -72,8 +72,8 @@ from ..runtime.signals import signals_deferred
 from ..runtime.tempdirs import use_own_mp_tempdir
 from .sn_channel import ChannelCore
 
-__all__ = ["ProcessTransport", "StableGroupRoute", "channel_io", "report_error", "ship",
-           "stable_group_function", "stable_instance"]
+__all__ = ["ProcessTransport", "StableGroupRoute", "channel_io", "import_error",
+           "report_error", "ship", "stable_group_function", "stable_instance"]
 
 _PARENT_CHECK = 1.0  # seconds a channel process waits before checking that its parent lives
 _WAIT = 0.1  # seconds the parent waits on a reply before checking whether the run stopped
@@ -202,15 +202,22 @@ def _export(e: BaseException) -> tuple:
     tb = traceback.format_exc()
     if isinstance(e, OperatorError):
         return ("operator", e.operator, e.ts, _picklable(e.payload), _exc_blob(e.__cause__), tb)
+    if isinstance(e, SourceError):  # its arguments are not its args: pickle cannot rebuild it
+        return ("source", e.source, e.where, e.reason, _picklable(e.record), tb)
     return ("other", _exc_blob(e), tb)
 
 
-def _import(j: int, data: tuple) -> BaseException:
+def import_error(j: int, data: tuple) -> BaseException:
+    """The exception a channel exported (``_export``), rebuilt in the parent, with the
+    channel's traceback as a note."""
     if data[0] == "operator":
         _, name, ts, payload, cause_blob, tb = data
         cause = _exc_from(cause_blob) or RuntimeError("unknown cause")
         err: BaseException = OperatorError(name, ts, payload, cause)
         err.__cause__ = cause
+    elif data[0] == "source":  # a bad record of lines a channel parsed (sn_raw_lines)
+        *args, tb = data[1:]
+        err = SourceError(*args)
     else:
         _, blob, tb = data
         err = _exc_from(blob) or RuntimeError(f"sn channel process {j} failed")
@@ -554,7 +561,7 @@ class ProcessChannel:
                 raise self._died() from None
             kind = msg[0]
             if kind == "error":
-                run.fail(self._explain(_import(j, msg[2])))
+                run.fail(self._explain(import_error(j, msg[2])))
                 return
             if kind == "ready":
                 self.ready.set()
@@ -566,5 +573,5 @@ class ProcessChannel:
             if kind == "leave":  # in the merger's queue now: the migration may go on
                 self.transport.ctlq.put(("left", j))
                 return
-            if kind == "final":
+            if kind == "final" or kind == "failed":  # its last word (failed: sn_columnar)
                 return

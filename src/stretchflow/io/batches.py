@@ -101,14 +101,22 @@ def jsonl_row_batches(src: Any, rows: int, max_bytes: int) -> Iterator[Batch]:
     with src._open() as f:
         for chunk, ends in _line_chunks(f, rows, max_bytes):
             n = len(ends)
-            batch = _row_batch(chunk, n, src.ts_field, prev, loads)
-            if batch is not None:
-                prev = int(batch.ts[-1])
-                yield batch
-            else:
-                prev = yield from _exact(src, src._lines(io.BytesIO(chunk), first), prev)
+            prev = yield from chunk_rows(src, chunk, n, first, prev, loads)
             first += n
             src.read = first - 1
+
+
+def chunk_rows(src: Any, chunk: bytes, n: int, first: int, prev: float, loads: Any
+               ) -> Generator[Batch, None, float]:
+    """One chunk of :func:`jsonl_row_batches` (``n`` lines, the first numbered ``first``,
+    timestamps from ``prev`` on) as a batch of rows: :func:`_row_batch`, else the tuple
+    path's per-record code (:func:`_exact`, which raises its error after the rows before
+    it). Returns the last timestamp. (The SN engine's channels parse chunks with it too.)"""
+    batch = _row_batch(chunk, n, src.ts_field, prev, loads)
+    if batch is not None:
+        yield batch
+        return int(batch.ts[-1])
+    return (yield from _exact(src, src._lines(io.BytesIO(chunk), first), prev))
 
 
 def _row_batch(chunk: bytes, n: int, ts_f: str, prev: float, loads: Any) -> Batch | None:
