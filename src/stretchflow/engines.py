@@ -187,10 +187,12 @@ COLUMNAR = _opt("columnar", "batches through Arrow kernels for an O+ that has co
                 "(on: at any parallelism on the reference engine (not with checkpoints "
                 "at parallelism > 1), vsn, and ordered (not with checkpoints), and on sn's "
                 "process channels without "
-                "reconfigurations or checkpoints), and on the reference engine batches of "
-                "rows through the Python functions of the other Maps, Filters and "
-                "one-input O+ (issue #32), or everything tuple at a "
-                "time (off)", choices=("on", "off"), default="on")
+                "reconfigurations or checkpoints), and batches of rows through the Python "
+                "functions of the other Maps, Filters and one-input O+ (issue #32: on the "
+                "reference engine, vsn, ordered (a line from one file source), and sn's "
+                "channels (a line from one file source, without reconfigurations or "
+                "checkpoints)), or everything tuple at a time (off)",
+                choices=("on", "off"), default="on")
 METRICS_INTERVAL = _opt("metrics_interval", "seconds between two measurements (metrics, "
                         "controller calls)", float, _positive_number("metrics_interval"),
                         metavar="S")
