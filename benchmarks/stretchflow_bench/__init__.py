@@ -101,6 +101,13 @@ def _userflows(quick: bool, out_dir: str | None) -> Path:
     return userflows.run(quick=quick, out_dir=out_dir)
 
 
+def _userflows_10m(quick: bool, out_dir: str | None) -> Path:
+    from . import userflows
+
+    return userflows.run(quick=quick, out_dir=out_dir, name="userflows-10m",
+                         **({} if quick else userflows.TEN_M))
+
+
 def _model(quick: bool, out_dir: str | None) -> Path:
     from . import model
 
@@ -145,6 +152,9 @@ BENCHMARKS: dict[str, tuple[str, str, Callable[[bool, str | None], Path]]] = {
     "userflows": ("NEXMark-shaped user flows (lambdas and column expressions) on every engine "
                   "vs a hand-written loop and Polars, whole processes (USERFLOWS_* select)",
                   "issues #31, #32", _userflows),
+    "userflows-10m": ("the user flows' lambda forms at 10 M events: hot items and mean price on "
+                      "the reference, vsn, sn and ordered, whole processes", "issue #32",
+                      _userflows_10m),
     "stretchflow-model": ("the DEBS'19 performance model of VSN and SN: measured costs, "
                           "predicted vs measured throughput at Π = 1, 2",
                           "STRETCH conference §8, §9.1 (Fig. 3, 4a)", _model),
@@ -171,4 +181,5 @@ _register_suites()
 #: experiments named after what they measure, not an engine (they compare engines, or measure
 #: a feature on every engine that has it: checkpoint); ``stretchflow bench NAME`` runs one
 CROSS_ENGINE: tuple[str, ...] = ("speed", "peers", "checkpoint", "kills", "live",
-                                 "stretchflow-vs-flink", "stretchflow-model", "userflows")
+                                 "stretchflow-vs-flink", "stretchflow-model", "userflows",
+                                 "userflows-10m")

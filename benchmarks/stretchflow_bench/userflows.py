@@ -532,6 +532,12 @@ def own_cost(cell: dict[str, Any]) -> dict[str, dict[str, float]]:
 #: result names a run may write: the default run, and the 10 M-event selection kept beside it
 #: (its own block in RESULTS.md; ``USERFLOWS_NAME`` or ``--name`` chooses)
 NAMES = ("userflows", "userflows-10m")
+#: what ``stretchflow bench run userflows-10m`` measures (a quick run: the quick selection):
+#: the lambda forms of a flow with a sliding and a second O+ and of a tumbling one, on the
+#: engines of issue #32's targets, at ten million events
+TEN_M: dict[str, Any] = {"flows": ["hot_items", "mean_price"], "forms": ["lambda"],
+                         "engines": ["reference", "vsn1", "vsn2", "sn2-processes", "ordered2"],
+                         "sizes": [10_000_000], "formats": ["jsonl"], "rounds": 2}
 
 
 def run(quick: bool = False, out_dir: str | os.PathLike | None = None, seed: int = 1,
