@@ -60,7 +60,7 @@ from ..io.sources import read_batches
 from ..operators.stateless import over_batch
 from ..runtime import pump
 from ..runtime.checkpoint import CheckpointBarrier
-from ..runtime.control import Stopped, user_error
+from ..runtime.control import Stopped, chained_user_error
 from .ordered_stages import (
     END,
     Failure,
@@ -113,9 +113,7 @@ def _failure(name: str, ts: Any, payload: Any, e: Exception) -> tuple[Any, Failu
     """The item for ``e`` raised by operator ``name`` at ``(ts, payload)`` (a
     :class:`RunTupleError` names its own tuple): the run's error as the tuple path raises
     it, chained to the user's exception."""
-    err = user_error(name, ts, payload, e)
-    if err is not e:
-        err.__cause__ = e.cause if isinstance(e, RunTupleError) else e
+    err = chained_user_error(name, ts, payload, e)
     at = e.ts if isinstance(e, RunTupleError) else getattr(err, "ts", ts)
     return (ts if at is None else at), Failure(err)
 

@@ -49,6 +49,7 @@ from ..operators.columnar_kernels import key_groups
 from ..operators.keys import key_pairs
 from ..operators.stateless import over_batch
 from ..runtime import raise_user_error, user_error
+from ..runtime.control import chained_user_error
 from .sn_process import channel_io, report_error, stable_group_function
 
 __all__ = ["Channel", "PulseChannel", "channel_main", "keep", "pack", "unpack"]
@@ -278,10 +279,7 @@ class PulseChannel(ABC):
 def named(operator: str, e: BaseException) -> BaseException:
     """A user's failure (a :class:`RunTupleError` naming its tuple, or an
     :class:`OperatorError`) as the run reports it, chained to the user's own exception."""
-    err = user_error(operator, None, None, e)
-    if err is not e:
-        err.__cause__ = e.cause if isinstance(e, RunTupleError) else e
-    return err
+    return chained_user_error(operator, None, None, e)
 
 
 def _ts_key(err: BaseException) -> float:

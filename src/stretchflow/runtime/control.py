@@ -70,13 +70,20 @@ def user_error(operator: str, ts: Any, payload: Any, e: BaseException) -> BaseEx
     return OperatorError(operator, ts, payload, e)
 
 
-def raise_user_error(operator: str, ts: Any, payload: Any, e: BaseException) -> NoReturn:
-    """Raises :func:`user_error` for ``e``, chained to the user's own exception (a
-    :class:`RunTupleError`'s cause), or ``e`` itself when it already names its origin."""
+def chained_user_error(operator: str, ts: Any, payload: Any, e: BaseException
+                       ) -> BaseException:
+    """:func:`user_error` for ``e``, chained to the user's own exception (a
+    :class:`RunTupleError`'s cause) as ``raise ... from`` chains it, or ``e`` itself when it
+    already names its origin: for a failure that is raised later, where it is handed on."""
     err = user_error(operator, ts, payload, e)
-    if err is e:
-        raise e
-    raise err from (e.cause if isinstance(e, RunTupleError) else e)
+    if err is not e:
+        err.__cause__ = e.cause if isinstance(e, RunTupleError) else e
+    return err
+
+
+def raise_user_error(operator: str, ts: Any, payload: Any, e: BaseException) -> NoReturn:
+    """Raises :func:`chained_user_error` for ``e``."""
+    raise chained_user_error(operator, ts, payload, e)
 
 
 class RunControl:
