@@ -61,11 +61,15 @@ class _StableRowKeys(RowKeys):
     def _groups(self, cols: list[Any], G: int) -> Any:
         import numpy as np
 
-        # an unhashable key fails its row, the entries from it on dropped, as RowKeys does
-        # (the stable hash's cache would raise it too, without naming the row)
-        super()._groups(cols, G)
-        keys = cols[1]
-        return np.fromiter(map(self.group_of, keys), dtype=np.int64, count=len(keys))
+        try:
+            return np.fromiter(map(self.group_of, cols[1]), dtype=np.int64,
+                               count=len(cols[1]))
+        except TypeError:
+            # an unhashable key (the stable hash's cache raises without naming the row):
+            # RowKeys fails its row and drops the entries from it on, then the rest again
+            super()._groups(cols, G)
+            keys = cols[1]
+            return np.fromiter(map(self.group_of, keys), dtype=np.int64, count=len(keys))
 
 
 class RowChannel(PulseChannel):
