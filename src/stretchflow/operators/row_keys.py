@@ -146,11 +146,12 @@ class RowKeys:
             if not len(idx):  # none: nothing to gather (one key's batch, another instance's)
                 parts.append(([], [], [], [], []))
                 continue
-            if obj is None:  # one object column per distinct list (f_U sees the row: xs is vs)
-                obj = {id(c): np.fromiter(c, dtype=object, count=len(c)) for c in (ks, xs, vs)}
-            parts.append((ts[idx].tolist(), obj[id(ks)][idx].tolist(),
-                          got := obj[id(xs)][idx].tolist(), gs[idx].tolist(),
-                          got if vs is xs else obj[id(vs)][idx].tolist()))
+            if obj is None:  # object columns; the rows once when f_U sees the row (xs is vs)
+                obj = [np.fromiter(c, dtype=object, count=len(c))
+                       for c in ((ks, xs) if vs is xs else (ks, xs, vs))]
+            x = obj[1][idx].tolist()
+            parts.append((ts[idx].tolist(), obj[0][idx].tolist(), x, gs[idx].tolist(),
+                          x if vs is xs else obj[2][idx].tolist()))
         return parts
 
     def part(self, j: int, assign: Sequence[int]) -> Part:
