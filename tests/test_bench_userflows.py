@@ -174,7 +174,7 @@ def test_the_costly_flow_runs_lambdas_on_json_lines_with_its_own_target():
                                 tuple(userflow_exprs.ON_BIDS), None)
     assert run == ["loop", "reference/lambda", "sn2-processes/lambda"]
     assert set(skipped) == {"polars", "reference/expr", "sn2-processes/expr"}
-    assert uf.ONE_FORMAT["hot_items_costly"][0] == "jsonl"
+    assert uf.ONE_FORMAT["hot_items_costly"] == "jsonl"
 
     def variant(wall: list[float]) -> dict:
         return {"correct": True, "rounds": {str(k): {"wall_s": w} for k, w in enumerate(wall)}}

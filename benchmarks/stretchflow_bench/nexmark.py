@@ -41,8 +41,6 @@ FIRST_ID = 1_000
 #: the skew of the auctions' popularity: rank r is drawn with weight 1 / r**SKEW
 SKEW = 0.8
 _STEPS = np.array([0, 0, 1, 1, 2])  # ms between two events, drawn uniformly: mean 0.8 ms
-# NEXMark's names, cities and states, as the package's generator has them
-_FIRST_NAMES, _LAST_NAMES, _CITIES, _STATES = FIRST_NAMES, LAST_NAMES, CITIES, STATES
 #: the kinds of file and their formats
 KINDS = ("bids", "persons", "auctions")
 FORMATS = ("jsonl", "parquet")
@@ -77,14 +75,14 @@ def persons_auctions(n: int, seed: int = 1) -> tuple[pa.Table, pa.Table]:
     p_ts, a_ts = ts[is_person], ts[~is_person]
     n_p, n_a = len(p_ts), len(a_ts)
     p_id = np.arange(FIRST_ID, FIRST_ID + n_p, dtype=np.int64)
-    first = np.array(_FIRST_NAMES)[rng.integers(0, len(_FIRST_NAMES), n_p)]
-    last = np.array(_LAST_NAMES)[rng.integers(0, len(_LAST_NAMES), n_p)]
+    first = np.array(FIRST_NAMES)[rng.integers(0, len(FIRST_NAMES), n_p)]
+    last = np.array(LAST_NAMES)[rng.integers(0, len(LAST_NAMES), n_p)]
     persons = pa.table({
         "ts": p_ts,
         "id": p_id,
         "name": pa.array(np.char.add(np.char.add(first, " "), last).tolist(), pa.string()),
-        "city": pa.array(np.array(_CITIES)[rng.integers(0, len(_CITIES), n_p)].tolist()),
-        "state": pa.array(np.array(_STATES)[rng.integers(0, len(_STATES), n_p)].tolist()),
+        "city": pa.array(np.array(CITIES)[rng.integers(0, len(CITIES), n_p)].tolist()),
+        "state": pa.array(np.array(STATES)[rng.integers(0, len(STATES), n_p)].tolist()),
     })
     # the persons that exist when each auction is made: those of the events before it
     latest = np.cumsum(is_person)[~is_person] - 1 + FIRST_ID  # the newest person's id

@@ -174,7 +174,8 @@ def _reconfiguration_rows(ax: Any, metrics: dict[str, Any]) -> None:
                         label=f"{flow}, run {k + 1}, {op}")
     ax.axhline(5.0, color="tab:red", lw=0.8, ls="--", label="target p99 5 ms")
     ax.set_yscale("log")
-    ax.set_xlabel("reconfiguration (in order: Π " + "→".join(map(str, m["steps"])) + " ...)")
+    steps = next(iter(metrics["flows"].values()))["steps"]  # every flow's are the same
+    ax.set_xlabel("reconfiguration (in order: Π " + "→".join(map(str, steps)) + " ...)")
     ax.set_ylabel("reconfigure call to barrier end (ms)")
     ax.set_title("lambda flows, batches of rows in flight, full speed", fontsize=9)
     ax.legend(fontsize=6, ncol=2)

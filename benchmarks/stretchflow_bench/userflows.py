@@ -78,9 +78,9 @@ SPARK_SQL = HERE / "peer_programs" / "spark_userflows.py"
 
 FLOWS = ("currency", "selection", "hot_items", "highest_bid", "mean_price", "join",
          "hot_items_costly")
-#: flows measured on one input format only, and why
-ONE_FORMAT = {"hot_items_costly": ("jsonl", "the flow weighs a Python key function's cost, "
-                                            "which does not depend on the input format")}
+#: flows measured on one input format only (the costly flow weighs a Python key function's
+#: cost, which does not depend on the input format)
+ONE_FORMAT = {"hot_items_costly": "jsonl"}
 #: flows without a Polars program, and why
 NO_POLARS = {"hot_items_costly": "a Python key function per row is what the flow measures; "
                                  "Polars would run it as a Python UDF, not at its best"}
@@ -568,7 +568,7 @@ def run(quick: bool = False, out_dir: str | os.PathLike | None = None, seed: int
         for size in sel["sizes"]:
             for fmt in sel["formats"]:
                 for flow in sel["flows"]:
-                    if flow in ONE_FORMAT and fmt != ONE_FORMAT[flow][0]:
+                    if ONE_FORMAT.get(flow, fmt) != fmt:
                         continue
                     variants, skipped = _variants(flow, size, sel, polars is not None,
                                                   expr_flows, spark_why)
