@@ -63,8 +63,9 @@ CHUNK_BYTES = 1 << 20
 def jsonl_batches(src: Any, rows: int, max_bytes: int) -> Iterator[Batch]:
     """The batches of a sorted :class:`~stretchflow.io.sources.JsonLines` source: chunks of
     at most ``rows`` lines and about ``min(max_bytes, CHUNK_BYTES)`` bytes, never the whole
-    file at once. A thread reads and parses the next chunk (pyarrow's parser releases the
-    GIL) while this one is checked and handed out: one chunk and its table ahead."""
+    file at once. A thread reads the next chunks and has them parsed on
+    :mod:`.parse_ahead`'s pool (pyarrow's parser releases the GIL: one chunk per core at
+    once) while this one is checked and handed out; they come out in the file's order."""
     from ..executors.reference_overlap import read_ahead
 
     loads = orjson.loads
@@ -148,12 +149,19 @@ def _row_batch(chunk: bytes, n: int, ts_f: str, prev: float, loads: Any) -> Batc
 
 
 def _parsed(src: Any, rows: int, max_bytes: int) -> Iterator[tuple[bytes, np.ndarray, Any]]:
-    """``(chunk, ends, table)`` for each chunk of the file, ``table`` Arrow's parse of it or
-    None when Arrow and the tuple path might disagree on it (the file is opened, and closed,
-    by the thread that runs this)."""
+    """``(chunk, ends, table)`` for each chunk of the file, in order, ``table`` Arrow's parse
+    of it or None when Arrow and the tuple path might disagree on it (the file is opened, and
+    closed, by the thread that runs this; the parses run on :mod:`.parse_ahead`'s threads)."""
+    from .parse_ahead import ordered_map
+
     with src._open() as f:
-        for chunk, ends in _line_chunks(f, rows, max_bytes):
-            yield chunk, ends, _arrow_table(chunk, ends)
+        # several chunks parsed at once (Arrow parses a one-block chunk on one thread)
+        yield from ordered_map(_with_table, _line_chunks(f, rows, max_bytes))
+
+
+def _with_table(chunk_ends: tuple[bytes, np.ndarray]) -> tuple[bytes, np.ndarray, Any]:
+    chunk, ends = chunk_ends
+    return chunk, ends, _arrow_table(chunk, ends)
 
 
 #: the smallest read of the chunker (bytes): below this the syscalls and rescans cost more
