@@ -322,3 +322,22 @@ def test_spark_lambda_forms_run_only_when_asked_for(monkeypatch):
         assert {"spark/expr", "spark-sql", "reference/lambda"} <= set(run)
         assert ("spark/lambda" in run) is asked
         assert ("USERFLOWS_SPARK_LAMBDAS=1" in skipped.get("spark/lambda", "")) is not asked
+
+
+def test_the_cpu_target_pairs_every_engine_measured_at_both_parallelisms():
+    def variant(cpu: float) -> dict:
+        return {"correct": True, "rounds": {"0": {"cpu_s": cpu, "wall_s": 1.0},
+                                            "1": {"cpu_s": cpu, "wall_s": 1.0}}}
+
+    cell = {"flow": "mean_price", "format": "jsonl", "size": 10, "failed": {},
+            "variants": {"sn1-processes/lambda": variant(2.0),
+                         "sn2-processes/lambda": variant(2.1),
+                         "ordered1/lambda": variant(1.0), "ordered2/lambda": variant(1.5)}}
+    rows = {r["variant"]: r for r in uf.targets([cell]) if r["target"] == "32-cpu-p2-vs-p1-lambda"}
+    assert set(rows) == {"sn2-processes/lambda", "ordered2/lambda"}
+    assert rows["sn2-processes/lambda"]["verdict"] == "met"
+    assert rows["ordered2/lambda"]["verdict"] == "missed"
+    assert rows["ordered2/lambda"]["missed_by"] == pytest.approx(1.5 / 1.1)
+    # parallelism 1 of sn and ordered only where asked for: the 10 M selection
+    assert {"sn1-processes", "ordered1"} <= set(uf.TEN_M["engines"])
+    assert not {"sn1-processes", "ordered1"} & set(uf.DEFAULT_ENGINES)

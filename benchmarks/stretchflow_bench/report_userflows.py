@@ -11,8 +11,8 @@ from typing import Any
 from .report_tables import Doc, f2, n0, renderer, spread, table
 
 #: column order of the engine variants (the benchmark's ENGINES)
-_ENGINES = ("reference", "reference2", "vsn1", "vsn2", "sn2-processes", "ordered2", "slack",
-            "spark")
+_ENGINES = ("reference", "reference2", "vsn1", "vsn2", "sn1-processes", "sn2-processes",
+            "ordered1", "ordered2", "slack", "spark")
 
 
 def _ratio(cell: dict[str, Any], variant: str, key: str) -> str:

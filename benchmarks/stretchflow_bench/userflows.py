@@ -100,10 +100,17 @@ ENGINES: dict[str, list[str]] = {
     **{v: VARIANTS[v] for v in ("vsn1", "vsn2", "sn2-processes", "ordered2")},
     "slack": ["--engine", "slack"],
     "spark": VARIANTS["spark-local2"],
+    # parallelism 1 of the engines measured at 2: their CPU at 2 against 1 (issue #32)
+    "sn1-processes": ["--engine", "sn", "--parallelism", "1", "--channels", "processes"],
+    "ordered1": ["--engine", "ordered", "--parallelism", "1"],
 }
 #: the engines of a default run: Spark only when asked for (``USERFLOWS_ENGINES``), its runs
-#: take minutes each (a lambda flow's every tuple goes through a Python worker)
-DEFAULT_ENGINES = tuple(e for e in ENGINES if e != "spark")
+#: take minutes each (a lambda flow's every tuple goes through a Python worker); sn and
+#: ordered at parallelism 1 in the 10 M selection (:data:`TEN_M`)
+DEFAULT_ENGINES = tuple(e for e in ENGINES if e not in ("spark", "sn1-processes", "ordered1"))
+#: (P=1 variant, P=2 variant) of an engine: issue #32's CPU per tuple at 2 within 1.1x of 1
+P1_P2 = (("vsn1", "vsn2"), ("reference", "reference2"), ("sn1-processes", "sn2-processes"),
+         ("ordered1", "ordered2"))
 POLARS_APIS = ("eager", "lazy")
 #: Spark runs only at this size (its runs are slow: issue #31's 0.01-0.02x the loop)
 SPARK_SIZE = 1_000_000
@@ -466,7 +473,7 @@ def targets(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 if f"{a}/{form}" in vs and f"{b}/{form}" in vs:
                     add(f"{tid}-{form}", c, f"{b}/{form}",
                         _per_round(c, f"{a}/{form}", f"{b}/{form}"), 1.0)
-            for a, b in (("vsn1", "vsn2"), ("reference", "reference2")):
+            for a, b in P1_P2:
                 if f"{a}/{form}" in vs and f"{b}/{form}" in vs:
                     add(f"32-cpu-p2-vs-p1-{form}", c, f"{b}/{form}",
                         _per_round(c, f"{b}/{form}", f"{a}/{form}", "cpu_s"), 1.1,
@@ -533,11 +540,13 @@ def own_cost(cell: dict[str, Any]) -> dict[str, dict[str, float]]:
 #: (its own block in RESULTS.md; ``USERFLOWS_NAME`` or ``--name`` chooses)
 NAMES = ("userflows", "userflows-10m")
 #: what ``stretchflow bench run userflows-10m`` measures (a quick run: the quick selection):
-#: the lambda forms of a flow with a sliding and a second O+ and of a tumbling one, on the
-#: engines of issue #32's targets, at ten million events
-TEN_M: dict[str, Any] = {"flows": ["hot_items", "mean_price"], "forms": ["lambda"],
-                         "engines": ["reference", "vsn1", "vsn2", "sn2-processes", "ordered2"],
-                         "sizes": [10_000_000], "formats": ["jsonl"], "rounds": 2}
+#: both forms of a flow with a sliding window and a second O+ and of a tumbling one, both
+#: formats, on the engines of issues #31's and #32's targets and sn and ordered at
+#: parallelism 1 (the CPU target's pairs), at ten million events
+TEN_M: dict[str, Any] = {"flows": ["hot_items", "mean_price"], "forms": ["lambda", "expr"],
+                         "engines": ["reference", "vsn1", "vsn2", "sn1-processes",
+                                     "sn2-processes", "ordered1", "ordered2"],
+                         "sizes": [10_000_000], "formats": ["jsonl", "parquet"], "rounds": 2}
 
 
 def run(quick: bool = False, out_dir: str | os.PathLike | None = None, seed: int = 1,
