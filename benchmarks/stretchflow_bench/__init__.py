@@ -152,9 +152,9 @@ BENCHMARKS: dict[str, tuple[str, str, Callable[[bool, str | None], Path]]] = {
     "userflows": ("NEXMark-shaped user flows (lambdas and column expressions) on every engine "
                   "vs a hand-written loop and Polars, whole processes (USERFLOWS_* select)",
                   "issues #31, #32", _userflows),
-    "userflows-10m": ("the user flows' lambda forms at 10 M events: hot items and mean price on "
-                      "the reference, vsn, sn and ordered, whole processes", "issue #32",
-                      _userflows_10m),
+    "userflows-10m": ("the user flows at 10 M events: hot items and mean price, lambdas and "
+                      "column expressions, JSON Lines and Parquet, on the reference, vsn, sn "
+                      "and ordered, whole processes", "issues #31, #32", _userflows_10m),
     "stretchflow-model": ("the DEBS'19 performance model of VSN and SN: measured costs, "
                           "predicted vs measured throughput at Π = 1, 2",
                           "STRETCH conference §8, §9.1 (Fig. 3, 4a)", _model),
