@@ -416,6 +416,10 @@ class ColumnarVSNInstance:
         self.group_hits: list[int] | None = None
         self._owner: Any = None
         self._owns_all = True
+        #: id of a slice's partial -> (the partial, its rows of the owned key groups, as a
+        #: table, or None when it has none): filtered once per partial under this assignment,
+        #: though the partial is in WS / WA windows (:meth:`_owned_part`)
+        self._owned: dict[int, tuple[Any, Any]] = {}
         self.set_assignment(assign)
         if connected:
             shared.moved(j, self.next_l)
@@ -427,6 +431,7 @@ class ColumnarVSNInstance:
         self.assign = assign
         self._owns_all = assign is None or all(a == self.j for a in assign)
         self._owner = None if assign is None else np.asarray(assign, dtype=np.int64)
+        self._owned = {}  # filtered under the assignment before
 
     def process_batch(self, batch: Batch) -> None:
         """Alg. 4 for a batch: its partials (summed once for all instances), then updateW to
@@ -515,26 +520,22 @@ class ColumnarVSNInstance:
                for ps in slices for p in ps):
             self._emit_in_python(windows)
             return
-        tables, rights, gs = [], [], []
+        tables, rights = [], []
+        owned = None if self._owns_all else self._owned_part
         for right, slices in windows:
             for ps in slices:
-                for t, g in ps:
-                    tables.append(t)
-                    rights.append(np.full(len(t), right, np.int64))
-                    gs.append(g if g is not None or self._owns_all
-                              else np.zeros(len(t), np.int64))
+                for p in ps:
+                    t = p[0] if owned is None else owned(p)
+                    if t is not None:
+                        tables.append(t)
+                        rights.append(np.full(len(t), right, np.int64))
+        if owned is not None:
+            self._forget_owned(windows)
         if not tables:
             return
         table = tables[0] if len(tables) == 1 else \
             pa.concat_tables(tables, promote_options="default")  # columns null in a batch
         r = np.concatenate(rights)
-        if not self._owns_all:
-            mine = self._owner[np.concatenate(gs)] == self.j
-            if not mine.any():
-                return
-            if not mine.all():
-                table = table.filter(arrow_mask(mine))
-                r = r[mine]
         form = self.shared.form
         try:
             rs, ks, v = form.fold(key_cols(table), state_of(table), r)
@@ -547,6 +548,34 @@ class ColumnarVSNInstance:
             if b > a:
                 right = int(rs[a])
                 self.out.append((right, Batch(rs[a:b], table=out.slice(a, b - a))))
+
+    def _owned_part(self, p: tuple[Any, Any]) -> Any:
+        """The rows of Arrow partial ``p`` (table, key group per row) in the key groups this
+        instance owns, as a table, or None if it owns none of them: a folded slice's partial
+        is in WS / WA windows, and this filters it once, not once per window (and not the
+        other instances' rows of every window before they are dropped)."""
+        got = self._owned.get(id(p))
+        if got is not None and got[0] is p:
+            return got[1]
+        table, g = p
+        mine = (self._owner[0] == self.j) if g is None else self._owner[g] == self.j
+        if g is None:  # one key group (G == 1): all rows or none
+            out = table if mine else None
+        elif mine.all():
+            out = table
+        elif not mine.any():
+            out = None
+        else:
+            out = table.filter(arrow_mask(mine))
+        self._owned[id(p)] = (p, out)
+        return out
+
+    def _forget_owned(self, windows: list[tuple[int, list[list[Any]]]]) -> None:
+        """Keeps the filtered partials of the last window's slices only: the next windows
+        share slices with it (a sliding window), no earlier window is combined again."""
+        keep = {id(p) for ps in windows[-1][1] for p in ps}
+        for i in [i for i in self._owned if i not in keep]:
+            del self._owned[i]
 
     def _emit_in_python(self, windows: list[tuple[int, list[list[Any]]]]) -> None:
         import numpy as np
