@@ -341,3 +341,25 @@ def test_the_cpu_target_pairs_every_engine_measured_at_both_parallelisms():
     # parallelism 1 of sn and ordered only where asked for: the 10 M selection
     assert {"sn1-processes", "ordered1"} <= set(uf.TEN_M["engines"])
     assert not {"sn1-processes", "ordered1"} & set(uf.DEFAULT_ENGINES)
+
+
+def test_the_spark_block_sets_the_flow_beside_spark_sql_with_the_session_start_apart():
+    from stretchflow_bench.common import summarize
+    from stretchflow_bench.report_userflows import _spark_table
+
+    def variant(own: list[float], **extra: list[float]) -> dict:
+        rounds = {str(i): {"own_s": x} for i, x in enumerate(own)}
+        out = {"rounds": rounds, "own_s": summarize(own),
+               "wall_s": summarize([x + 20 for x in own])}
+        out.update({k: summarize(v) for k, v in extra.items()})
+        return out
+
+    cell = {"flow": "mean_price", "format": "parquet", "failed": {},
+            "variants": {"spark-sql": variant([2.0, 3.0], startup_s=[9.0, 11.0]),
+                         "spark/expr": variant([4.0, 3.0])}}
+    text = _spark_table([cell])
+    row = next(ln for ln in text.splitlines() if ln.startswith("| mean_price, parquet"))
+    # SQL's median 2.5 s / the flow's 3.5 s; per round 2/4 and 3/3
+    assert "0.71 (0.50–1.00)" in row and "10.00 (9.00–11.00)" in row
+    assert _spark_table([{**cell, "variants": {"spark-sql": cell["variants"]["spark-sql"]}}]) == ""
+    assert "userflows-spark" in BENCHMARKS and uf.SPARK_1M["engines"] == ["spark"]

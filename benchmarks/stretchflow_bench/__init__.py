@@ -108,6 +108,14 @@ def _userflows_10m(quick: bool, out_dir: str | None) -> Path:
                          **({} if quick else userflows.TEN_M))
 
 
+def _userflows_spark(quick: bool, out_dir: str | None) -> Path:
+    from . import userflows
+
+    return userflows.run(quick=quick, out_dir=out_dir, name="userflows-spark",
+                         **({"engines": ["spark"], "forms": ["expr"]} if quick
+                            else userflows.SPARK_1M))
+
+
 def _model(quick: bool, out_dir: str | None) -> Path:
     from . import model
 
@@ -155,6 +163,9 @@ BENCHMARKS: dict[str, tuple[str, str, Callable[[bool, str | None], Path]]] = {
     "userflows-10m": ("the user flows at 10 M events: hot items and mean price, lambdas and "
                       "column expressions, JSON Lines and Parquet, on the reference, vsn, sn "
                       "and ordered, whole processes", "issues #31, #32", _userflows_10m),
+    "userflows-spark": ("the user flows' column expressions on the spark engine beside Spark's "
+                        "native DataFrame query, 1 M events, own time", "issue #31",
+                        _userflows_spark),
     "stretchflow-model": ("the DEBS'19 performance model of VSN and SN: measured costs, "
                           "predicted vs measured throughput at Π = 1, 2",
                           "STRETCH conference §8, §9.1 (Fig. 3, 4a)", _model),
@@ -182,4 +193,4 @@ _register_suites()
 #: a feature on every engine that has it: checkpoint); ``stretchflow bench NAME`` runs one
 CROSS_ENGINE: tuple[str, ...] = ("speed", "peers", "checkpoint", "kills", "live",
                                  "stretchflow-vs-flink", "stretchflow-model", "userflows",
-                                 "userflows-10m")
+                                 "userflows-10m", "userflows-spark")

@@ -93,6 +93,33 @@ def _own_cost(cells: list[dict[str, Any]]) -> str:
             + table(["flow, input", "engine (lambda form)", "µs per tuple"], rows))
 
 
+def _spark_table(cells: list[dict[str, Any]]) -> str:
+    """Spark's native DataFrame query beside the spark engine's expression flow: own times
+    (the session's start apart), their ratio per round, whole processes."""
+    rows = []
+    for c in cells:
+        sql, ex = c["variants"].get("spark-sql"), c["variants"].get("spark/expr")
+        if sql is None or ex is None:
+            continue
+        common = sorted(set(sql["rounds"]) & set(ex["rounds"]))
+        per = [sql["rounds"][k]["own_s"] / ex["rounds"][k]["own_s"] for k in common]
+        rows.append([f"{c['flow']}, {c['format']}", spread(sql["own_s"], f2),
+                     spread(sql["startup_s"], f2) if "startup_s" in sql else "–",
+                     spread(ex["own_s"], f2),
+                     f2(sql["own_s"]["median"] / ex["own_s"]["median"])
+                     + (f" ({f2(min(per))}–{f2(max(per))})" if per else ""),
+                     f"{f2(sql['wall_s']['median'])} · {f2(ex['wall_s']['median'])}"])
+    if not rows:
+        return ""
+    return ("Spark (local[2]): the spark engine's expression flow beside Spark's native "
+            "DataFrame query of it, own time in s, median (min–max), each session's start "
+            "apart (> 1 in the ratio: the flow is faster; the target, within 1.5×, is 0.67):"
+            "\n\n" + table(["flow, input", "Spark SQL, own s", "its session start, s",
+                            "spark engine, expressions, own s",
+                            "SQL's / the flow's, of medians (per round)",
+                            "whole process, s: SQL · flow"], rows))
+
+
 def _by(x: float) -> str:
     """A factor a target is missed by: two decimals, three where two would read 1.00."""
     return f"{x:.3f}×" if x < 1.005 else f"{x:.2f}×"
@@ -138,6 +165,7 @@ def _targets(d: Doc) -> str:
                   "missed by (worst first), or why not measured"], rows)
 
 
+@renderer("userflows-spark", "userflows-spark")
 @renderer("userflows-10m", "userflows-10m")
 @renderer("userflows", "userflows")
 def _userflows(d: Doc) -> str:
@@ -161,6 +189,9 @@ def _userflows(d: Doc) -> str:
         cost = _own_cost(cells)
         if cost:
             out.append(cost)
+        spark = _spark_table(cells)
+        if spark:
+            out.append(spark)
         out += [f"{c['flow']}, {c['format']}: its key function cost "
                 f"{spread(c['keys_us_per_call'], f2)} µs per call (median (min–max) over the "
                 "rounds, measured by the loop's process); its loop calls the flow's own "

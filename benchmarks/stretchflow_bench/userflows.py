@@ -538,7 +538,7 @@ def own_cost(cell: dict[str, Any]) -> dict[str, dict[str, float]]:
 # -- the run ------------------------------------------------------------------------------------
 #: result names a run may write: the default run, and the 10 M-event selection kept beside it
 #: (its own block in RESULTS.md; ``USERFLOWS_NAME`` or ``--name`` chooses)
-NAMES = ("userflows", "userflows-10m")
+NAMES = ("userflows", "userflows-10m", "userflows-spark")
 #: what ``stretchflow bench run userflows-10m`` measures (a quick run: the quick selection):
 #: both forms of a flow with a sliding window and a second O+ and of a tumbling one, both
 #: formats, on the engines of issues #31's and #32's targets and sn and ordered at
@@ -547,6 +547,16 @@ TEN_M: dict[str, Any] = {"flows": ["hot_items", "mean_price"], "forms": ["lambda
                          "engines": ["reference", "vsn1", "vsn2", "sn1-processes",
                                      "sn2-processes", "ordered1", "ordered2"],
                          "sizes": [10_000_000], "formats": ["jsonl", "parquet"], "rounds": 2}
+
+
+#: what ``stretchflow bench run userflows-spark`` measures: issue #31's Spark target, the
+#: expression form of every flow that has one on the spark engine (local[2]) beside Spark's
+#: native DataFrame query of it (``spark-sql``), a million events, both formats (the lambda
+#: forms take minutes a run: ``USERFLOWS_SPARK_LAMBDAS=1`` with a run of your own)
+SPARK_1M: dict[str, Any] = {"flows": ["currency", "selection", "hot_items", "highest_bid",
+                                      "mean_price"],
+                            "forms": ["expr"], "engines": ["spark"], "sizes": [SPARK_SIZE],
+                            "formats": ["jsonl", "parquet"], "rounds": 2}
 
 
 def run(quick: bool = False, out_dir: str | os.PathLike | None = None, seed: int = 1,
