@@ -341,3 +341,37 @@ def test_cli_logging_rejects_an_unknown_level():
     with pytest.raises(ValueError, match="--log-level expects one of debug, info"), \
             cli_logging("loud"):
         pass
+
+
+def test_a_summary_off_a_terminal_is_written_as_it_is_without_rich(tmp_path):
+    # the run summary is a plain line: written without importing rich (~50 ms of every run),
+    # the text unchanged (brackets and colons are not markup or emoji codes)
+    import subprocess
+    import sys
+
+    data = tmp_path / "in [x]:smile:.jsonl"
+    data.write_text("".join(json.dumps({"ts": i, "text": f"w{i % 7} x"}) + "\n"
+                            for i in range(500)))
+    code = ("import runpy, sys\n"
+            "sys.argv = ['stretchflow', 'run', 'wordcount', '--input', sys.argv[1], "
+            "'--output', sys.argv[2]]\n"
+            "try:\n    runpy.run_module('stretchflow', run_name='__main__')\n"
+            "except SystemExit as e:\n    assert not e.code, e.code\n"
+            "print('rich' in sys.modules)\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(data), str(tmp_path / "o.jsonl")],
+                          capture_output=True, text=True, timeout=120,
+                          env={k: v for k, v in __import__("os").environ.items()
+                               if k not in ("FORCE_COLOR", "TTY_COMPATIBLE",
+                                            "TTY_INTERACTIVE")})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "False"
+    assert re.search(r"^wordcount on reference: 500 tuples in, [\d,]+ out", proc.stderr, re.M)
+
+
+def test_a_plain_line_makes_no_console(monkeypatch, capsys):
+    from stretchflow import cli_run
+
+    monkeypatch.setattr(cli_run._LazyConsole, "_console", None)
+    cli_run.err.print("a [bold]b[/] :smile:", markup=False, highlight=False)
+    assert capsys.readouterr().err == "a [bold]b[/] :smile:\n"
+    assert cli_run._LazyConsole._console is None  # no console made for a plain line

@@ -42,9 +42,9 @@ selection beside the default run's); ``USERFLOWS_PROGRESS=1`` prints a line per 
 Spark, its lambda forms run only under ``USERFLOWS_SPARK_LAMBDAS=1``. The default
 is 1 M events, both formats, every flow and form, every local engine (:data:`DEFAULT_ENGINES`),
 3 rounds: budget about an hour on a 2-core machine, more under load (``total_s`` in the
-JSON says how long a run took). 10 M events (``USERFLOWS_SIZES=10000000``) should take
-about ten times as long per variant (not measured here): choose the engines
-(``USERFLOWS_ENGINES=reference,vsn1,vsn2``).
+JSON says how long a run took). 10 M events take about ten times as long per variant:
+:data:`TEN_M` (``bench run userflows-10m``) is a selection of them, and :data:`SPARK_1M`
+(``bench run userflows-spark``) the spark engine's expression flows beside Spark's SQL.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ flags) to keep each module readable."""
 from __future__ import annotations
 
 import argparse
+import os
 import runpy
 import sys
 import threading
@@ -18,9 +19,29 @@ from .errors import FlowDefinitionError, StretchflowError
 
 class _LazyConsole:
     """rich's stderr Console, made on first use: importing rich.console costs ~50 ms of the
-    start-up of every command, and a ``run -q`` that succeeds never prints."""
+    start-up of every command, and a ``run -q`` that succeeds never prints. A plain line
+    (``markup=False, highlight=False``: the run summary) to a stderr that is not a terminal
+    is written as it is, without rich: a script or a pipe gets the same text, and a run
+    whose summary is all it prints never pays the import."""
 
     _console: Any = None
+
+    @property
+    def is_terminal(self) -> bool:
+        """rich's answer, without importing rich unless an environment variable that rich
+        reads for it is set (its answer is then not isatty's)."""
+        if _LazyConsole._console is None and not _RICH_TERMINAL_ENV.intersection(os.environ):
+            return _is_terminal(sys.stderr)
+        return bool(self.__getattr__("is_terminal"))
+
+    def print(self, *objects: Any, markup: bool | None = None, highlight: bool | None = None,
+              **kw: Any) -> None:
+        if (_LazyConsole._console is None and markup is False and highlight is False
+                and not kw and not self.is_terminal):
+            sys.stderr.write(" ".join(map(str, objects)) + "\n")
+            sys.stderr.flush()
+            return
+        self.__getattr__("print")(*objects, markup=markup, highlight=highlight, **kw)
 
     def __getattr__(self, name: str) -> Any:
         if _LazyConsole._console is None:
@@ -33,6 +54,17 @@ class _LazyConsole:
 
 
 err: Any = _LazyConsole()
+
+
+#: what rich's Console reads to decide it writes to a terminal besides isatty
+_RICH_TERMINAL_ENV = frozenset({"FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"})
+
+
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or closed
+        return False
 
 
 def load_app(path: Path, params: dict[str, str]) -> Any:
