@@ -18,11 +18,12 @@ from .errors import FlowDefinitionError, StretchflowError
 
 
 class _LazyConsole:
-    """rich's stderr Console, made on first use: importing rich.console costs ~50 ms of the
-    start-up of every command, and a ``run -q`` that succeeds never prints. A plain line
-    (``markup=False, highlight=False``: the run summary) to a stderr that is not a terminal
-    is written as it is, without rich: a script or a pipe gets the same text, and a run
-    whose summary is all it prints never pays the import."""
+    """rich's stderr Console, made on first use: importing rich.console costs about 0.1 s of
+    every command (a whole run of 1 M bids on Parquet: 0.56 s with it, 0.45 s without), and
+    a ``run -q`` that succeeds never prints. A plain line (``markup=False,
+    highlight=False``: the run summary) to a stderr that is not a terminal is written as it
+    is, without rich: a script or a pipe gets the same text, and a run whose summary is all
+    it prints never pays the import."""
 
     _console: Any = None
 

@@ -2,8 +2,8 @@
 
 Arrow's JSON parser releases the GIL but runs a chunk of one block (1 MiB, what the columnar
 path reads at a time) on the calling thread: one chunk after another, a JSON Lines file is
-parsed on one core, and that parse is most of an expression flow's time on JSON Lines
-(issue #31: about 0.45 µs of a bid's 0.55 µs on the reference). :func:`ordered_map` parses
+parsed on one core, and that parse was most of an expression flow's time on JSON Lines
+(issue #31; py-spy: two thirds of the reading thread's time). :func:`ordered_map` parses
 the next chunks on a small pool of threads while the caller works on the current one, so the
 parse of a file uses every core and its output order is the file's.
 """
