@@ -375,3 +375,15 @@ def test_a_plain_line_makes_no_console(monkeypatch, capsys):
     cli_run.err.print("a [bold]b[/] :smile:", markup=False, highlight=False)
     assert capsys.readouterr().err == "a [bold]b[/] :smile:\n"
     assert cli_run._LazyConsole._console is None  # no console made for a plain line
+
+
+def test_the_bar_draws_on_the_stderr_console_even_before_it_was_made(monkeypatch, tmp_path):
+    # is_terminal no longer makes the console: the bar must make it, not fall back to rich's
+    # global console (stdout)
+    from stretchflow import cli_run
+
+    monkeypatch.setattr(cli_run._LazyConsole, "_console", None)
+    model = RunProgress(_flow(sf.io.open_source(_jsonl(tmp_path / "a.jsonl", 10))))
+    bar = cli_run._Bar(model, "starting")
+    assert bar.progress.console is cli_run._LazyConsole._console is not None
+    assert bar.progress.console.stderr

@@ -33,7 +33,7 @@ class _LazyConsole:
         reads for it is set (its answer is then not isatty's)."""
         if _LazyConsole._console is None and not _RICH_TERMINAL_ENV.intersection(os.environ):
             return _is_terminal(sys.stderr)
-        return bool(self.__getattr__("is_terminal"))
+        return bool(self.console().is_terminal)
 
     def print(self, *objects: Any, markup: bool | None = None, highlight: bool | None = None,
               **kw: Any) -> None:
@@ -42,16 +42,20 @@ class _LazyConsole:
             sys.stderr.write(" ".join(map(str, objects)) + "\n")
             sys.stderr.flush()
             return
-        self.__getattr__("print")(*objects, markup=markup, highlight=highlight, **kw)
+        self.console().print(*objects, markup=markup, highlight=highlight, **kw)
 
-    def __getattr__(self, name: str) -> Any:
+    def console(self) -> Any:
+        """The Console, made now if it is not yet (a progress bar draws on it)."""
         if _LazyConsole._console is None:
             from rich.console import Console
 
             # soft_wrap: a line is never cut at the width rich assumes off a terminal (80):
             # a summary or error line naming a long path stays one line a script can read
             _LazyConsole._console = Console(stderr=True, soft_wrap=True)
-        return getattr(_LazyConsole._console, name)
+        return _LazyConsole._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.console(), name)
 
 
 err: Any = _LazyConsole()
@@ -375,14 +379,13 @@ class _Bar:
     def __init__(self, model: Any, status: str):
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-        err.is_terminal  # noqa: B018 - makes the console
         self.model = model
         self.progress = Progress(
             # markup off: a flow's name or an operator's may hold [brackets]
             TextColumn("{task.description}", style="bold", markup=False),
             BarColumn(bar_width=20), TimeElapsedColumn(),  # before the status, which may be cut
             TextColumn("{task.fields[status]}", markup=False),
-            console=_LazyConsole._console, transient=True)
+            console=err.console(), transient=True)
         self.task = self.progress.add_task(model.name, total=1000 if model.known else None,
                                            status=status)
 
