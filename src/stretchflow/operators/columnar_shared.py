@@ -558,15 +558,16 @@ class ColumnarVSNInstance:
         if got is not None and got[0] is p:
             return got[1]
         table, g = p
-        mine = (self._owner[0] == self.j) if g is None else self._owner[g] == self.j
         if g is None:  # one key group (G == 1): all rows or none
-            out = table if mine else None
-        elif mine.all():
-            out = table
-        elif not mine.any():
-            out = None
+            out = table if self._owner[0] == self.j else None
         else:
-            out = table.filter(arrow_mask(mine))
+            mine = self._owner[g] == self.j
+            if mine.all():
+                out = table
+            elif mine.any():
+                out = table.filter(arrow_mask(mine))
+            else:
+                out = None
         self._owned[id(p)] = (p, out)
         return out
 
