@@ -96,18 +96,19 @@ def _own_cost(cells: list[dict[str, Any]]) -> str:
 def _spark_table(cells: list[dict[str, Any]]) -> str:
     """Spark's native DataFrame query beside the spark engine's expression flow: own times
     (the session's start apart), their ratio per round, whole processes."""
+    from .userflows import _per_round
+
     rows = []
     for c in cells:
         sql, ex = c["variants"].get("spark-sql"), c["variants"].get("spark/expr")
         if sql is None or ex is None:
             continue
-        common = sorted(set(sql["rounds"]) & set(ex["rounds"]))
-        per = [sql["rounds"][k]["own_s"] / ex["rounds"][k]["own_s"] for k in common]
+        per = _per_round(c, "spark-sql", "spark/expr", "own_s")
         rows.append([f"{c['flow']}, {c['format']}", spread(sql["own_s"], f2),
                      spread(sql["startup_s"], f2) if "startup_s" in sql else "–",
                      spread(ex["own_s"], f2),
                      f2(sql["own_s"]["median"] / ex["own_s"]["median"])
-                     + (f" ({f2(min(per))}–{f2(max(per))})" if per else ""),
+                     + (f" ({f2(per['min'])}–{f2(per['max'])})" if per else ""),
                      f"{f2(sql['wall_s']['median'])} · {f2(ex['wall_s']['median'])}"])
     if not rows:
         return ""
