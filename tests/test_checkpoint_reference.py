@@ -371,6 +371,28 @@ def kill_until_done(run: list[str], rng: random.Random, first: float, again: flo
     raise AssertionError(f"{run}: killed 41 times in a row without completing")
 
 
+def kill_once_checkpointed(run: list[str], ck: Path, out: Path, stats: dict,
+                           tries: int = 20) -> dict:
+    """Runs ``run`` and SIGKILLs it as soon as a checkpoint is on disk (polled, not slept
+    for), so the next run must resume from it; counts the kill in ``stats`` and returns the
+    checkpoint's manifest as the kill left it. A run that
+    completes before it is seen checkpointed (a narrow window on a fast machine) is run
+    again from scratch, up to ``tries`` times, then the test fails."""
+    for _ in range(tries):
+        out.unlink(missing_ok=True)
+        p = subprocess.Popen(run, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        within(lambda p=p: (ck / MANIFEST).is_file() or p.poll() is not None, 120,
+               poll=0.0005)
+        if p.poll() is None:
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+            stats["kills"] += 1
+            stats["resumed_from_checkpoint"] += (ck / MANIFEST).is_file()
+            return json.loads((ck / MANIFEST).read_text())
+        assert p.returncode == 0, run
+    raise AssertionError(f"{run}: never seen with a checkpoint on disk in {tries} runs")
+
+
 def assert_no_leftovers(out: Path, ck: Path) -> None:
     """No temporary file beside ``out`` or in the checkpoint directory, and the checkpoint
     cleared, after a run that completed."""
