@@ -29,6 +29,7 @@ from test_checkpoint_reference import (
     _crash_after,
     _crashing,
     assert_no_leftovers,
+    kill_once_checkpointed,
     kill_until_done,
 )
 
@@ -300,8 +301,10 @@ def _kill_cycles(tweets: Path, tmp_path: Path, engine: str, cycles: int, seed: i
     rng = random.Random(seed)
     run = cmd + ["--output", str(out), "--checkpoint", str(ck), "--checkpoint-every", "1500"]
     stats = {"kills": 0, "resumed_from_checkpoint": 0, "restarts": 0}
-    for _ in range(cycles):
+    for c in range(cycles):
         out.unlink(missing_ok=True)
+        if c % 5 == 0:  # killed once with a checkpoint on disk for certain, not by chance
+            kill_once_checkpointed(run, ck, out, stats)
         kill_until_done(run, rng, full, full, ck, stats)
         # per record: at P > 1 which instance emits a key's windows follows Python's string
         # hash, salted per process, so ties of one timestamp interleave otherwise from run

@@ -334,8 +334,10 @@ def _kill_cycles(tweets: Path, tmp_path: Path, cycles: int, seed: int) -> dict:
     rng = random.Random(seed)
     run = cmd + ["--output", str(out), "--checkpoint", str(ck), "--checkpoint-every", "1500"]
     stats = {"kills": 0, "resumed_from_checkpoint": 0, "restarts": 0}
-    for _ in range(cycles):
+    for c in range(cycles):
         out.unlink(missing_ok=True)
+        if c % 5 == 0:  # killed once with a checkpoint on disk for certain, not by chance
+            kill_once_checkpointed(run, ck, out, stats)
         kill_until_done(run, rng, full, full, ck, stats)
         assert out.read_bytes() == ref.read_bytes()
         assert_no_leftovers(out, ck)

@@ -27,7 +27,13 @@ from stretchflow.executors import sn
 from stretchflow.executors.sn_checkpoint import split_restore
 from stretchflow.io.generators import generate
 from stretchflow.runtime.checkpoint import MANIFEST
-from test_checkpoint_reference import Crash, _crashing, assert_no_leftovers, kill_until_done
+from test_checkpoint_reference import (
+    Crash,
+    _crashing,
+    assert_no_leftovers,
+    kill_once_checkpointed,
+    kill_until_done,
+)
 from threadutil import group_gone
 
 CLI = [sys.executable, "-m", "stretchflow.cli"]
@@ -269,13 +275,15 @@ def _cycles(tweets: Path, tmp_path: Path, out: Path, ck: Path, tmp: Path, cycles
     stats = {"kills": 0, "resumed_from_checkpoint": 0, "restarts": 0}
     pgids: list[int] = []
     monkeypatch.setattr(subprocess, "Popen", _recording_popen(pgids))
-    for _ in range(cycles):
+    for c in range(cycles):
         out.unlink(missing_ok=True)
         run = cmd + ["--output", str(out), "--checkpoint", str(ck), "--checkpoint-every",
                      "1500"]
         # the first kill within 0.75 x the full run (process channels start slowly: with a
         # wider bound many first runs would complete before their kill), resumed ones
         # within 1.5 x (each kill in a row widens it: kill_until_done)
+        if c % 5 == 0:  # killed once with a checkpoint on disk for certain, not by chance
+            kill_once_checkpointed(run, ck, out, stats)
         kill_until_done(run, rng, 0.5 * full, 1.5 * full, ck, stats)
         assert Counter(out.read_bytes().splitlines()) == want
         assert_no_leftovers(out, ck)

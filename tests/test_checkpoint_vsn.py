@@ -29,6 +29,7 @@ from test_checkpoint_reference import (
     _crash,
     _crashing,
     assert_no_leftovers,
+    kill_once_checkpointed,
     kill_until_done,
 )
 
@@ -200,6 +201,8 @@ def _kill_cycles(tweets: Path, tmp_path: Path, cycles: int, seed: int) -> dict:
                      "1500", "--columnar", ("off", "on")[c % 2]]
         # a resumed run may be killed again; up to 2 x full, so that under load (runs
         # slower than the timed one) a cycle still ends after a few restarts
+        if c % 5 == 0:  # killed once with a checkpoint on disk for certain, not by chance
+            kill_once_checkpointed(run, ck, out, stats)
         p = kill_until_done(run, rng, full, 2 * full, ck, stats)
         assert _per_ts(out) == want
         assert_no_leftovers(out, ck)

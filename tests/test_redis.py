@@ -23,7 +23,7 @@ from stretchflow.io.follow import parse_until
 from stretchflow.io.generators import generate
 from stretchflow.io.redis_streams import RedisStream, RedisStreamSink, from_url
 from stretchflow.queries.wordcount import wordcount
-from test_checkpoint_reference import assert_no_leftovers, kill_until_done
+from test_checkpoint_reference import assert_no_leftovers, kill_once_checkpointed, kill_until_done
 
 redis = pytest.importorskip("redis")
 
@@ -220,6 +220,8 @@ def test_kill_and_resume_neither_loses_nor_repeats(server: str, tweets: Path, tm
     stats = {"kills": 0, "resumed_from_checkpoint": 0, "restarts": 0}
     for cycle in range(6):
         out, ck = tmp_path / f"out{cycle}.jsonl", tmp_path / f"ck{cycle}"
+        if cycle % 5 == 0:  # killed once with a checkpoint on disk for certain
+            kill_once_checkpointed(cmd(out, ck), ck, out, stats)
         kill_until_done(cmd(out, ck), rng, full, 1.3 * full, ck, stats)
         assert Counter(out.read_bytes().splitlines()) == \
             Counter(want.read_bytes().splitlines()), f"cycle {cycle}: {stats}"
