@@ -200,6 +200,7 @@ def test_from_a_file_the_columnar_path_is_taken_and_exact(acc, tmp_path, monkeyp
     columns are checked against them) on the reference, and on vsn whose instances sum
     batches ahead on two threads: float sums in the tuple path's order, bit for bit."""
     monkeypatch.setattr("stretchflow.executors.reference.BATCH", 50)
+    monkeypatch.setattr("stretchflow.executors.reference.WIDE_BATCH", 50)
     monkeypatch.setattr("stretchflow.runtime.pump.COLUMNAR_BATCH", 37)
     for seed, floats in ((1, True), (2, False)):
         rows = bids(900, seed, nulls=0.05, floats=floats)
@@ -397,7 +398,7 @@ def test_hot_items_second_stage_takes_the_first_stages_tables(bids_file, monkeyp
         orig(self, batch)
 
     monkeypatch.setattr(columnar.ColumnarSlicedInstance, "process_batch", spy)
-    monkeypatch.setattr("stretchflow.executors.reference.BATCH", 256)  # many batches
+    monkeypatch.setattr("stretchflow.executors.reference.WIDE_BATCH", 256)  # many batches
     flow, _ = hot_items(bids_file)
     res = flow.run("reference")
     assert res.extra["paths"] == {"bids": "columnar", "hot": "columnar"}

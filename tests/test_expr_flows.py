@@ -334,3 +334,43 @@ def test_an_expression_flow_does_not_import_pandas(files, tmp_path):
                            timeout=120)
         assert r.returncode == 0, r.stderr
         assert (tmp_path / "o.jsonl").stat().st_size > 0
+
+
+def test_the_reference_reads_wide_batches_only_where_no_stage_multiplies_rows(tmp_path):
+    """A flow of column expressions (one row per tuple at most) reads Parquet 65 536 rows a
+    batch; one with a lambda before its O+ 8 192 (a batch's rows times what
+    each makes downstream is its memory: executors/plan.one_row_each)."""
+    from stretchflow.executors import reference
+    from stretchflow.operators.columnar import ColumnarSlicedInstance
+
+    n = 100_000
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"ts": list(range(n)), "k": [i % 7 for i in range(n)],
+                             "x": [i % 13 for i in range(n)]}), path)
+    seen: list[int] = []
+    real = ColumnarSlicedInstance.process_batch
+
+    def spy(self, batch):
+        seen.append(len(batch))
+        return real(self, batch)
+
+    shapes = {
+        "expressions": lambda s: s.filter(sf.col("x") >= 0)
+        .aggregate(size="10s", keys="k", **sf.sum_of("x")),
+        "a lambda map": lambda s: s.map(lambda t: t)
+        .aggregate(size="10s", keys="k", **sf.sum_of("x")),
+    }
+    from conformance.contract import multiset
+
+    sizes, outs = {}, []
+    with unittest.mock.patch.object(ColumnarSlicedInstance, "process_batch", spy):
+        for name, make in shapes.items():
+            seen.clear()
+            flow = sf.Flow()
+            col = make(flow.source(sf.io.parquet(str(path)))).collect()
+            flow.run("reference")
+            outs.append(multiset(col))
+            sizes[name] = list(seen)
+    assert outs[0] and outs[0] == outs[1]  # the same windows whatever the batches
+    assert sizes["expressions"] == [reference.WIDE_BATCH, n - reference.WIDE_BATCH]
+    assert sum(sizes["a lambda map"]) == n and max(sizes["a lambda map"]) == reference.BATCH

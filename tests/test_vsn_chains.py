@@ -100,6 +100,7 @@ def test_chains_run_columnar_and_give_the_tuple_paths_output(build, paths, engin
                                                             bids_file, spies, monkeypatch):
     monkeypatch.setattr("stretchflow.runtime.pump.COLUMNAR_BATCH", 512)  # many batches
     monkeypatch.setattr("stretchflow.executors.reference.BATCH", 512)
+    monkeypatch.setattr("stretchflow.executors.reference.WIDE_BATCH", 512)
     want = _want(build, bids_file)
     flow, cols = build(bids_file)
     res = flow.run(engine, **opts)
@@ -129,6 +130,7 @@ def test_conformance_expression_flows(engine, opts, spies, monkeypatch):
     hot-items chain) from a file: every O+ columnar, the reference's tuple path's output."""
     monkeypatch.setattr("stretchflow.runtime.pump.COLUMNAR_BATCH", 7)
     monkeypatch.setattr("stretchflow.executors.reference.BATCH", 7)
+    monkeypatch.setattr("stretchflow.executors.reference.WIDE_BATCH", 7)
 
     @SETTINGS
     @given(CASE.inputs)

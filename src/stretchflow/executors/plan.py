@@ -280,6 +280,29 @@ def columnar_form(node: Node) -> bool:
     return node.kind == "stateless" and getattr(node.spec, "batch_fn", None) is not None
 
 
+def one_row_each(node: Node, readers: dict[Node, list[Node | None]]) -> bool:
+    """Whether every path of batches from ``node`` to an O+ or a sink keeps at most one row
+    per input row: column-expression maps and filters (``select``, ``with_columns``,
+    ``filter(expr)``) and O+ whose f_MK is declarative (one key per tuple, the key columns).
+    A lambda, a flat_map or a hand-written f_MK (wordcount's tokens) may multiply a batch's
+    rows, and with them the memory a batch holds at once."""
+    from ..operators.column_forms import DeclForm, form_of
+    from ..operators.stateless import Filter, Map
+
+    for r in readers[node]:
+        if r is None:
+            continue
+        spec = r.spec
+        if r.kind == "stateless":
+            declared = (type(spec) is Map and spec.exprs is not None) or (
+                type(spec) is Filter and spec.expr is not None)
+            if not declared or not one_row_each(r, readers):
+                return False
+        elif r.kind != "oplus" or not isinstance(form_of(spec), DeclForm):
+            return False
+    return True
+
+
 def stateless_paths(flow: Flow, streams: set[Node]) -> dict[str, str]:
     """The run summary's path of each Map or Filter with a columnar form: ``columnar`` where
     it ran on batches (a batch its form refused went tuple by tuple), else ``tuple``."""

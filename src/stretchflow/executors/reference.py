@@ -64,7 +64,7 @@ from ..runtime.control import CheckpointBarrier, raise_user_error, user_error
 from ..runtime.drain import SinkDrain, pull_merged
 from ..runtime.result import RunResult
 from ..runtime.skeleton import Run
-from .plan import stateless_paths
+from .plan import one_row_each, stateless_paths
 from .reference_overlap import WriteBehind, read_ahead
 
 if TYPE_CHECKING:  # imported by a run that checkpoints (hashlib, pickle, json: start-up time)
@@ -76,8 +76,16 @@ Item = tuple[int, Any]
 RUN = 1024
 #: tuples a source batch holds (``Source.batches``): peak RSS of 200 000 tweets' wordcount was
 #: 153 MB at 16 384 against 230 MB at 65 536 (the chunk, its table, tokens and output text are
-#: alive at once), with no measurable loss of speed
-BATCH = 16_384
+#: alive at once). 8 192 since Parquet is read at the size asked for (it was read at 8 192
+#: whatever was asked): paircount on 1 M tweets, JSON Lines, 243 against 298 MB at 16 384,
+#: wall 1.01x (farm-bench); hot items with lambdas 0.88x
+BATCH = 8_192
+#: tuples of a source batch whose readers keep at most one row per tuple (a flow of column
+#: expressions, :func:`~.plan.one_row_each`): mean price per category over 10 M bids in
+#: Parquet took 1.5 s at 16 384 and 1.1 s at 65 536 here; the tweets' flows, whose tokens
+#: and pairs multiply the rows, keep :data:`BATCH` (paircount's peak RSS on 1 M tweets,
+#: Parquet, was 307 MB at 16 384 against 1 050 MB at 65 536)
+WIDE_BATCH = 65_536
 #: sinks whose writes run on a thread of their own while the flow computes (:func:`_drain`):
 #: the engine's file sinks, which format with Arrow kernels (GIL released) and write to a
 #: file; a user's sink keeps being called from the run's thread
@@ -218,7 +226,8 @@ def _compile(flow: Flow, counts: dict[str, list[int]], P: int = 1, G: int = 1,
             counter = counts.setdefault(node.name, [0])
             batches = getattr(node.spec, "batches", None) if batches_on else None
             if batches is not None and all(takes_batches(r) for r in readers[node]):
-                bs = read_batches(node.spec, BATCH,
+                bs = read_batches(node.spec,
+                                  WIDE_BATCH if one_row_each(node, readers) else BATCH,
                                   any(needs_tables(r) for r in readers[node]))
                 if bs is not None:
                     batchy.add(node)

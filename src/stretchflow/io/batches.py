@@ -366,7 +366,7 @@ def arrow_batches(src: Any, rows: int) -> Iterator[Batch]:
     import pyarrow as pa
 
     prev: float = -math.inf
-    for row, rb in src._record_batches():
+    for row, rb in src._record_batches(rows):
         for off in range(0, rb.num_rows, rows):
             piece = rb.slice(off, rows)
             table = pa.Table.from_batches([piece])
