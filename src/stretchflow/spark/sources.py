@@ -28,11 +28,12 @@ class ParquetDir(Parquet):
             raise SourceError(self.name, str(self.path), "no .parquet files in the directory")
         return parts
 
-    def _batches(self) -> Iterator[Any]:
+    def _batches(self, rows: int) -> Iterator[Any]:
         import pyarrow.parquet as pq
 
+        size = max(rows, self.ROWS)  # as Parquet's: never under the tuple path's batches
         for part in self._parts():
-            yield from pq.ParquetFile(str(part)).iter_batches(batch_size=8192)
+            yield from pq.ParquetFile(str(part)).iter_batches(batch_size=size)
 
 
 def open_input(path: str | os.PathLike) -> Source:
