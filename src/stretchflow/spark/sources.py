@@ -31,9 +31,8 @@ class ParquetDir(Parquet):
     def _batches(self, rows: int) -> Iterator[Any]:
         import pyarrow.parquet as pq
 
-        size = max(rows, self.ROWS)  # as Parquet's: never under the tuple path's batches
         for part in self._parts():
-            yield from pq.ParquetFile(str(part)).iter_batches(batch_size=size)
+            yield from pq.ParquetFile(str(part)).iter_batches(batch_size=rows)
 
 
 def open_input(path: str | os.PathLike) -> Source:
