@@ -377,9 +377,9 @@ def kill_once_checkpointed(run: list[str], ck: Path, out: Path, stats: dict,
                            tries: int = 20) -> dict:
     """Runs ``run`` and SIGKILLs it as soon as a checkpoint is on disk (polled, not slept
     for), so the next run must resume from it; counts the kill in ``stats`` and returns the
-    checkpoint's manifest as the kill left it. A run that
-    completes before it is seen checkpointed (a narrow window on a fast machine) is run
-    again from scratch, up to ``tries`` times, then the test fails."""
+    checkpoint's manifest as the kill left it. A run that completes before it is seen
+    checkpointed (a narrow window on a fast machine) is run again from scratch, up to
+    ``tries`` times, then the test fails."""
     for _ in range(tries):
         out.unlink(missing_ok=True)
         p = subprocess.Popen(run, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -340,6 +340,7 @@ def test_the_reference_reads_wide_batches_only_where_no_stage_multiplies_rows(tm
     """A flow of column expressions (one row per tuple at most) reads Parquet 65 536 rows a
     batch; one with a lambda before its O+ 8 192 (a batch's rows times what
     each makes downstream is its memory: executors/plan.one_row_each)."""
+    from conformance.contract import multiset
     from stretchflow.executors import reference
     from stretchflow.operators.columnar import ColumnarSlicedInstance
 
@@ -360,8 +361,6 @@ def test_the_reference_reads_wide_batches_only_where_no_stage_multiplies_rows(tm
         "a lambda map": lambda s: s.map(lambda t: t)
         .aggregate(size="10s", keys="k", **sf.sum_of("x")),
     }
-    from conformance.contract import multiset
-
     sizes, outs = {}, []
     with unittest.mock.patch.object(ColumnarSlicedInstance, "process_batch", spy):
         for name, make in shapes.items():
