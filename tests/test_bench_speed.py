@@ -104,9 +104,9 @@ def test_run_once_records_the_child_s_cpu_time_beside_its_wall_time(tmp_path, da
     the loop's own time, as the child reports it, lies within the parent's wall clock."""
     r = speed._run_once("1T", "wordcount", data, tmp_path / "o.jsonl",
                         {"size": 120_000, "slide": 60_000})
-    # a compute loop (and Python's start-up) spends its CPU in user mode; at the kernel's
-    # tick resolution sys_s is often 0 here, user_s about 0.04 s (8 runs: sys_s <= 0.012)
-    assert r["cpu_s"] > 0 and r["user_s"] > r["sys_s"]
+    # a compute loop (and Python's start-up) spends CPU in user mode, about 0.04 s here; not
+    # compared with sys_s: at the kernel's tick resolution both were 0.0246 s once, under load
+    assert r["cpu_s"] > 0 and r["user_s"] > 0
     assert 0 < r["own_s"] < r["wall_s"]
     assert r["cpu_s"] == pytest.approx(r["user_s"] + r["sys_s"])
     assert r["cores_busy"] == pytest.approx(r["cpu_s"] / r["wall_s"])

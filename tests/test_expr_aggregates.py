@@ -202,6 +202,7 @@ def test_from_a_file_the_columnar_path_is_taken_and_exact(acc, tmp_path, monkeyp
     monkeypatch.setattr("stretchflow.executors.reference.BATCH", 50)
     monkeypatch.setattr("stretchflow.executors.reference.WIDE_BATCH", 50)
     monkeypatch.setattr("stretchflow.runtime.pump.COLUMNAR_BATCH", 37)
+    monkeypatch.setattr("stretchflow.runtime.pump.WIDE_COLUMNAR_BATCH", 37)
     for seed, floats in ((1, True), (2, False)):
         rows = bids(900, seed, nulls=0.05, floats=floats)
         path = write_jsonl(tmp_path / f"in{seed}.jsonl", rows)
@@ -432,6 +433,7 @@ def test_refused_batches_mix_with_columnar_ones_on_shared_engines(engine, opts, 
     tuple at a time into the same σ; windows mixing both kinds combine exactly (in Python
     where the tuple path's accumulators do not fit Arrow's types)."""
     monkeypatch.setattr("stretchflow.runtime.pump.COLUMNAR_BATCH", 16)
+    monkeypatch.setattr("stretchflow.runtime.pump.WIDE_COLUMNAR_BATCH", 16)
     rows = [{"ts": t, "k": t % 3, "x": 2**62 if t % 6 == 1 else t} for t in range(300)]
     rows += [{"ts": 300 + t, "k": t % 3, "x": t + 0.5 if t % 40 == 3 else t}
              for t in range(300)]

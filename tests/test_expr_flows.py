@@ -336,6 +336,22 @@ def test_an_expression_flow_does_not_import_pandas(files, tmp_path):
         assert (tmp_path / "o.jsonl").stat().st_size > 0
 
 
+def _ts_k_x(path, n: int) -> None:
+    """A Parquet file of ``n`` tuples ``{"ts", "k", "x"}``, one a millisecond."""
+    pq.write_table(pa.table({"ts": list(range(n)), "k": [i % 7 for i in range(n)],
+                             "x": [i % 13 for i in range(n)]}), path)
+
+
+def _sum_by_k(size: str) -> dict:
+    """The same sum per key, as column expressions and with a lambda map before its O+."""
+    return {
+        "expressions": lambda s: s.filter(sf.col("x") >= 0)
+        .aggregate(size=size, keys="k", **sf.sum_of("x")),
+        "a lambda map": lambda s: s.map(lambda t: t)
+        .aggregate(size=size, keys="k", **sf.sum_of("x")),
+    }
+
+
 def test_the_reference_reads_wide_batches_only_where_no_stage_multiplies_rows(tmp_path):
     """A flow of column expressions (one row per tuple at most) reads Parquet 65 536 rows a
     batch; one with a lambda before its O+ 8 192 (a batch's rows times what
@@ -346,8 +362,7 @@ def test_the_reference_reads_wide_batches_only_where_no_stage_multiplies_rows(tm
 
     n = 100_000
     path = tmp_path / "t.parquet"
-    pq.write_table(pa.table({"ts": list(range(n)), "k": [i % 7 for i in range(n)],
-                             "x": [i % 13 for i in range(n)]}), path)
+    _ts_k_x(path, n)
     seen: list[int] = []
     real = ColumnarSlicedInstance.process_batch
 
@@ -355,12 +370,7 @@ def test_the_reference_reads_wide_batches_only_where_no_stage_multiplies_rows(tm
         seen.append(len(batch))
         return real(self, batch)
 
-    shapes = {
-        "expressions": lambda s: s.filter(sf.col("x") >= 0)
-        .aggregate(size="10s", keys="k", **sf.sum_of("x")),
-        "a lambda map": lambda s: s.map(lambda t: t)
-        .aggregate(size="10s", keys="k", **sf.sum_of("x")),
-    }
+    shapes = _sum_by_k("10s")
     sizes, outs = {}, []
     with unittest.mock.patch.object(ColumnarSlicedInstance, "process_batch", spy):
         for name, make in shapes.items():
@@ -373,3 +383,40 @@ def test_the_reference_reads_wide_batches_only_where_no_stage_multiplies_rows(tm
     assert outs[0] and outs[0] == outs[1]  # the same windows whatever the batches
     assert sizes["expressions"] == [reference.WIDE_BATCH, n - reference.WIDE_BATCH]
     assert sum(sizes["a lambda map"]) == n and max(sizes["a lambda map"]) == reference.BATCH
+
+
+@pytest.mark.parametrize("engine", ["vsn", "ordered", "sn"])
+def test_threaded_engines_read_wide_batches_only_where_no_stage_multiplies_rows(
+        engine, tmp_path, monkeypatch):
+    """vsn, ordered and sn's channels read a flow of column expressions in batches of
+    pump.WIDE_COLUMNAR_BATCH tuples and a flow with a lambda before its O+ in batches of
+    pump.COLUMNAR_BATCH (executors/plan.columnar_batch), with the reference's windows."""
+    from conformance.contract import multiset
+    from stretchflow.io.sources import _Arrow
+    from stretchflow.runtime import pump
+
+    monkeypatch.setattr(pump, "COLUMNAR_BATCH", 300)
+    monkeypatch.setattr(pump, "WIDE_COLUMNAR_BATCH", 2_000)
+    n = 10_000
+    path = tmp_path / "t.parquet"
+    _ts_k_x(path, n)
+    asked: list[int] = []
+    real = _Arrow.batches
+
+    def spy(self, rows=65536, tables=True):
+        asked.append(rows)
+        return real(self, rows, tables)
+
+    shapes = _sum_by_k("1s")
+    monkeypatch.setattr(_Arrow, "batches", spy)
+    for name, make in shapes.items():
+        want_flow = sf.Flow()
+        want = make(want_flow.source(sf.io.parquet(str(path)))).collect()
+        want_flow.run("reference", columnar="off")
+        asked.clear()
+        flow = sf.Flow()
+        got = make(flow.source(sf.io.parquet(str(path)))).collect()
+        kw = {"channels": "threads"} if engine == "sn" else {}
+        res = flow.run(engine, parallelism=2, **kw)
+        assert multiset(got) == multiset(want) and len(multiset(want)) > 5
+        assert asked == [2_000 if name == "expressions" else 300], (name, asked, res.extra)

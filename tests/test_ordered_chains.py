@@ -34,6 +34,7 @@ def _reference(build: Any, *args: Any) -> Any:
 def test_issue_flows_columnar_under_every_scheduler(build, scheduler, bids_file, monkeypatch,
                                                     tuple_batches):
     monkeypatch.setattr("stretchflow.runtime.pump.COLUMNAR_BATCH", 256)
+    monkeypatch.setattr("stretchflow.runtime.pump.WIDE_COLUMNAR_BATCH", 256)
     want = _reference(build, bids_file)
     flow, col = build(bids_file)
     res = flow.run("ordered", parallelism=2, scheduler=scheduler)
@@ -52,6 +53,7 @@ def test_issue_flows_columnar_under_every_scheduler(build, scheduler, bids_file,
 def test_expression_chain_columnar_and_exact(acc, opts, bids_file, monkeypatch,
                                              tuple_batches):
     monkeypatch.setattr("stretchflow.runtime.pump.COLUMNAR_BATCH", 300)
+    monkeypatch.setattr("stretchflow.runtime.pump.WIDE_COLUMNAR_BATCH", 300)
     want = _reference(_expr_chain, bids_file, acc)
     flow, col = _expr_chain(bids_file, acc)
     res = flow.run("ordered", parallelism=2, **opts)
@@ -63,6 +65,7 @@ def test_expression_chain_columnar_and_exact(acc, opts, bids_file, monkeypatch,
 
 def test_a_lambda_stage_runs_tuple_by_tuple_on_the_batch(bids_file, monkeypatch):
     monkeypatch.setattr("stretchflow.runtime.pump.COLUMNAR_BATCH", 500)
+    monkeypatch.setattr("stretchflow.runtime.pump.WIDE_COLUMNAR_BATCH", 500)
     want = _reference(_lambda_map, bids_file)
     flow, col = _lambda_map(bids_file)
     res = flow.run("ordered", parallelism=2)

@@ -50,6 +50,7 @@ MODES = [{"scheduler": "qst"},
 def _small_batches(monkeypatch):
     # many source batches per example, so windows close at and between batch boundaries
     monkeypatch.setattr("stretchflow.runtime.pump.COLUMNAR_BATCH", 37)
+    monkeypatch.setattr("stretchflow.runtime.pump.WIDE_COLUMNAR_BATCH", 37)
 
 
 @SETTINGS

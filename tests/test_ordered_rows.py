@@ -309,6 +309,7 @@ def test_checkpointed_lambda_flow_failing_mid_batch_resumes_exactly(
     middle of a batch), then resumed (at another parallelism too): the uninterrupted run's
     output, byte for byte, on batches all along."""
     monkeypatch.setattr(pump, "COLUMNAR_BATCH", 1_000)
+    monkeypatch.setattr(pump, "WIDE_COLUMNAR_BATCH", 1_000)
     plain = tmp_path / "plain.jsonl"
     _hot_items_to(bids_file, plain).run("ordered", **then)
     assert plain.read_bytes().count(b"\n") > 5

@@ -76,6 +76,7 @@ def _all_columnar(res: Any) -> None:
 @pytest.mark.parametrize("acc", ["count", "sum", "min", "max", "mean", "top_k"])
 def test_expression_chain_runs_columnar_and_exact(acc, opts, bids_file, monkeypatch):
     monkeypatch.setattr("stretchflow.runtime.pump.COLUMNAR_BATCH", 300)
+    monkeypatch.setattr("stretchflow.runtime.pump.WIDE_COLUMNAR_BATCH", 300)
     want = _reference(_expr_chain, bids_file, acc)
     assert sum(sum(c.values()) for c in want.values()) > 20
     res, got = _columnar_run(_expr_chain, bids_file, acc, **opts)
@@ -92,6 +93,7 @@ def test_issue_flows_run_columnar_end_to_end(build, pre_in_channels, opts, bids_
     """Hot items: the channels count per auction, the parent's instance takes the merged
     windows as batches for the arg max (parallelism 1, said in ``parallelism``)."""
     monkeypatch.setattr("stretchflow.runtime.pump.COLUMNAR_BATCH", 256)
+    monkeypatch.setattr("stretchflow.runtime.pump.WIDE_COLUMNAR_BATCH", 256)
     monkeypatch.setattr("stretchflow.executors.sn_columnar.PRE_IN_CHANNELS", pre_in_channels)
     want = _reference(build, bids_file)
     res, got = _columnar_run(build, bids_file, **opts)
@@ -107,6 +109,7 @@ def test_a_lambda_between_falls_back_per_operator_and_stays_exact(bids_file, mon
     """A lambda map before the A+ runs tuple by tuple on the batch (its path says so); the
     A+ still takes its output as a batch (a table built from the payloads)."""
     monkeypatch.setattr("stretchflow.runtime.pump.COLUMNAR_BATCH", 500)
+    monkeypatch.setattr("stretchflow.runtime.pump.WIDE_COLUMNAR_BATCH", 500)
     want = _reference(_lambda_map, bids_file)
     res, got = _columnar_run(_lambda_map, bids_file, **PROC)
     assert got == want

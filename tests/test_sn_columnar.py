@@ -50,6 +50,7 @@ SETTINGS = settings(max_examples=8, deadline=None,
 def _small_batches(monkeypatch):
     # many source batches (pulses) per example, so windows close at batch boundaries
     monkeypatch.setattr("stretchflow.runtime.pump.COLUMNAR_BATCH", 37)
+    monkeypatch.setattr("stretchflow.runtime.pump.WIDE_COLUMNAR_BATCH", 37)
 
 
 @SETTINGS

@@ -25,6 +25,7 @@ PROC = {"channels": "processes"}
 @pytest.fixture(autouse=True)
 def _small_batches(monkeypatch):
     monkeypatch.setattr("stretchflow.runtime.pump.COLUMNAR_BATCH", 37)
+    monkeypatch.setattr("stretchflow.runtime.pump.WIDE_COLUMNAR_BATCH", 37)
 
 
 def _sent(op, p, explode):

@@ -99,6 +99,7 @@ def _want(build: Any, path: Any) -> list[Any]:
 def test_chains_run_columnar_and_give_the_tuple_paths_output(build, paths, engine, opts,
                                                             bids_file, spies, monkeypatch):
     monkeypatch.setattr("stretchflow.runtime.pump.COLUMNAR_BATCH", 512)  # many batches
+    monkeypatch.setattr("stretchflow.runtime.pump.WIDE_COLUMNAR_BATCH", 512)
     monkeypatch.setattr("stretchflow.executors.reference.BATCH", 512)
     monkeypatch.setattr("stretchflow.executors.reference.WIDE_BATCH", 512)
     want = _want(build, bids_file)
@@ -129,6 +130,7 @@ def test_conformance_expression_flows(engine, opts, spies, monkeypatch):
     """The conformance suite's expression flow (every accumulator and keys form, and the
     hot-items chain) from a file: every O+ columnar, the reference's tuple path's output."""
     monkeypatch.setattr("stretchflow.runtime.pump.COLUMNAR_BATCH", 7)
+    monkeypatch.setattr("stretchflow.runtime.pump.WIDE_COLUMNAR_BATCH", 7)
     monkeypatch.setattr("stretchflow.executors.reference.BATCH", 7)
     monkeypatch.setattr("stretchflow.executors.reference.WIDE_BATCH", 7)
 
@@ -211,9 +213,11 @@ def _lines(files: list[Any]) -> list[list[bytes]]:
     return [sorted(f.read_bytes().splitlines()) for f in files]
 
 
-def test_checkpointed_vsn_chain_gives_the_same_output(bids_file, tmp_path):
+def test_checkpointed_vsn_chain_gives_the_same_output(bids_file, tmp_path, monkeypatch):
     """Checkpoints on vsn (no kill): the same output; the first O+ reading the expression
-    chain stays columnar, the O+ fed by it takes tuples and says why."""
+    chain stays columnar, the O+ fed by it takes tuples and says why. A source checkpoints
+    at most once per batch: batches of 512 tuples, so that the file makes several."""
+    monkeypatch.setattr("stretchflow.runtime.pump.WIDE_COLUMNAR_BATCH", 512)
     (tmp_path / "want").mkdir()
     flow, files = _to_files(expression_chain, bids_file, tmp_path / "want")
     flow.run("reference", columnar="off")

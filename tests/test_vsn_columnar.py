@@ -40,6 +40,7 @@ SETTINGS = settings(max_examples=30, deadline=None,
 def _small_batches(monkeypatch):
     # many batches per example, so steps, watermarks and helpers meet batch boundaries
     monkeypatch.setattr("stretchflow.runtime.pump.COLUMNAR_BATCH", 37)
+    monkeypatch.setattr("stretchflow.runtime.pump.WIDE_COLUMNAR_BATCH", 37)
 
 
 @SETTINGS

@@ -28,10 +28,11 @@ line carries :class:`~stretchflow.batch.Batch` items ``(last ts, batch)`` instea
   watermarks the ones the first forwards (f_MK's explode then runs in the O+'s instances,
   not in the source stage, as for an A+ after a stateless stage);
 * **flow control** counts an entry (a batch, or its watermark) as ``capacity / (2 max(4,
-  capacity // COLUMNAR_BATCH))`` (:attr:`~.ordered_stages.OPlusStage.weight`), so the
-  stage's input holds a few batches, as VSN's ESG_in of batches does, not ``capacity``; it
-  follows the slowest instance (:attr:`~.ordered_stages.OPlusStage.done_of`), so a lagging
-  instance holds a few batches alive, not a ring's worth. The scheduler's statistics of both
+  capacity // rows))`` (:attr:`~.ordered_stages.OPlusStage.weight`; ``rows``, the tuples of
+  a source batch: :func:`~.plan.columnar_batch`), so the stage's input holds a few
+  batches, as VSN's ESG_in of batches does, not ``capacity``; it follows the slowest
+  instance (:attr:`~.ordered_stages.OPlusStage.done_of`), so a lagging instance holds a few
+  batches alive, not a ring's worth. The scheduler's statistics of both
   stages count tuples, as on the tuple path.
 
 Errors: a batch f_MK's columnar form refuses is summed tuple at a time in the same σ (f_MK and
@@ -54,7 +55,6 @@ from typing import Any
 from ..batch import Batch, prefer_system_allocator
 from ..eventtime import WATERMARK
 from ..operators.stateless import through_batch
-from ..runtime import pump
 from ..runtime.control import raise_user_error
 from .ordered_stages import (
     END,
@@ -87,8 +87,8 @@ def decide(plan: Plan, columnar: str, checkpointing: bool) -> Iterator[Batch] | 
         if node.kind == "oplus" and not getattr(node.spec, "columnar", False):
             return f"the O+ {node.name!r} has no columnar forms"
     batches = getattr(plan.sources[0].spec, "batches", None)
-    # read at run time: tests make batches small through this module attribute
-    it = batches(pump.COLUMNAR_BATCH) if batches is not None else None
+    # read at run time: tests make batches small through pump's sizes
+    it = batches(plan.source_batch()) if batches is not None else None
     if it is None:
         return "a source that gives no batches (not a sorted, unpaced file)"
     return it
@@ -106,7 +106,7 @@ def use_batches(ex: Any, batches: Iterator[Batch], key_groups: int | None) -> No
     assert isinstance(src, SourceStage)
     # a batch is two entries (itself and its watermark): the input holds about max(4,
     # capacity // COLUMNAR_BATCH) batches, as VSN's ESG_in of batches
-    allowed = max(4, ex.capacity // pump.COLUMNAR_BATCH)
+    allowed = max(4, ex.capacity // ex.plan.source_batch())
     shareds = []
     for st in ex.stages[1:]:
         if not isinstance(st, OPlusStage):

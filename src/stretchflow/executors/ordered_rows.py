@@ -58,7 +58,6 @@ from ..errors import RunTupleError
 from ..eventtime import WATERMARK
 from ..io.sources import read_batches
 from ..operators.stateless import over_batch
-from ..runtime import pump
 from ..runtime.checkpoint import CheckpointBarrier
 from ..runtime.control import Stopped, chained_user_error
 from .ordered_stages import (
@@ -83,7 +82,7 @@ def decide_rows(plan: Plan, columnar: str) -> Iterator[Batch] | None:
         return None
     tables = any(getattr(n.spec, "batch_fn", None) is not None for n in plan.ops
                  if n.kind == "stateless")
-    return read_batches(plan.sources[0].spec, pump.COLUMNAR_BATCH, tables)
+    return read_batches(plan.sources[0].spec, plan.source_batch(), tables)
 
 
 def use_rows(ex: Any, batches: Iterator[Batch]) -> None:
@@ -96,7 +95,7 @@ def use_rows(ex: Any, batches: Iterator[Batch]) -> None:
         src.it = ex.ck.batches(ex.plan.sources[0], batches)
     else:
         src.it = ((b.last, b) for b in batches if len(b))
-    allowed = max(4, ex.capacity // pump.COLUMNAR_BATCH)
+    allowed = max(4, ex.capacity // ex.plan.source_batch())
     weight = math.ceil(ex.capacity / (2 * allowed))
     for st in ex.stages[1:]:
         st.weight = weight

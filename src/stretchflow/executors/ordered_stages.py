@@ -45,6 +45,7 @@ from ..operators.stateful import PartitionedStateful, Stateful
 from ..operators.stateless import Filter, FlatMap, Map
 from ..runtime.checkpoint import CheckpointBarrier
 from ..runtime.control import raise_user_error, user_error
+from .plan import columnar_batch, line_readers
 from .scheduler import OpStats
 
 
@@ -112,6 +113,10 @@ class Plan:
             readers[t] = len(self.ops) + 1
         self.alive = [frozenset([END_TAG, *(t for t, last in readers.items() if last > k)])
                       for k in range(len(self.ops) + 1)]
+
+    def source_batch(self) -> int:
+        """Tuples a batch of a chain's source holds (:func:`~.plan.columnar_batch`)."""
+        return columnar_batch(self.sources[0], line_readers([self.sources[0], *self.ops]))
 
     def _is_chain(self, flow: Flow) -> bool:
         if len(self.sources) != 1:

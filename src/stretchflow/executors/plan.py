@@ -44,6 +44,7 @@ from ..errors import OperatorError
 from ..eventtime import WATERMARK
 from ..flow import Flow, Node
 from ..operators.stateless import apply_batch, over_batch
+from ..runtime import pump
 
 Item = tuple[int, Any]
 _ts = itemgetter(0)
@@ -301,6 +302,34 @@ def one_row_each(node: Node, readers: dict[Node, list[Node | None]]) -> bool:
         elif r.kind != "oplus" or not isinstance(form_of(spec), DeclForm):
             return False
     return True
+
+
+def readers_of(flow: Flow, *, sinks: bool = True) -> dict[Node, list[Node | None]]:
+    """Each node's readers, in the flow's order; with ``sinks``, a None for each sink on it."""
+    readers: dict[Node, list[Node | None]] = {node: [] for node in flow.nodes}
+    for node in flow.nodes:
+        for up in node.inputs:
+            readers[up].append(node)
+    if sinks:
+        for node, _ in flow.sinks:
+            readers[node].append(None)
+    return readers
+
+
+def line_readers(nodes: list[Node]) -> dict[Node, list[Node | None]]:
+    """The readers of a line (a source, then each node read by the next only)."""
+    readers: dict[Node, list[Node | None]] = {n: [] for n in nodes}
+    for n, m in zip(nodes, nodes[1:], strict=False):
+        readers[n].append(m)
+    return readers
+
+
+def columnar_batch(source: Node, readers: dict[Node, list[Node | None]]) -> int:
+    """Tuples a batch of ``source`` holds on the threaded engines (vsn, ordered, sn's
+    channels): :data:`~stretchflow.runtime.pump.WIDE_COLUMNAR_BATCH` where no reader can
+    multiply its rows (:func:`one_row_each`, a flow of column expressions), else
+    :data:`~stretchflow.runtime.pump.COLUMNAR_BATCH` (read at run time: tests shrink both)."""
+    return pump.WIDE_COLUMNAR_BATCH if one_row_each(source, readers) else pump.COLUMNAR_BATCH
 
 
 def stateless_paths(flow: Flow, streams: set[Node]) -> dict[str, str]:

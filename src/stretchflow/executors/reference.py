@@ -64,7 +64,7 @@ from ..runtime.control import CheckpointBarrier, raise_user_error, user_error
 from ..runtime.drain import SinkDrain, pull_merged
 from ..runtime.result import RunResult
 from ..runtime.skeleton import Run
-from .plan import one_row_each, stateless_paths
+from .plan import one_row_each, readers_of, stateless_paths
 from .reference_overlap import WriteBehind, read_ahead
 
 if TYPE_CHECKING:  # imported by a run that checkpoints (hashlib, pickle, json: start-up time)
@@ -172,12 +172,7 @@ def _compile(flow: Flow, counts: dict[str, list[int]], P: int = 1, G: int = 1,
     ``streams`` (the nodes whose streams hold batches) and ``fallback`` (why each O+ with
     columnar forms takes tuples)."""
     consumers = flow.consumers()
-    readers: dict[Node, list[Node | None]] = {node: [] for node in flow.nodes}
-    for node in flow.nodes:
-        for up in node.inputs:
-            readers[up].append(node)
-    for node, _ in flow.sinks:
-        readers[node].append(None)  # a sink
+    readers = readers_of(flow)  # a sink is a None
     able = [node for node in flow.nodes
             if node.kind == "oplus" and getattr(node.spec, "columnar", False)]
     # at P > 1 (or G > 1) P instances share one columnar σ (_oplus_columnar); their

@@ -71,6 +71,7 @@ from ..runtime.control import raise_user_error
 from ..runtime.skeleton import Run
 from ..runtime.tempdirs import sweep_stale
 from . import sn_rows
+from .plan import columnar_batch, line_readers, readers_of
 from .sn_channel import group_assignment
 from .sn_columnar_channel import Channel, PulseChannel, channel_main, keep, pack, unpack
 from .sn_process import ProcessChannel, ProcessTransport, _preload_modules, import_error, ship
@@ -95,10 +96,12 @@ class ColumnarPlan:
 
     def __init__(self, node: Node, source: Node, batches: Iterator[Batch],
                  pre: list[Node] | None = None, post: list[Node] | None = None,
-                 rows: bool = False):
+                 rows: bool = False, size: int | None = None):
         self.node, self.source, self.batches = node, source, batches
         self.pre, self.post = pre or [], post or []
         self.rows = rows
+        #: tuples a source batch holds
+        self.size = size or (sn_rows.ROWS_BATCH if rows else pump.COLUMNAR_BATCH)
 
 
 def plan(flow: Flow, *, reconfiguring: bool, checkpointing: bool) -> ColumnarPlan | str:
@@ -126,11 +129,11 @@ def plan(flow: Flow, *, reconfiguring: bool, checkpointing: bool) -> ColumnarPla
                         and not getattr(n.spec, "columnar", False))
         return (f"the first O+ {node.name!r} has no columnar forms and is not an A+ with WT "
                 "multi (rows)")
-    it = read_batches(source.spec, sn_rows.ROWS_BATCH if rows else pump.COLUMNAR_BATCH,
-                      not rows)
+    size = sn_rows.ROWS_BATCH if rows else columnar_batch(source, line_readers([source, *chain]))
+    it = read_batches(source.spec, size, not rows)
     if it is None:
         return "a source that gives no batches (not a sorted, unpaced file)"
-    return ColumnarPlan(node, source, it, pre, post, rows)
+    return ColumnarPlan(node, source, it, pre, post, rows, size)
 
 
 _LINE = ("a flow other than one line: one source -> operators, each read by the next only "
@@ -143,10 +146,7 @@ def _line(flow: Flow) -> tuple[Node, list[Node]] | str:
     sources = [n for n in flow.nodes if n.kind == "source"]
     if len(sources) != 1 or not flow.sinks:
         return _LINE
-    readers: dict[Node, list[Node]] = {n: [] for n in flow.nodes}
-    for n in flow.nodes:
-        for up in n.inputs:
-            readers[up].append(n)
+    readers = readers_of(flow, sinks=False)
     sunk = {id(n) for n, _ in flow.sinks}
     chain: list[Node] = []
     node = sources[0]
@@ -557,9 +557,9 @@ def run_columnar(flow: Flow, cp: ColumnarPlan, *, parallelism: int, n_groups: in
     # flow control counts tuples: ``capacity`` source tuples per channel, in whole source
     # batches (at least two), as pulses in flight across the channels; by default 16 batches
     # a channel, so that the dealer can read ahead while the channel processes start
-    queue_size = (_QUEUE_BATCHES if capacity is None
-                  else max(2, capacity // (sn_rows.ROWS_BATCH if cp.rows
-                                           else pump.COLUMNAR_BATCH)))
+    # (a wide source batch counts as the narrow batches it holds)
+    queue_size = max(2, _QUEUE_BATCHES * pump.COLUMNAR_BATCH // max(cp.size, pump.COLUMNAR_BATCH)
+                     if capacity is None else capacity // cp.size)
     # this path makes no migration store, but sweeps what killed sn runs left (as the tuple
     # path does when it makes its store): a stale directory is removed by the next sn run
     sweep_stale("sn")

@@ -96,7 +96,7 @@ class VSNInstance:
         if vop.columnar_state is not None:
             self._step = self._process_batches
             self._batch = self.inst.process_batch
-            self._take = 2  # entries: batches of COLUMNAR_BATCH tuples each
+            self._take = 2  # entries: whole source batches (plan.columnar_batch)
         elif vop.rows:  # batches of rows, f_MK once per batch for all instances
             self._step = self._process_batches
             self._batch = self._rows
@@ -338,7 +338,7 @@ class VSNExecutor:
             vop.instances = [VSNInstance(vop, j) for j in range(n)]
             spread = _spread(s.max_spread, vop.instances[0].inst.takes_runs)
             if vop.columnar_state is not None or vop.rows:  # positions are batches here
-                spread = spread_in_entries(spread)
+                spread = spread_in_entries(spread, self.batches.rows_in(node))
             vop.inlet.esg.set_max_spread(spread)
             vop.inlet.esg.set_control_hold(s.control_hold)
             for vi in vop.instances:

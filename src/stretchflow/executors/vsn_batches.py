@@ -29,9 +29,11 @@ A batch is one ESG entry ``(last ts, batch)``: a run of tuples in timestamp orde
 reordering. Control tuples and watermarks stay entries of their own, so a reconfiguration
 switches between two batches; a ``--reconfigure`` step due inside a source's batch cuts it
 there (:meth:`~stretchflow.runtime.SourcePump.run_batches`). Flow control and the spread bound
-count tuples: an inlet of batches holds ``capacity`` tuples' worth of batches, and
-``max_spread`` tuples are ``max_spread // COLUMNAR_BATCH`` entries (at least one;
-:data:`~stretchflow.runtime.pump.COLUMNAR_BATCH` tuples a batch).
+count tuples: an inlet of batches holds ``capacity`` tuples' worth of batches (at least four),
+and ``max_spread`` tuples are ``max_spread // rows`` entries (at least one). A source's batch
+holds :data:`~stretchflow.runtime.pump.WIDE_COLUMNAR_BATCH` tuples where none of its readers
+can multiply rows (a flow of column expressions), else
+:data:`~stretchflow.runtime.pump.COLUMNAR_BATCH` (:func:`~.plan.columnar_batch`).
 
 Where an O+ with columnar forms takes tuples or rows, the run summary's ``columnar_fallback``
 says why (:attr:`BatchPlan.fallback`): ``columnar='off'``, several inputs, an input stream
@@ -49,7 +51,7 @@ from ..batch import Batch, prefer_system_allocator
 from ..flow import Flow, Node
 from ..io.sources import read_batches
 from ..runtime import pump
-from .plan import Batches, Inlet, columnar_form
+from .plan import Batches, Inlet, columnar_batch, columnar_form, readers_of
 
 if TYPE_CHECKING:
     from .vsn_operator import VSNOperator
@@ -68,6 +70,14 @@ class BatchPlan(Batches):
         #: the takers whose input is an O+'s outputs (batches of a window's outputs each,
         #: not a source's ``COLUMNAR_BATCH`` tuples)
         self.outputs_in: set[Node] = set()
+        #: tuples a batch holds in the streams of sources' batches (a source's, then those
+        #: of the stateless operators applied to them: plan.columnar_batch)
+        self.batch_rows: dict[Node, int] = {}
+
+    def rows_in(self, node: Node) -> int:
+        """Tuples a source batch holds in ``node``'s (first) input stream."""
+        return self.batch_rows.get(node.inputs[0], pump.COLUMNAR_BATCH) if node.inputs \
+            else pump.COLUMNAR_BATCH
 
     def get(self, node: Node) -> Any:
         """Source ``node``'s batches, or None (it is read tuple by tuple)."""
@@ -85,10 +95,7 @@ def plan_batches(flow: Flow, ops: dict[Node, VSNOperator], n_groups: int, on: bo
         plan.fallback = dict.fromkeys((n.name for n in able), "columnar='off'")
         return plan
     cand = {node for node in able if len(node.inputs) == 1}
-    readers: dict[Node, list[Node]] = {node: [] for node in flow.nodes}
-    for node in flow.nodes:
-        for up in node.inputs:
-            readers[up].append(node)
+    readers = readers_of(flow, sinks=False)
     streams, takers = plan.streams, plan.takers
     tables: set[Node] = set()  # streams whose batches are tables (columnar forms read them)
     fed_by_oplus: set[Node] = set()  # streams an O+'s instances produce (through stateless)
@@ -102,10 +109,11 @@ def plan_batches(flow: Flow, ops: dict[Node, VSNOperator], n_groups: int, on: bo
                 continue
             table = any(r in cand or columnar_form(r) for r in rs)
             batches = getattr(node.spec, "batches", None)
-            it = read_batches(node.spec, pump.COLUMNAR_BATCH, table) \
-                if batches is not None else None
+            rows = columnar_batch(node, readers)
+            it = read_batches(node.spec, rows, table) if batches is not None else None
             if it is not None:
                 plan.sources[node] = it
+                plan.batch_rows[node] = rows
                 streams.add(node)
                 if table:
                     tables.add(node)
@@ -115,6 +123,8 @@ def plan_batches(flow: Flow, ops: dict[Node, VSNOperator], n_groups: int, on: bo
                 fed_by_oplus.add(node)
             if up in streams:
                 streams.add(node)
+                if up in plan.batch_rows:
+                    plan.batch_rows[node] = plan.batch_rows[up]
                 if up in tables and columnar_form(node):
                     tables.add(node)
         elif node.kind == "oplus":
@@ -175,20 +185,21 @@ class BatchAwareInlets:
                  readers: list[Hashable], capacity: int, n_inputs: int) -> Inlet:
         vop = self.ops.get(consumer) if isinstance(consumer, Node) else None
         if vop is not None and vop.columnar_state is not None:
-            return BatchInlet(name, producers, readers, source_batches(capacity),
+            return BatchInlet(name, producers, readers,
+                              source_batches(capacity, self.plan.rows_in(consumer)),
                               n_inputs, vop.columnar_state.offer)
         if consumer in self.plan.rows:  # an O+ taking rows: capacity in batches too
             capacity = output_batches(capacity) if consumer in self.plan.outputs_in else \
-                source_batches(capacity)
+                source_batches(capacity, self.plan.rows_in(consumer))
         elif consumer in self.batch_sinks:
             capacity = output_batches(capacity)
         return Inlet(name, producers, readers, capacity, n_inputs)
 
 
-def source_batches(capacity: int) -> int:
-    """ESG entries of a source's batches (``COLUMNAR_BATCH`` tuples each) that hold about
-    ``capacity`` tuples."""
-    return max(4, capacity // pump.COLUMNAR_BATCH)
+def source_batches(capacity: int, rows: int) -> int:
+    """ESG entries of a source's batches (``rows`` tuples each) that hold about ``capacity``
+    tuples (at least four batches)."""
+    return max(4, capacity // rows)
 
 
 def output_batches(capacity: int) -> int:
@@ -213,6 +224,6 @@ class BatchInlet(Inlet):
             self._offer(bs)
 
 
-def spread_in_entries(spread: int | None) -> int | None:
-    """``max_spread`` (tuples) as ESG positions of batches."""
-    return None if spread is None else max(1, spread // pump.COLUMNAR_BATCH)
+def spread_in_entries(spread: int | None, rows: int) -> int | None:
+    """``max_spread`` (tuples) as ESG positions of batches of ``rows`` tuples."""
+    return None if spread is None else max(1, spread // rows)
