@@ -420,3 +420,24 @@ def test_threaded_engines_read_wide_batches_only_where_no_stage_multiplies_rows(
         res = flow.run(engine, parallelism=2, **kw)
         assert multiset(got) == multiset(want) and len(multiset(want)) > 5
         assert asked == [2_000 if name == "expressions" else 300], (name, asked, res.extra)
+
+
+def test_vsn_sink_of_source_batches_holds_capacity_tuples_not_64th_entries(tmp_path, monkeypatch):
+    """The ESG of a sink fed a source's batches through stateless operators holds about
+    ``capacity`` tuples of them (at least four batches); counted as an O+'s output entries (a
+    64th of capacity), it held 1 024 wide batches: a whole 10 M-event file in flight (vsn's
+    currency flow on Parquet peaked at 2.1 GB). A sink fed an O+'s windows keeps those."""
+    from stretchflow.executors.vsn_batches import BatchAwareInlets, plan_batches
+    from stretchflow.runtime import pump
+
+    monkeypatch.setattr(pump, "WIDE_COLUMNAR_BATCH", 1_000)
+    path = tmp_path / "t.parquet"
+    _ts_k_x(path, 100)
+    flow = sf.Flow()
+    s = flow.source(sf.io.parquet(str(path)))
+    s.with_columns(y=sf.col("x") * 2).sink(str(tmp_path / "o.jsonl"))
+    plan = plan_batches(flow, {}, 4, True)
+    inlets = BatchAwareInlets(flow, {}, plan)
+    esg = inlets(("sink", 0), "sink o", ["src"], [("sink", 0)], 65_536, 1).esg
+    assert esg._capacity == 65  # 65 536 tuples in batches of 1 000
+    assert inlets(("sink", 0), "sink o", ["src"], [("sink", 0)], 2_000, 1).esg._capacity == 4
