@@ -105,7 +105,7 @@ def use_batches(ex: Any, batches: Iterator[Batch], key_groups: int | None) -> No
     src = ex.stages[0]
     assert isinstance(src, SourceStage)
     # a batch is two entries (itself and its watermark): the input holds about max(4,
-    # capacity // COLUMNAR_BATCH) batches, as VSN's ESG_in of batches
+    # capacity // rows) batches of a source's rows, as VSN's ESG_in of batches
     allowed = max(4, ex.capacity // ex.plan.source_batch())
     shareds = []
     for st in ex.stages[1:]:

@@ -80,7 +80,7 @@ from .sn_rows import RowChannel, rows_capable
 
 __all__ = ["ColumnarPlan", "plan", "run_columnar"]
 
-_QUEUE_BATCHES = 16  # default pulses in flight, in source batches (pump.COLUMNAR_BATCH)
+_QUEUE_BATCHES = 16  # default pulses in flight a channel, in batches of pump.COLUMNAR_BATCH
 #: the stateless operators between the source and the A+ run in the channels (True), on the
 #: batch dealt to each, or in the parent's dealer before it deals (False): measured in
 #: docs/sn.md's columnar section
@@ -94,14 +94,14 @@ class ColumnarPlan:
     windows, :class:`Downstream`). ``rows``: the O+ runs on rows, its Python functions in
     the channels (:mod:`.sn_rows`), else on columns."""
 
-    def __init__(self, node: Node, source: Node, batches: Iterator[Batch],
+    def __init__(self, node: Node, source: Node, batches: Iterator[Batch], size: int,
                  pre: list[Node] | None = None, post: list[Node] | None = None,
-                 rows: bool = False, size: int | None = None):
+                 rows: bool = False):
         self.node, self.source, self.batches = node, source, batches
+        #: tuples a source batch holds
+        self.size = size
         self.pre, self.post = pre or [], post or []
         self.rows = rows
-        #: tuples a source batch holds
-        self.size = size or (sn_rows.ROWS_BATCH if rows else pump.COLUMNAR_BATCH)
 
 
 def plan(flow: Flow, *, reconfiguring: bool, checkpointing: bool) -> ColumnarPlan | str:
@@ -133,7 +133,7 @@ def plan(flow: Flow, *, reconfiguring: bool, checkpointing: bool) -> ColumnarPla
     it = read_batches(source.spec, size, not rows)
     if it is None:
         return "a source that gives no batches (not a sorted, unpaced file)"
-    return ColumnarPlan(node, source, it, pre, post, rows, size)
+    return ColumnarPlan(node, source, it, size, pre, post, rows)
 
 
 _LINE = ("a flow other than one line: one source -> operators, each read by the next only "
@@ -557,9 +557,11 @@ def run_columnar(flow: Flow, cp: ColumnarPlan, *, parallelism: int, n_groups: in
     # flow control counts tuples: ``capacity`` source tuples per channel, in whole source
     # batches (at least two), as pulses in flight across the channels; by default 16 batches
     # a channel, so that the dealer can read ahead while the channel processes start
-    # (a wide source batch counts as the narrow batches it holds)
-    queue_size = max(2, _QUEUE_BATCHES * pump.COLUMNAR_BATCH // max(cp.size, pump.COLUMNAR_BATCH)
-                     if capacity is None else capacity // cp.size)
+    if capacity is None:  # a wide source batch counts as the narrow batches it holds
+        queue_size = max(2, _QUEUE_BATCHES * pump.COLUMNAR_BATCH
+                         // max(cp.size, pump.COLUMNAR_BATCH))
+    else:
+        queue_size = max(2, capacity // cp.size)
     # this path makes no migration store, but sweeps what killed sn runs left (as the tuple
     # path does when it makes its store): a stale directory is removed by the next sn run
     sweep_stale("sn")

@@ -68,7 +68,7 @@ class BatchPlan(Batches):
         #: the takers that take batches as rows (the others, as tables: a columnar σ)
         self.rows: set[Node] = set()
         #: the takers whose input is an O+'s outputs (batches of a window's outputs each,
-        #: not a source's ``COLUMNAR_BATCH`` tuples)
+        #: not a source's batches)
         self.outputs_in: set[Node] = set()
         #: tuples a batch holds in the streams of sources' batches (a source's, then those
         #: of the stateless operators applied to them: plan.columnar_batch)
