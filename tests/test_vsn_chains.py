@@ -118,6 +118,48 @@ def test_chains_run_columnar_and_give_the_tuple_paths_output(build, paths, engin
             [True] * opts["reconfigure"].count(":")
 
 
+# (the ordered engine runs a flow with sinks on two nodes tuple at a time: not a line)
+@pytest.mark.parametrize("engine,opts,counts_sunk", [
+    ("vsn", {"parallelism": 1}, False), ("vsn", {"parallelism": 1}, True),
+    ("ordered", {"parallelism": 1}, False)], ids=str)
+def test_one_instance_puts_several_windows_in_an_entry_only_for_a_columnar_reader(
+        engine, opts, counts_sunk, bids_file, monkeypatch):
+    """An O+ run by one instance whose every reader is a columnar O+ (hot items' counts)
+    emits several whole windows an entry (up to WIDE_COLUMNAR_BATCH rows), so arg_max sums
+    many windows per call; where a sink reads the counts too, an entry stays one window (a
+    sink's inlet counts windows). The output is the tuple path's either way."""
+    monkeypatch.setattr("stretchflow.runtime.pump.COLUMNAR_BATCH", 512)
+    monkeypatch.setattr("stretchflow.runtime.pump.WIDE_COLUMNAR_BATCH", 2048)
+    stamps: list[int] = []  # distinct timestamps of each batch "hot" took
+    orig = columnar_shared.ColumnarVSNInstance.process_batch
+
+    def process_batch(self: Any, batch: Any) -> Any:
+        if self.op.name == "hot":
+            stamps.append(len(set(batch.ts.tolist())))
+            assert len(batch) <= 2048 or stamps[-1] == 1
+        return orig(self, batch)
+
+    monkeypatch.setattr(columnar_shared.ColumnarVSNInstance, "process_batch", process_batch)
+
+    def build(path: Any) -> tuple[sf.Flow, list[Any]]:
+        flow = sf.Flow("hot-items")
+        counts = flow.source(sf.io.jsonl(str(path))).aggregate(
+            size="10s", slide="2s", keys="auction", **count(), name="bids")
+        cols = [counts.aggregate(size="2s", keys=None, **arg_max("count"),
+                                 name="hot").collect()]
+        return flow, cols + [counts.collect()] if counts_sunk else cols
+
+    want = _want(build, bids_file)
+    flow, cols = build(bids_file)
+    flow.run(engine, **opts)
+    assert [multiset(c) for c in cols] == want
+    assert stamps and sum(stamps) > 20
+    if counts_sunk:
+        assert max(stamps) == 1
+    else:
+        assert max(stamps) > 1 and len(stamps) < sum(stamps) / 2, stamps
+
+
 SETTINGS = settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
 CASE = next(c for c in conf_flows.FLOWS if c.name == "expression-aggregates-file")
 

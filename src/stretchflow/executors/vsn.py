@@ -47,7 +47,7 @@ from ..engines import run as run_engine
 from ..engines import settings as engine_settings
 from ..eventtime import WATERMARK
 from ..flow import Flow, Node
-from ..runtime import ReconfigureSchedule, RunResult, SourcePump, Stopped, raise_user_error
+from ..runtime import ReconfigureSchedule, RunResult, SourcePump, Stopped, pump, raise_user_error
 from ..runtime.control import CheckpointBarrier
 from ..runtime.drain import SINK_BATCH, drain_buffer
 from ..runtime.skeleton import Run, controller_name
@@ -75,6 +75,8 @@ class VSNInstance:
 
             self.inst = ColumnarVSNInstance(vop.op, vop.columnar_state, j, list(vop.assign),
                                             j in vop.O)
+            if vop.merge_outputs:
+                self.inst.merge_rows = pump.WIDE_COLUMNAR_BATCH
         else:
             self.inst = vop.op.instance(vop.sigma, j, list(vop.assign))
         self.inst.group_hits = [0] * vop.G

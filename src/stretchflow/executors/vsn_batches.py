@@ -15,9 +15,10 @@ Batches then flow on (:class:`~.plan.Batches`):
 * a columnar O+ — one with columnar forms whose input stream holds batches of tables — takes
   them whole: its instances share a columnar σ
   (:class:`~stretchflow.operators.columnar_shared.ColumnarShared`) and its windows leave as
-  batches, one per window and instance. Its output stream holds batches in turn, so an O+
-  with columnar forms fed by it (hot items' arg_max per window over the counts) is columnar
-  too: chains stay columnar;
+  batches, one per window and instance (runs of whole windows from an instance that owns every
+  key group, where only columnar O+ read them: ``VSNOperator.merge_outputs``). Its output
+  stream holds batches in turn, so an O+ with columnar forms fed by it (hot items' arg_max
+  per window over the counts) is columnar too: chains stay columnar;
 * any other single-input O+ whose input holds batches takes them as rows
   (:attr:`BatchPlan.rows`; ``VSNInstance._rows``: an A+'s f_MK once per batch for all its
   instances, :mod:`~stretchflow.operators.row_keys`) and its outputs leave as one batch per
@@ -67,11 +68,12 @@ class BatchPlan(Batches):
         self.fallback: dict[str, str] = {}
         #: the takers that take batches as rows (the others, as tables: a columnar σ)
         self.rows: set[Node] = set()
-        #: the takers whose input is an O+'s outputs (batches of a window's outputs each,
-        #: not a source's batches)
+        #: the takers whose input is an O+'s outputs (batches of a window's outputs each, or
+        #: of runs of whole windows; not a source's batches)
         self.outputs_in: set[Node] = set()
         #: tuples a batch holds in the streams of sources' batches (a source's, then those
-        #: of the stateless operators applied to them: plan.columnar_batch)
+        #: of the stateless operators applied to them: plan.columnar_batch), and at most in
+        #: the output of a columnar O+ whose instances merge windows (merge_outputs)
         self.batch_rows: dict[Node, int] = {}
 
     def rows_in(self, node: Node) -> int:
@@ -165,8 +167,15 @@ def plan_batches(flow: Flow, ops: dict[Node, VSNOperator], n_groups: int, on: bo
     prefer_system_allocator()
     from ..operators.columnar_shared import ColumnarShared
 
+    all_readers = readers_of(flow, sinks=True)
     for node in columnar:
         ops[node].columnar_state = ColumnarShared(node.spec, n_groups)
+        # its instances may put several windows in an entry where only columnar O+ read
+        # them (their ESG_in holds capacity tuples' worth of entries of that many rows; a
+        # sink's holds output_batches, counted as windows)
+        if all_readers[node] and all(r in columnar for r in all_readers[node]):
+            ops[node].merge_outputs = True
+            plan.batch_rows[node] = pump.WIDE_COLUMNAR_BATCH
     return plan
 
 

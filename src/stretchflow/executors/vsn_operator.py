@@ -183,6 +183,10 @@ class VSNOperator:
         #: a columnar O+'s shared σ (:class:`~stretchflow.operators.columnar_shared.
         #: ColumnarShared`), set by the executor when its input comes as batches
         self.columnar_state: Any = None
+        #: its columnar instances may emit several windows an entry (while one of them owns
+        #: every key group: ColumnarVSNInstance.merge_rows), set by the executor where every
+        #: reader of its output is a columnar O+
+        self.merge_outputs = False
         #: True when its input comes as batches of rows (issue #32): each batch through the
         #: instances' ``process_shared``/``process_rows``, its f_MK computed once for all of
         #: them under :attr:`rows_lock` (:mod:`~stretchflow.operators.row_keys`)

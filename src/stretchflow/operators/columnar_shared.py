@@ -420,6 +420,10 @@ class ColumnarVSNInstance:
         #: table, or None when it has none): filtered once per partial under this assignment,
         #: though the partial is in WS / WA windows (:meth:`_owned_part`)
         self._owned: dict[int, tuple[Any, Any]] = {}
+        #: rows an output entry may hold when this instance owns every key group (0: one
+        #: window an entry). The executor sets it where every reader of the output is a
+        #: columnar O+, whose inlet counts entries of source batches: a sink's counts windows
+        self.merge_rows = 0
         self.set_assignment(assign)
         if connected:
             shared.moved(j, self.next_l)
@@ -544,10 +548,15 @@ class ColumnarVSNInstance:
             return
         out = form.output(ks, v)
         cut = np.flatnonzero(rs[1:] != rs[:-1]) + 1
-        for a, b in zip(np.r_[0, cut].tolist(), np.r_[cut, len(rs)].tolist(), strict=True):
-            if b > a:
-                right = int(rs[a])
-                self.out.append((right, Batch(rs[a:b], table=out.slice(a, b - a))))
+        starts, ends = np.r_[0, cut].tolist(), np.r_[cut, len(rs)].tolist()
+        if self.merge_rows and self._owns_all:
+            # every output row of the operator is this instance's, so a run of whole
+            # windows is a run in timestamp order that no other producer's entry of ESG_out
+            # can interleave with (an entry is (last ts, batch), as a source's): the columnar
+            # O+ behind (hot items' arg_max) then sums many windows per call, not one
+            starts, ends = _merged_runs(starts, ends, self.merge_rows)
+        for a, b in zip(starts, ends, strict=True):
+            self.out.append((int(rs[b - 1]), Batch(rs[a:b], table=out.slice(a, b - a))))
 
     def _owned_part(self, p: tuple[Any, Any]) -> Any:
         """The rows of Arrow partial ``p`` (table, key group per row) in the key groups this
@@ -606,6 +615,26 @@ class ColumnarVSNInstance:
 
     def _mine(self, g: int) -> bool:
         return self._owns_all or int(self._owner[g]) == self.j
+
+
+def _merged_runs(starts: list[int], ends: list[int], limit: int) -> tuple[list[int], list[int]]:
+    """Consecutive windows ``[starts[i], ends[i])`` joined into runs of at most ``limit`` rows,
+    a window never split (one larger than ``limit`` is a run of its own).
+
+    >>> _merged_runs([0, 3, 5, 9], [3, 5, 9, 10], 5)
+    ([0, 5], [5, 10])
+    >>> _merged_runs([0, 7], [7, 8], 5)  # a window of 7 rows stays whole
+    ([0, 7], [7, 8])
+    """
+    out_s: list[int] = []
+    out_e: list[int] = []
+    for a, b in zip(starts, ends, strict=True):
+        if out_s and b - out_s[-1] <= limit:
+            out_e[-1] = b
+        else:
+            out_s.append(a)
+            out_e.append(b)
+    return out_s, out_e
 
 
 def _arrow_key(k: Hashable) -> Any:
