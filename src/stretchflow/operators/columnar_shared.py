@@ -373,6 +373,10 @@ class ColumnarShared:
         fold cannot be exact (a sum beyond int64: the window is combined in Python)."""
         import pyarrow as pa
 
+        if len(ps) == 1 and self.form.pregroup(state_of(ps[0][0])):
+            # one batch's partial, folded per (slice, key) by _partials already (the common
+            # case with a source's wide batches): folding it again gives the same rows
+            return ps[0]
         try:
             table = fold_parts(self.form, [t for t, _ in ps])
         except (*FALLBACK, pa.ArrowInvalid, pa.ArrowTypeError):
