@@ -5,7 +5,9 @@ in time or RSS (issue #16; docs/columnar.md, "Memory").
   what it has read and not yet handed out stays under ``2 * (max_bytes + min_read)`` bytes,
   and, when the row bound cuts first, near ``rows`` lines (before, it read ``max_bytes``,
   8 MiB, at a time).
-* A batch holds at most :data:`~stretchflow.io.batches.CHUNK_BYTES` bytes of lines.
+* A batch holds at most :data:`~stretchflow.io.batches.CHUNK_BYTES` bytes of lines, or
+  :data:`~stretchflow.io.batches.WIDE_CHUNK_BYTES` when asked for a wide batch (a flow of
+  column expressions).
 * Through the reference engine, the tuples read from the file and not yet aggregated stay
   under a few batches' worth however fast the file is read.
 """
@@ -112,13 +114,17 @@ def test_where_chunks_are_cut_does_not_depend_on_the_read_sizes(seed):
     assert cuts[0] == cuts[1] == cuts[2] == cuts[3]
 
 
-def test_batches_hold_at_most_chunk_bytes(tmp_path, monkeypatch):
+@pytest.mark.parametrize("rows,cap", [(batches.WIDE_ROWS - 1, 5000),
+                                      (batches.WIDE_ROWS, 20_000), (10**6, 20_000)])
+def test_batches_hold_at_most_chunk_bytes(rows, cap, tmp_path, monkeypatch):
+    """CHUNK_BYTES bounds a batch of fewer than WIDE_ROWS rows, WIDE_CHUNK_BYTES a wide one."""
     monkeypatch.setattr(batches, "CHUNK_BYTES", 5000)
+    monkeypatch.setattr(batches, "WIDE_CHUNK_BYTES", 20_000)
     path = tmp_path / "t.jsonl"
-    path.write_bytes(_lines(random.Random(3), 2000, 40, 90))
+    path.write_bytes(_lines(random.Random(3), 8000, 40, 90))
     sizes = [sum(len(orjson.dumps(p)) + 1 for p in b.payloads)
-             for b in JsonLines(path).batches(10**6)]
-    assert len(sizes) > 20 and max(sizes) <= 5000
+             for b in JsonLines(path).batches(rows)]
+    assert len(sizes) > 20 and cap * 0.8 < max(sizes) <= cap
 
 
 def test_reference_engine_keeps_few_batches_in_flight_under_a_fast_source(tmp_path,
