@@ -28,7 +28,7 @@ from conformance import flows as conf_flows
 from conformance.contract import multiset
 from stretchflow.errors import OperatorError
 from stretchflow.operators import columnar, columnar_shared, stateless
-from stretchflow.operators.aggregate import arg_max, count, mean_of
+from stretchflow.operators.aggregate import arg_max, count, mean_of, sum_of
 from test_expr_aggregates import bids, hot_items, mean_per_category, write_jsonl
 
 #: test_expr_aggregates' fixtures: its bids file, and its spy on batches summed tuple at a time
@@ -119,24 +119,32 @@ def test_chains_run_columnar_and_give_the_tuple_paths_output(build, paths, engin
 
 
 # (the ordered engine runs a flow with sinks on two nodes tuple at a time: not a line)
-@pytest.mark.parametrize("engine,opts,counts_sunk", [
-    ("vsn", {"parallelism": 1}, False), ("vsn", {"parallelism": 1}, True),
-    ("ordered", {"parallelism": 1}, False)], ids=str)
-def test_one_instance_puts_several_windows_in_an_entry_only_for_a_columnar_reader(
-        engine, opts, counts_sunk, bids_file, monkeypatch):
-    """An O+ run by one instance whose every reader is a columnar O+ (hot items' counts)
-    emits several whole windows an entry (up to WIDE_COLUMNAR_BATCH rows), so arg_max sums
-    many windows per call; where a sink reads the counts too, an entry stays one window (a
-    sink's inlet counts windows). The output is the tuple path's either way."""
+@pytest.mark.parametrize("engine,opts,second,counts_sunk", [
+    ("vsn", {"parallelism": 1}, "arg_max", False), ("vsn", {"parallelism": 1}, "sum", False),
+    ("vsn", {"parallelism": 1}, "arg_max", True), ("vsn", {"parallelism": 2}, "arg_max", False),
+    ("vsn", {"parallelism": 2}, "sum", False), ("vsn", {"parallelism": 2}, "arg_max", True),
+    ("ordered", {"parallelism": 1}, "arg_max", False)], ids=str)
+def test_an_o_plus_puts_several_windows_in_an_entry_only_for_a_columnar_reader(
+        engine, opts, second, counts_sunk, bids_file, monkeypatch):
+    """An O+ whose every reader is a columnar O+ (hot items' counts) emits several whole
+    windows an entry, so arg_max sums many windows per call: run by one instance, runs of up
+    to WIDE_COLUMNAR_BATCH rows; by several, one entry per updateW each, which the others'
+    interleave with (Batch.floor), only where the reader's output is order free (arg_max,
+    not a sum). Where a sink reads the counts too, an entry stays one window (a sink's inlet
+    counts windows). The output is the tuple path's in every case."""
     monkeypatch.setattr("stretchflow.runtime.pump.COLUMNAR_BATCH", 512)
     monkeypatch.setattr("stretchflow.runtime.pump.WIDE_COLUMNAR_BATCH", 2048)
-    stamps: list[int] = []  # distinct timestamps of each batch "hot" took
+    p = opts["parallelism"]
+    stamps: list[int] = []  # distinct timestamps of each batch the second O+ took
+    floors: list[Any] = []
     orig = columnar_shared.ColumnarVSNInstance.process_batch
 
     def process_batch(self: Any, batch: Any) -> Any:
-        if self.op.name == "hot":
+        if self.op.name == "second":
             stamps.append(len(set(batch.ts.tolist())))
-            assert len(batch) <= 2048 or stamps[-1] == 1
+            floors.append(batch.floor)
+            if p == 1:
+                assert len(batch) <= 2048 or stamps[-1] == 1
         return orig(self, batch)
 
     monkeypatch.setattr(columnar_shared.ColumnarVSNInstance, "process_batch", process_batch)
@@ -145,8 +153,8 @@ def test_one_instance_puts_several_windows_in_an_entry_only_for_a_columnar_reade
         flow = sf.Flow("hot-items")
         counts = flow.source(sf.io.jsonl(str(path))).aggregate(
             size="10s", slide="2s", keys="auction", **count(), name="bids")
-        cols = [counts.aggregate(size="2s", keys=None, **arg_max("count"),
-                                 name="hot").collect()]
+        agg = arg_max("count") if second == "arg_max" else sum_of("count")
+        cols = [counts.aggregate(size="4s", keys=None, **agg, name="second").collect()]
         return flow, cols + [counts.collect()] if counts_sunk else cols
 
     want = _want(build, bids_file)
@@ -154,10 +162,14 @@ def test_one_instance_puts_several_windows_in_an_entry_only_for_a_columnar_reade
     flow.run(engine, **opts)
     assert [multiset(c) for c in cols] == want
     assert stamps and sum(stamps) > 20
-    if counts_sunk:
-        assert max(stamps) == 1
-    else:
+    merged = not counts_sunk and (p == 1 or second == "arg_max")
+    if merged:
         assert max(stamps) > 1 and len(stamps) < sum(stamps) / 2, stamps
+    else:
+        assert max(stamps) == 1
+    # a floor (the watermark after an entry, below its last timestamp) only where entries
+    # of several instances interleave
+    assert any(f is not None for f in floors) == (merged and p > 1)
 
 
 SETTINGS = settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))

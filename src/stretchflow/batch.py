@@ -30,7 +30,7 @@ Item = tuple[int, Any]
 class Batch:
     """``n`` tuples in timestamp order as columns; see the module doc."""
 
-    __slots__ = ("ts", "_table", "_payloads", "_make_payloads", "memo", "ahead")
+    __slots__ = ("ts", "_table", "_payloads", "_make_payloads", "memo", "ahead", "floor")
 
     def __init__(self, ts: Any, *, table: Any = None, payloads: Sequence[Any] | None = None,
                  make_payloads: Callable[[], Sequence[Any]] | None = None):
@@ -50,6 +50,10 @@ class Batch:
         #: f_MK's columnar form of this batch computed ahead of its reader, on the thread that
         #: read it (:func:`stretchflow.operators.columnar.explode_ahead`), or None
         self.ahead: Any = None
+        #: the watermark a reader may take after this batch when it is below its last
+        #: timestamp (None: the last): an entry of windows that other producers' entries of
+        #: the same span interleave with (:mod:`stretchflow.operators.columnar_shared`)
+        self.floor: float | None = None
 
     def shared(self, key: Any, lock: Any, compute: Callable[[], Any]) -> Any:
         """``compute()``'s result for this batch and ``key``, computed once whichever reader

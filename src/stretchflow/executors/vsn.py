@@ -77,6 +77,7 @@ class VSNInstance:
                                             j in vop.O)
             if vop.merge_outputs:
                 self.inst.merge_rows = pump.WIDE_COLUMNAR_BATCH
+                self.inst.interleave = vop.interleave
         else:
             self.inst = vop.op.instance(vop.sigma, j, list(vop.assign))
         self.inst.group_hits = [0] * vop.G

@@ -15,8 +15,10 @@ Batches then flow on (:class:`~.plan.Batches`):
 * a columnar O+ — one with columnar forms whose input stream holds batches of tables — takes
   them whole: its instances share a columnar σ
   (:class:`~stretchflow.operators.columnar_shared.ColumnarShared`) and its windows leave as
-  batches, one per window and instance (runs of whole windows from an instance that owns every
-  key group, where only columnar O+ read them: ``VSNOperator.merge_outputs``). Its output
+  batches, one per window and instance (where only columnar O+ read them,
+  ``VSNOperator.merge_outputs``: runs of whole windows from an instance that owns every key
+  group, or with several instances and an order-free reader one entry per updateW each,
+  ``VSNOperator.interleave``). Its output
   stream holds batches in turn, so an O+ with columnar forms fed by it (hot items' arg_max
   per window over the counts) is columnar too: chains stay columnar;
 * any other single-input O+ whose input holds batches takes them as rows
@@ -165,6 +167,7 @@ def plan_batches(flow: Flow, ops: dict[Node, VSNOperator], n_groups: int, on: bo
     if not columnar and not tables:
         return plan
     prefer_system_allocator()
+    from ..operators.column_forms import order_free
     from ..operators.columnar_shared import ColumnarShared
 
     all_readers = readers_of(flow, sinks=True)
@@ -173,9 +176,13 @@ def plan_batches(flow: Flow, ops: dict[Node, VSNOperator], n_groups: int, on: bo
         # its instances may put several windows in an entry where only columnar O+ read
         # them (their ESG_in holds capacity tuples' worth of entries of that many rows; a
         # sink's holds output_batches, counted as windows)
-        if all_readers[node] and all(r in columnar for r in all_readers[node]):
+        rs = all_readers[node]
+        if rs and all(r in columnar for r in rs):
             ops[node].merge_outputs = True
             plan.batch_rows[node] = pump.WIDE_COLUMNAR_BATCH
+            # several instances' entries interleave: only where the readers' outputs do not
+            # depend on the order of rows within a timestamp (ColumnarVSNInstance.interleave)
+            ops[node].interleave = all(order_free(r.spec) for r in rs)  # type: ignore[union-attr]
     return plan
 
 

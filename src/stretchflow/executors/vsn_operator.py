@@ -187,6 +187,9 @@ class VSNOperator:
         #: every key group: ColumnarVSNInstance.merge_rows), set by the executor where every
         #: reader of its output is a columnar O+
         self.merge_outputs = False
+        #: and, with several instances, one entry per updateW each
+        #: (ColumnarVSNInstance.interleave): where the readers' outputs are order free
+        self.interleave = False
         #: True when its input comes as batches of rows (issue #32): each batch through the
         #: instances' ``process_shared``/``process_rows``, its f_MK computed once for all of
         #: them under :attr:`rows_lock` (:mod:`~stretchflow.operators.row_keys`)

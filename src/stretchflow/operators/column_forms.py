@@ -80,6 +80,14 @@ def form_of(op: Any) -> SumForm | DeclForm | None:
     return None
 
 
+def order_free(op: Any) -> bool:
+    """Whether ``op``'s output is the same multiset whatever the order of its input's rows
+    within a timestamp: a declarative count, min, max or top_k (ties included), not a sum
+    or mean (floats add in row order) nor a hand-written form."""
+    form = form_of(op)
+    return isinstance(form, DeclForm) and form.kind in ("count", "min", "max", "top_k")
+
+
 class Refused(Exception):
     """The columnar form cannot take this batch exactly: it goes tuple at a time."""
 

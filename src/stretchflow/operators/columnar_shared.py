@@ -428,6 +428,11 @@ class ColumnarVSNInstance:
         #: window an entry). The executor sets it where every reader of the output is a
         #: columnar O+, whose inlet counts entries of source batches: a sink's counts windows
         self.merge_rows = 0
+        #: where it owns only some key groups, one entry for all the windows an updateW
+        #: closes (Batch.floor says how far a reader may advance after it). The executor
+        #: sets it where every reader is a columnar O+ whose output does not depend on the
+        #: order of its input's rows within a timestamp (count, min, max, top_k)
+        self.interleave = False
         self.set_assignment(assign)
         if connected:
             shared.moved(j, self.next_l)
@@ -451,19 +456,19 @@ class ColumnarVSNInstance:
             raise prep.error
         if not prep.done:  # the run stopped while another instance summed it
             raise RuntimeError(f"{self.op.name}: stopped")
-        self.advance(batch.last)
+        self.advance(batch.last if batch.floor is None else batch.floor)
 
     def process(self, ts: int, value: Any, i: int = 0) -> None:
         self.process_batch(Batch([ts], payloads=[value]))
 
     def advance(self, w: float) -> None:
         if w > self.W:
-            self.W = w
-            self._expire(w)
+            before, self.W = self.W, w
+            self._expire(w, before)
 
     def finish(self) -> None:
-        self.W = math.inf
-        self._expire(math.inf)
+        before, self.W = self.W, math.inf
+        self._expire(math.inf, before)
 
     def take(self) -> list[tuple[int, Any]]:
         out, self.out = self.out, []
@@ -485,7 +490,9 @@ class ColumnarVSNInstance:
         self.shared.moved(self.j, None)
 
     # -- updateW's expiry: combine the windows that closed --------------------------------------
-    def _expire(self, wm: float) -> None:
+    def _expire(self, wm: float, before: float) -> None:
+        """updateW from ``before`` to ``wm``: the windows whose right boundary is in
+        (before, wm] closed."""
         op, sh = self.op, self.shared
         ws_, wa = op.WS, op.WA
         ss = sh.slices_from(self.next_l)
@@ -506,7 +513,7 @@ class ColumnarVSNInstance:
             while i < len(ss) and ss[i] < l:
                 i += 1
         if windows:
-            self._emit_windows([(right, sh.window_parts(w)) for right, w in windows])
+            self._emit_windows([(right, sh.window_parts(w)) for right, w in windows], before)
         if wm == math.inf:
             l = math.inf
         else:
@@ -516,17 +523,18 @@ class ColumnarVSNInstance:
             self.next_l = l
             sh.moved(self.j, l)
 
-    def _emit_windows(self, windows: list[tuple[int, list[list[Any]]]]) -> None:
-        """The windows that closed, in order (each with its slices' partials): combined over
-        the owned key groups in one fold by (window, key) — a slice's partial counts once in
-        every window it is in, slices in time order — then cut into one output batch per
-        window (ESG_out orders entries by timestamp, so each carries one)."""
+    def _emit_windows(self, windows: list[tuple[int, list[list[Any]]]], before: float) -> None:
+        """The windows that closed as W passed from ``before`` on, in order (each with its
+        slices' partials): combined over the owned key groups in one fold by (window, key) —
+        a slice's partial counts once in every window it is in, slices in time order — then
+        cut into one output batch per window (ESG_out orders entries by timestamp, so each
+        carries one), or into runs of whole windows (:attr:`merge_rows`, :attr:`interleave`)."""
         import numpy as np
         import pyarrow as pa
 
         if any(type(p) is not tuple or len(ps) > 1 for _, slices in windows
                for ps in slices for p in ps):
-            self._emit_in_python(windows)
+            self._emit_in_python(windows, before)
             return
         tables, rights = [], []
         owned = None if self._owns_all else self._owned_part
@@ -548,19 +556,29 @@ class ColumnarVSNInstance:
         try:
             rs, ks, v = form.fold(key_cols(table), state_of(table), r)
         except (*FALLBACK, pa.ArrowInvalid, pa.ArrowTypeError):
-            self._emit_in_python(windows)
+            self._emit_in_python(windows, before)
             return
         out = form.output(ks, v)
         cut = np.flatnonzero(rs[1:] != rs[:-1]) + 1
         starts, ends = np.r_[0, cut].tolist(), np.r_[cut, len(rs)].tolist()
-        if self.merge_rows and self._owns_all:
+        floor = None
+        if self._interleaved():
+            # every connected instance passes the same watermarks (they read the same
+            # ESG_in), so each emits the windows with right boundary in (before, W] now: one
+            # entry each, which the others' entries of that span interleave with; every
+            # later entry of ESG_out holds rows after ``before`` only, so that is the
+            # watermark a reader takes after this one (Batch.floor), not its last timestamp
+            starts, ends, floor = [0], [len(rs)], before
+        elif self.merge_rows and self._owns_all:
             # every output row of the operator is this instance's, so a run of whole
             # windows is a run in timestamp order that no other producer's entry of ESG_out
             # can interleave with (an entry is (last ts, batch), as a source's): the columnar
             # O+ behind (hot items' arg_max) then sums many windows per call, not one
             starts, ends = _merged_runs(starts, ends, self.merge_rows)
         for a, b in zip(starts, ends, strict=True):
-            self.out.append((int(rs[b - 1]), Batch(rs[a:b], table=out.slice(a, b - a))))
+            batch = Batch(rs[a:b], table=out.slice(a, b - a))
+            batch.floor = floor
+            self.out.append((int(rs[b - 1]), batch))
 
     def _owned_part(self, p: tuple[Any, Any]) -> Any:
         """The rows of Arrow partial ``p`` (table, key group per row) in the key groups this
@@ -591,14 +609,29 @@ class ColumnarVSNInstance:
         for i in [i for i in self._owned if i not in keep]:
             del self._owned[i]
 
-    def _emit_in_python(self, windows: list[tuple[int, list[list[Any]]]]) -> None:
+    def _emit_in_python(self, windows: list[tuple[int, list[list[Any]]]],
+                        before: float) -> None:
         import numpy as np
 
+        out = []
         for right, slices in windows:  # keys only the tuple path could hold: per window
             payloads = self._window_in_python(slices)
             if payloads:
-                self.out.append((right, Batch(np.full(len(payloads), right, np.int64),
-                                              payloads=payloads)))
+                out.append((right, Batch(np.full(len(payloads), right, np.int64),
+                                         payloads=payloads)))
+        if out and self._interleaved():  # one entry, as _emit_windows makes
+            batch = out[0][1] if len(out) == 1 else \
+                Batch(np.concatenate([b.ts for _, b in out]),
+                      payloads=[p for _, b in out for p in b.payloads])
+            batch.floor = before
+            out = [(out[-1][0], batch)]
+        self.out.extend(out)
+
+    def _interleaved(self) -> bool:
+        """Whether this instance's windows leave as one entry per updateW that other
+        instances' entries interleave with (:attr:`interleave`, unless it owns every key
+        group and merges runs of its own)."""
+        return self.interleave and not (self.merge_rows and self._owns_all)
 
     def _window_in_python(self, slices: list[list[Any]]) -> list[Any]:
         """A window combined in Python (:func:`.columnar.combine_in_python`) over the owned
