@@ -19,9 +19,10 @@ line carries :class:`~stretchflow.batch.Batch` items ``(last ts, batch)`` instea
   each batch is exploded by f_MK's columnar form and summed per (slice, key) once, by the
   first instance to reach it (the others find it done, or sum later batches meanwhile), and
   instance j combines the closed windows over the key groups it owns, ``g % p == j``, with
-  f_O's columnar form. Windows leave as batches, one per window and instance (at p = 1 before
-  another A+ stage, runs of whole windows: ``ColumnarVSNInstance.merge_rows``); the merge
-  keeps them in timestamp order and the sinks write them with ``write_batch``;
+  f_O's columnar form. Windows leave as batches, one per window and instance; the merge keeps
+  them in timestamp order (before another A+ stage, each run of them between watermarks as
+  one batch: :func:`~.ordered_stages.joined_windows`) and the sinks write them with
+  ``write_batch``;
 * a **stateless stage** keeps its slices, serials and reorder buffer; each batch of a slice
   goes through the operator's columnar form on its table (``batch_fn``: a filter's kept rows,
   a projection's columns; :func:`through_batches`), a lambda tuple by tuple on its payloads;
@@ -56,7 +57,6 @@ from typing import Any
 from ..batch import Batch, prefer_system_allocator
 from ..eventtime import WATERMARK
 from ..operators.stateless import through_batch
-from ..runtime import pump
 from ..runtime.control import raise_user_error
 from .ordered_stages import (
     END,
@@ -120,11 +120,9 @@ def use_batches(ex: Any, batches: Iterator[Batch], key_groups: int | None) -> No
         assign = None if p == 1 else [g % p for g in range(groups)]
         st.instances = [ColumnarVSNInstance(op, shared, j, assign, connected=True)
                         for j in range(p)]
-        if k + 1 < len(ex.stages) and isinstance(ex.stages[k + 1], OPlusStage):
-            # an A+ after it (hot items' arg_max) takes its windows: one instance (p = 1)
-            # puts several in an entry (sinks keep one window an entry)
-            for inst in st.instances:
-                inst.merge_rows = pump.WIDE_COLUMNAR_BATCH
+        # an A+ after it (hot items' arg_max) takes its windows several a batch (sinks
+        # keep one window a batch: their flush counts batches)
+        st.join_windows = k + 1 < len(ex.stages) and isinstance(ex.stages[k + 1], OPlusStage)
         st.weight = math.ceil(ex.capacity / (2 * allowed))
         st.done_of = [0] * p  # flow control follows the slowest instance
         ex.ctl.on_abort(lambda _e, sh=shared: sh.stop())  # nobody waits for a batch another sums

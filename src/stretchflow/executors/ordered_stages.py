@@ -77,6 +77,28 @@ class Failure:
         return f"Failure({self.error!r})"
 
 
+def joined_windows(items: list[Item]) -> list[Item]:
+    """An O+ stage's merged output with each run of consecutive window batches as one batch
+    ``(its last ts, Batch.concat)``: the runs are in timestamp order (the merge's), so the A+
+    stage behind (hot items' arg_max) sums many windows per call, in the same row order;
+    watermarks and END stay as they are."""
+    out: list[Item] = []
+    run: list[Batch] = []
+    for item in items:
+        if type(item[1]) is Batch:
+            run.append(item[1])
+            continue
+        if run:
+            b = Batch.concat(run)
+            out.append((b.last, b))
+            run = []
+        out.append(item)
+    if run:
+        b = Batch.concat(run)
+        out.append((b.last, b))
+    return out
+
+
 def order_key(item: Item) -> tuple[Any, int]:
     # outputs before a watermark of the same ts, END last (its ts is +inf anyway)
     p = item[1]
@@ -350,6 +372,9 @@ class OPlusStage(KeyedStage):
         # batches of rows (the next stage takes them whole); the lock under which the
         # instances share a batch's keys (f_MK once per tuple); instances that met a failure
         self.batch_outputs = False
+        #: its merged windows leave as one batch per run between watermarks
+        #: (:func:`joined_windows`): set on the columnar path where an A+ stage reads them
+        self.join_windows = False
         self.rows_lock = threading.Lock()
         self.halted = [False] * p
         # on batches: entries each instance has processed (instance j's only by the worker
@@ -434,6 +459,8 @@ def oplus_emitter(st: OPlusStage) -> Callable[[Any], None]:
                   list(heapq.merge(*runs, key=order_key)) if runs else [])
         if tagged and group[0][1]:  # what instance 0 passed on, END last
             merged = merged + group[0][1] if merged else group[0][1]
+        if st.join_windows:
+            merged = joined_windows(merged)
         if merged:
             with lock:
                 st.outbox.extend(merged)
