@@ -431,10 +431,18 @@ class Parquet(_Arrow):
     """A Parquet file, read batch by batch."""
 
     def _batches(self, rows: int) -> Iterator[Any]:
+        return self._part_batches(lambda f: self._file(f).iter_batches(batch_size=rows))
+
+    def _file(self, f: Any) -> Any:
+        """One file for reading. A local file is read without pre-buffering: pyarrow (26)
+        keeps every pre-buffered range of the file allocated until the reader is closed, so
+        the reader's memory grew with the file (iterating 1, 10 and 20 M bids held 107, 203
+        and 287 MB; 139 MB at 20 M without it, and no slower: 1.6-1.8 s against 2.0 s). An
+        object store's file keeps it (one request per column chunk otherwise; unmeasured)."""
         import pyarrow.parquet as pq
 
-        return self._part_batches(lambda f: pq.ParquetFile(open_random(f, self.name))
-                                  .iter_batches(batch_size=rows))
+        src = open_random(f, self.name)
+        return pq.ParquetFile(src, pre_buffer=not isinstance(src, str))
 
 
 class IterableSource(Source):
