@@ -61,8 +61,9 @@ CHUNK_BYTES = 1 << 20
 #: the bound instead of CHUNK_BYTES for a batch asked for at least :data:`WIDE_ROWS` rows: a
 #: flow of column expressions (``executors/plan.columnar_batch``), whose stages keep at most
 #: one row per tuple, so a line's working set is a few columns, not wordcount's tokens. Mean
-#: price per category as expressions, 10 M bids, reference engine: 4 MiB batches against 1 MiB,
-#: wall 0.82x (5 alternating pairs), peak RSS 130 -> 187-200 MB; 8 MiB was no faster than 4
+#: price per category as expressions, 10 M bids, reference engine, wall time (5 alternating
+#: pairs each): 8 MiB batches against 1 MiB 0.82x, 4 MiB against 8 MiB 0.95x; peak RSS 130 MB
+#: at 1 MiB, 187 at 4, 200 at 8
 WIDE_CHUNK_BYTES = 1 << 22
 #: rows from which a batch is wide (runtime/pump.WIDE_COLUMNAR_BATCH, the engines' wide batch)
 WIDE_ROWS = 65_536
