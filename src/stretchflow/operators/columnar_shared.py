@@ -620,9 +620,7 @@ class ColumnarVSNInstance:
                 out.append((right, Batch(np.full(len(payloads), right, np.int64),
                                          payloads=payloads)))
         if out and self._interleaved():  # one entry, as _emit_windows makes
-            batch = out[0][1] if len(out) == 1 else \
-                Batch(np.concatenate([b.ts for _, b in out]),
-                      payloads=[p for _, b in out for p in b.payloads])
+            batch = Batch.concat([b for _, b in out])
             batch.floor = before
             out = [(out[-1][0], batch)]
         self.out.extend(out)
