@@ -363,3 +363,30 @@ def test_the_spark_block_sets_the_flow_beside_spark_sql_with_the_session_start_a
     assert "0.71 (0.50–1.00)" in row and "10.00 (9.00–11.00)" in row
     assert _spark_table([{**cell, "variants": {"spark-sql": cell["variants"]["spark-sql"]}}]) == ""
     assert "userflows-spark" in BENCHMARKS and uf.SPARK_1M["engines"] == ["spark"]
+
+
+def test_the_memory_target_sets_each_variant_at_ten_times_the_input_beside_itself():
+    def variant(rss: list[float]) -> dict:
+        return {"correct": True, "rounds": {str(k): {"peak_rss_mb": r, "wall_s": 1.0, "cpu_s": 1.0}
+                                            for k, r in enumerate(rss)}}
+
+    def cell(size: int, fmt: str, vs: dict) -> dict:
+        return {"flow": "hot_items", "format": fmt, "size": size, "failed": {},
+                "variants": {"loop": variant([40.0, 40.0]), **vs}}
+
+    cells = [cell(1000, "jsonl", {"vsn1/expr": variant([100.0, 110.0]),
+                                  "vsn2/expr": variant([100.0, 100.0])}),
+             cell(10_000, "jsonl", {"vsn1/expr": variant([115.0, 121.0]),
+                                    "vsn2/expr": variant([130.0, 100.0])}),
+             cell(10_000, "parquet", {"vsn1/expr": variant([100.0, 100.0])})]
+    rows = {r["variant"]: r for r in uf.targets(cells) if r["target"] == "31-memory-10x"}
+    # the loop is no engine; parquet has no smaller cell to set beside it
+    assert set(rows) == {"vsn1/expr", "vsn2/expr"}
+    assert all(r["size"] == 10_000 and r["format"] == "jsonl" for r in rows.values())
+    # per round 1.15 and 1.10: both within 1.2
+    assert rows["vsn1/expr"]["verdict"] == "met"
+    assert rows["vsn1/expr"]["value"]["max"] == pytest.approx(1.15)
+    # per round 1.3 and 1.0: the worst round decides
+    assert rows["vsn2/expr"]["verdict"] == "missed"
+    assert rows["vsn2/expr"]["missed_by"] == pytest.approx(1.3 / uf.MEMORY_GROWTH)
+    assert uf.TEN_M["sizes"] == [1_000_000, 10_000_000]

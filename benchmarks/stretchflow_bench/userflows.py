@@ -488,7 +488,36 @@ def targets(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
             add("32-sn2-vs-reference-costly", c, "sn2-processes/lambda",
                 _per_round(c, "reference/lambda", "sn2-processes/lambda"), 1.3,
                 why=skipped.get("sn2-processes/lambda", ""))
+    for big, small in _size_pairs(cells):
+        for v in big["variants"]:
+            if "/" in v and v in small["variants"]:
+                add("31-memory-10x", big, v, _rss_growth(small, big, v), MEMORY_GROWTH,
+                    at_least=False)
     return rows
+
+
+#: issue #31's "memory bounded at 10 M events (peak RSS not growing with the input)": a
+#: variant's peak RSS at ten times the input is at most this many times its own at the
+#: smaller input (same flow and format, same run, so the same commit)
+MEMORY_GROWTH = 1.2
+
+
+def _size_pairs(cells: list[dict[str, Any]]) -> list[tuple[dict, dict]]:
+    """(the cell at the largest size, the cell at a tenth of it) per flow and format where the
+    run measured both."""
+    by = {(c["flow"], c["format"], c["size"]): c for c in cells}
+    return [(c, by[(c["flow"], c["format"], c["size"] // 10)]) for c in cells
+            if c["size"] % 10 == 0 and (c["flow"], c["format"], c["size"] // 10) in by]
+
+
+def _rss_growth(small: dict[str, Any], big: dict[str, Any], v: str) -> dict[str, float] | None:
+    """min/median/max over the rounds both ran of a variant's peak RSS at the larger input /
+    its peak RSS at the smaller one (round k against round k: the rounds alternate the same
+    way at both sizes)."""
+    a, b = small["variants"][v]["rounds"], big["variants"][v]["rounds"]
+    common = sorted(set(a) & set(b))
+    return summarize([b[k]["peak_rss_mb"] / a[k]["peak_rss_mb"] for k in common]) \
+        if common else None
 
 
 #: what each target id means (the report prints these)
@@ -498,6 +527,8 @@ TARGETS = {
     "31-expr-vs-loop": "expression flow >= 1.6x the loop on JSON Lines, >= 2.5x on Parquet",
     "31-spark-expr-vs-sql": "spark expression flow within 1.5x of Spark's native SQL, own "
                             "time (SQL's / the flow's >= 0.67)",
+    "31-memory-10x": f"peak RSS at ten times the input at most {MEMORY_GROWTH}x the "
+                     "smaller input's (same variant, flow and format, same run)",
     "32-lambda-reference-vs-loop": "lambda flow on the reference >= 0.7x the loop",
     "32-lambda-vsn1-vs-loop": "lambda flow on vsn at parallelism 1 >= 0.6x the loop",
     "32-vsn2-vs-vsn1-lambda": "lambda flow: vsn at parallelism 2 no slower than at 1",
@@ -542,11 +573,13 @@ NAMES = ("userflows", "userflows-10m", "userflows-spark")
 #: what ``stretchflow bench run userflows-10m`` measures (a quick run: the quick selection):
 #: both forms of a flow with a sliding window and a second O+ and of a tumbling one, both
 #: formats, on the engines of issues #31's and #32's targets and sn and ordered at
-#: parallelism 1 (the CPU target's pairs), at ten million events
+#: parallelism 1 (the CPU target's pairs), at ten million events and at one million (the
+#: memory target's pairs: peak RSS at 10 M against 1 M in the same run)
 TEN_M: dict[str, Any] = {"flows": ["hot_items", "mean_price"], "forms": ["lambda", "expr"],
                          "engines": ["reference", "vsn1", "vsn2", "sn1-processes",
                                      "sn2-processes", "ordered1", "ordered2"],
-                         "sizes": [10_000_000], "formats": ["jsonl", "parquet"], "rounds": 2}
+                         "sizes": [1_000_000, 10_000_000], "formats": ["jsonl", "parquet"],
+                         "rounds": 2}
 
 
 #: what ``stretchflow bench run userflows-spark`` measures: issue #31's Spark target, the
