@@ -26,6 +26,12 @@ from .arrow_rows import pylist
 
 Item = tuple[int, Any]
 
+#: tuples in a wide batch: what a source reads at once for a flow whose stages keep at most
+#: one row per tuple (column expressions: executors/plan.one_row_each). The engines' knobs
+#: (the reference's WIDE_BATCH, runtime/pump.WIDE_COLUMNAR_BATCH, which tests set apart) and
+#: the JSON Lines reader's wide chunks (io/batches.WIDE_ROWS) start from it; each says why
+WIDE = 65_536
+
 
 class Batch:
     """``n`` tuples in timestamp order as columns; see the module doc."""

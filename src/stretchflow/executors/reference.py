@@ -51,7 +51,7 @@ from collections.abc import Iterator
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
-from ..batch import Batch, prefer_system_allocator
+from ..batch import WIDE, Batch, prefer_system_allocator
 from ..engines import Settings, given
 from ..engines import run as run_engine
 from ..eventtime import WATERMARK
@@ -85,7 +85,7 @@ BATCH = 8_192
 #: Parquet took 1.5 s at 16 384 and 1.1 s at 65 536 here; the tweets' flows, whose tokens
 #: and pairs multiply the rows, keep :data:`BATCH` (paircount's peak RSS on 1 M tweets,
 #: Parquet, was 307 MB at 16 384 against 1 050 MB at 65 536)
-WIDE_BATCH = 65_536
+WIDE_BATCH = WIDE
 #: sinks whose writes run on a thread of their own while the flow computes (:func:`_drain`):
 #: the engine's file sinks, which format with Arrow kernels (GIL released) and write to a
 #: file; a user's sink keeps being called from the run's thread

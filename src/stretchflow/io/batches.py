@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from ..batch import Batch
+from ..batch import WIDE, Batch
 from ..errors import SourceError
 from .json_layout import lines_agree
 
@@ -65,8 +65,8 @@ CHUNK_BYTES = 1 << 20
 #: pairs each): 8 MiB batches against 1 MiB 0.82x, 4 MiB against 8 MiB 0.95x; peak RSS 130 MB
 #: at 1 MiB, 187 at 4, 200 at 8
 WIDE_CHUNK_BYTES = 1 << 22
-#: rows from which a batch is wide (runtime/pump.WIDE_COLUMNAR_BATCH, the engines' wide batch)
-WIDE_ROWS = 65_536
+#: rows from which a batch is wide (the wide batch of :data:`~stretchflow.batch.WIDE`)
+WIDE_ROWS = WIDE
 
 
 def chunk_bytes(rows: int) -> int:

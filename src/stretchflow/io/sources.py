@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from ..arrow_rows import pylist
+from ..batch import WIDE
 from ..errors import SourceError
 from ..eventtime import WATERMARK, Watermark
 from .files import FileInput, arrow_stream, ms_timestamps, name_of, open_random, path_of
@@ -90,7 +91,7 @@ class Source:
             return _check_sorted(self, raw)
         return _reorder(self, raw)
 
-    def batches(self, rows: int = 65536, tables: bool = True) -> Iterator[Batch] | None:
+    def batches(self, rows: int = WIDE, tables: bool = True) -> Iterator[Batch] | None:
         """The tuples of :meth:`items` as batches of about ``rows`` tuples, or None when this
         source cannot deliver batches (then the executor uses :meth:`items`). Only sorted,
         unpaced file sources can: a batch is a run in timestamp order, and pacing is per tuple.
@@ -289,7 +290,7 @@ class JsonLines(FileInput, Source):
     def describe_where(self, where: Any) -> str:
         return self._where(where)
 
-    def batches(self, rows: int = 65536, tables: bool = True) -> Iterator[Batch] | None:
+    def batches(self, rows: int = WIDE, tables: bool = True) -> Iterator[Batch] | None:
         """Batches read by Arrow's multithreaded JSON parser (``tables=False``: by orjson,
         rows only); None with a watermark field (explicit watermarks are per record) or when
         :meth:`Source.batches` says so."""
@@ -359,7 +360,7 @@ class _Arrow(FileInput, Source):
         are its blocks whatever ``rows`` is)."""
         raise NotImplementedError
 
-    def batches(self, rows: int = 65536, tables: bool = True) -> Iterator[Batch] | None:
+    def batches(self, rows: int = WIDE, tables: bool = True) -> Iterator[Batch] | None:
         """One batch per Arrow record batch (cut to at most ``rows`` tuples), or None when
         :meth:`Source.batches` says so. The table is the record batch itself, so it is made
         whatever ``tables`` says (a reader of rows gets ``to_pylist``'s dicts)."""

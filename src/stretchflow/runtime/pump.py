@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from ..batch import WIDE
 from ..eventtime import WATERMARK
 from .control import RunControl, Stopped
 from .latency import IngestClock
@@ -33,7 +34,7 @@ COLUMNAR_BATCH = 4096
 #: category as expressions, 10 M bids in Parquet: vsn at parallelism 1 took 3.1 s at 4 096
 #: and 1.0 s at 65 536, ordered with 1 worker 2.4 s and 1.3 s. A reconfiguration may wait
 #: for one such batch (a few ms of Arrow kernels); wordcount's and lambda flows keep 4 096
-WIDE_COLUMNAR_BATCH = 65_536
+WIDE_COLUMNAR_BATCH = WIDE
 
 log = logging.getLogger(__name__)
 
