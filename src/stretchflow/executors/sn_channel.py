@@ -18,7 +18,7 @@ from typing import Any
 from ..elastic.consistent_hash import ConsistentHashRing
 from ..elastic.migration import StateStore
 from ..operators.oplus import OPlus, OPlusInstance, SharedState
-from ..runtime import RunControl, raise_user_error, user_error
+from ..runtime import RunControl, raise_user_error
 from .sn_checkpoint import channel_restore, channel_snapshot
 
 __all__ = ["ChannelCore", "Migration", "ThreadChannel", "group_assignment", "migrate_threads"]
@@ -87,10 +87,7 @@ class ChannelCore:
         try:
             self.inst.finish()
         except Exception as e:
-            err = user_error(self.op.name, None, None, e)
-            if err is e:
-                raise
-            raise err from e
+            raise_user_error(self.op.name, None, None, e)
         return ("final", self.j, self.inst.take(), time.perf_counter() - t0)
 
     def snap(self, epoch: int) -> tuple:

@@ -45,7 +45,7 @@ from ..elastic.controller import Controller, Metrics
 from ..elastic.migration import StateStore
 from ..eventtime import WATERMARK
 from ..operators.oplus import OPlus
-from ..runtime import MetricsLog, MetricsSampler, RunControl, Stopped, user_error
+from ..runtime import MetricsLog, MetricsSampler, RunControl, Stopped, raise_user_error
 from ..runtime.checkpoint import CheckpointBarrier
 from .sn_channel import ThreadChannel, group_assignment, migrate_threads
 from .sn_links import DROPPED
@@ -249,10 +249,7 @@ class Region:
             try:
                 ks = keys(v, i)
             except Exception as e:
-                err = user_error(op.name, ts, v, e)
-                if err is e:
-                    raise
-                raise err from e
+                raise_user_error(op.name, ts, v, e)
             if ks:
                 kk = ks.keys() if isinstance(ks, dict) else ks
                 if group is None:
