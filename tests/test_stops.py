@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -329,3 +330,34 @@ def test_a_signal_in_a_deferred_section_is_raised_when_the_section_ends() -> Non
         wait_until(lambda: watch.received == signal.SIGTERM, 10, "the handler runs")
         reached = True
     assert reached and e.value.signum == signal.SIGTERM
+
+
+def test_a_signal_the_kernel_hands_to_another_thread_still_stops_a_joining_run() -> None:
+    """A process-directed SIGTERM may land on any thread; there CPython only flags its
+    handler, which runs in the main thread when that thread next runs Python. A run whose
+    main thread sat in a join without a timeout read on to the end of its input (seen on
+    slack under load). Here the signal goes to the run's own thread: the run must stop
+    through it, not when that thread ends on its own."""
+    from types import SimpleNamespace
+
+    from stretchflow.runtime.skeleton import Run
+
+    rt = Run("test", SimpleNamespace(sinks=[]), measures=())
+    seen: list[bool] = []
+    done = threading.Event()
+
+    def worker() -> None:
+        main = threading.main_thread().ident
+        wait_until(lambda: sys._current_frames()[main].f_code.co_name  # noqa: SLF001
+                   == "_wait_for_tstate_lock", 30, "the main thread joins this one")
+        signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+        seen.append(rt.control.stop.wait(60))  # True: the run stopped it; False: it ran out
+        done.set()
+
+    rt.thread(worker, name="worker")
+    with interrupt_on_signals(), pytest.raises(Interrupted):
+        rt.execute()
+    # waited for here, not by the run: CPython 3.11's Thread.join, interrupted by the
+    # handler's exception, marks the thread it waited for stopped while it still runs
+    assert done.wait(90)
+    assert seen == [True]

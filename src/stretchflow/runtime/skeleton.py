@@ -69,7 +69,11 @@ log = logging.getLogger(__name__)
 #: abort hooks; one blocked where no hook reaches, e.g. in a user's source, is named instead)
 STOP_WAIT = 10.0
 
-__all__ = ["STOP_WAIT", "Run", "controller_name"]
+#: the longest the main thread waits in one join before it runs Python again, so a signal's
+#: handler runs within this long of the signal whichever thread the kernel handed it to
+JOIN_SLICE = 0.2
+
+__all__ = ["JOIN_SLICE", "STOP_WAIT", "Run", "controller_name"]
 
 
 class Run:
@@ -192,12 +196,16 @@ class Run:
 
     def _join(self) -> None:
         # threads may be added while joining (SN's migrations start channels): join until
-        # no new one is left
+        # no new one is left. Each join is cut into JOIN_SLICE waits: a SIGINT or SIGTERM
+        # that the kernel hands to another thread only flags CPython's handler, which runs
+        # when this (main) thread next runs Python, so a join without a timeout held the
+        # signal until the run ended on its own (a slack run under load read on to its end)
         joined = 0
         while joined < len(self.threads):
             t = self.threads[joined]
             if t.ident is not None:
-                t.join()
+                while t.is_alive():
+                    t.join(JOIN_SLICE)
             joined += 1
 
     def _join_stopped(self) -> None:
