@@ -387,6 +387,13 @@ def _per_round(cell: dict[str, Any], a: str, b: str, metric: str = "wall_s"
     va, vb = cell["variants"].get(a), cell["variants"].get(b)
     if va is None or vb is None:
         return None
+    return _rounds_ratio(va, vb, metric)
+
+
+def _rounds_ratio(va: dict[str, Any], vb: dict[str, Any], metric: str
+                  ) -> dict[str, float] | None:
+    """min/median/max over the rounds both variants ran of va's metric / vb's, round k
+    against round k; None when they share no round."""
     common = sorted(set(va["rounds"]) & set(vb["rounds"]))
     if not common:
         return None
@@ -514,10 +521,7 @@ def _rss_growth(small: dict[str, Any], big: dict[str, Any], v: str) -> dict[str,
     """min/median/max over the rounds both ran of a variant's peak RSS at the larger input /
     its peak RSS at the smaller one (round k against round k: the rounds alternate the same
     way at both sizes)."""
-    a, b = small["variants"][v]["rounds"], big["variants"][v]["rounds"]
-    common = sorted(set(a) & set(b))
-    return summarize([b[k]["peak_rss_mb"] / a[k]["peak_rss_mb"] for k in common]) \
-        if common else None
+    return _rounds_ratio(big["variants"][v], small["variants"][v], "peak_rss_mb")
 
 
 #: what each target id means (the report prints these)
