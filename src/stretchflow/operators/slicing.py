@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import operator
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
@@ -167,10 +168,10 @@ class SlicedAggregateInstance(AggregateInstance):
 
     def _combined(self, sg: dict, l: int) -> tuple[dict[Hashable, Any], list[int]]:
         """Window ``l``'s accumulator per key, combined from its slices in time order, and
-        those slices' starts (sorted). Slices before ``l`` are gone (see :meth:`_expire`).
-        The slices' own accumulators are left intact: later windows combine them again."""
-        right = l + self.op.WS
-        ss = sorted(s for s in sg if s != NEXT and s < right)
+        those slices' starts (sorted). Slices before ``l`` are gone (see :meth:`_expire`), so
+        the window's slices are those of its WS / D starts that σ_g holds. The slices' own
+        accumulators are left intact: later windows combine them again."""
+        ss = [s for s in range(l, l + self.op.WS, self._width) if s in sg]
         if not ss:
             return {}, ss
         if len(ss) == 1:
@@ -178,6 +179,12 @@ class SlicedAggregateInstance(AggregateInstance):
         combine = self.op.combine
         acc = dict(sg[ss[0]])
         get = acc.get
+        if combine is operator.add:  # count's and sum's: the addition inline, not a call
+            for s in ss[1:]:
+                for k, a in sg[s].items():
+                    b = get(k, _MISSING)
+                    acc[k] = a if b is _MISSING else b + a
+            return acc, ss
         for s in ss[1:]:
             for k, a in sg[s].items():
                 b = get(k, _MISSING)
