@@ -193,6 +193,12 @@ COLUMNAR = _opt("columnar", "batches through Arrow kernels for an O+ that has co
                 "channels (a line from one file source, without reconfigurations or "
                 "checkpoints)), or everything tuple at a time (off)",
                 choices=("on", "off"), default="on")
+GIL_CORE = _opt("gil_core", "run the threads that hold the GIL for most of their work (an "
+                "O+'s instances calling Python functions, a JSON Lines source) on one CPU, so "
+                "a hand-over of the GIL does not move the running thread's data between cores "
+                "(runtime/gil_core.py; off: the scheduler places every thread)",
+                _flag("gil_core"), _flag("gil_core"), default="on", choices=("on", "off"),
+                value=True)
 METRICS_INTERVAL = _opt("metrics_interval", "seconds between two measurements (metrics, "
                         "controller calls)", float, _positive_number("metrics_interval"),
                         metavar="S")
@@ -494,6 +500,7 @@ ENGINES: dict[str, EngineSpec] = {e.name: e for e in (
          _opt("hold_switch", "lower the GIL switch interval from a reconfiguration request "
               "until its switch (runtime/switch_hold.py; docs/vsn.md)", _flag("hold_switch"),
               _flag("hold_switch"), default="off", choices=("on", "off"), value=False),
+         GIL_CORE,
          _at(COLUMNAR, "on"),
          CHECKPOINT,
          CHECKPOINT_EVERY),
@@ -539,7 +546,8 @@ ENGINES: dict[str, EngineSpec] = {e.name: e for e in (
               _integer("marker_every", 0), default="0", metavar="N", value=0),
          CHECKPOINT,
          CHECKPOINT_EVERY,
-         _at(COLUMNAR, "on")),
+         _at(COLUMNAR, "on"),
+         GIL_CORE),
         _settle_ordered),
     EngineSpec(
         "slack", "stretchflow.executors.slack",
@@ -555,7 +563,8 @@ ENGINES: dict[str, EngineSpec] = {e.name: e for e in (
          _opt("checkpoint", "the checkpoint directory: checkpoints are written there and a "
               "run given a directory that holds one resumes from it (slt inf only; "
               "docs/checkpoints.md)", metavar="DIR"),
-         CHECKPOINT_EVERY),
+         CHECKPOINT_EVERY,
+         GIL_CORE),
         _settle_slack),
     EngineSpec(
         "spark", "stretchflow.executors.spark",

@@ -136,7 +136,7 @@ def run(flow: Flow, parallelism: int | None = None, key_groups: int | None = Non
         time_slice: float | None = None, max_batch: int | None = None,
         ct_window: float | None = None, marker_every: int | None = None,
         checkpoint: str | None = None, checkpoint_every: Any = None,
-        columnar: str | None = None) -> RunResult:
+        columnar: str | None = None, gil_core: bool | None = None) -> RunResult:
     """Runs ``flow`` on a pool of ``parallelism`` worker threads (default: the CPU count).
 
     ``parallelism`` is also the number of instances of each O+; ``key_groups`` the key groups
@@ -151,7 +151,8 @@ def run(flow: Flow, parallelism: int | None = None, key_groups: int | None = Non
 
     ``columnar`` ``"on"``: a file source -> A+ with columnar forms -> sinks runs on Arrow
     batches (:mod:`.ordered_columnar`; else ``extra["columnar_fallback"]`` says why), "off":
-    tuples.
+    tuples. ``gil_core`` (default True): the workers share one CPU where they hold the GIL
+    for most of their work (:mod:`~stretchflow.runtime.gil_core`).
     """
     return run_engine(flow, "ordered", given(locals()))
 
@@ -162,14 +163,16 @@ def execute(flow: Flow, s: Settings) -> RunResult:
     return _Executor(flow, Plan(flow), s.parallelism, s.scheduler, capacity=s.capacity,
                      time_slice=s.time_slice, max_batch=s.max_batch, key_groups=s.key_groups,
                      ct_window=s.ct_window, reorder=s.reorder, queue=s.queue,
-                     marker_every=s.marker_every, checkpoint=ck, columnar=s.columnar).run()
+                     marker_every=s.marker_every, checkpoint=ck, columnar=s.columnar,
+                     gil_core=s.gil_core).run()
 
 
 class _Executor:
     def __init__(self, flow: Flow, plan: Plan, n_workers: int, policy: str, capacity: int,
                  time_slice: float, max_batch: int, key_groups: int | None, ct_window: float,
                  reorder: str, queue: str, marker_every: int,
-                 checkpoint: tuple[Flow, Any, Any] | None = None, columnar: str = "on"):
+                 checkpoint: tuple[Flow, Any, Any] | None = None, columnar: str = "on",
+                 gil_core: bool = False):
         self.n_workers = n_workers
         self.reorder = reorder
         self.queue_kind = queue
@@ -213,7 +216,7 @@ class _Executor:
         self.capacity = capacity
         self.cond = threading.Condition()
         # the runtime's skeleton: threads, sinks, metrics, latency, checkpoints, the result
-        self.rt = Run("ordered", flow)
+        self.rt = Run("ordered", flow, gil_core=gil_core)
         self.ctl = self.rt.control
         self.ctl.on_abort(self._abort)
         self._m_t0 = 0.0
@@ -241,7 +244,12 @@ class _Executor:
         self.rows = False  # the line carries batches of rows (ordered_rows)
         got = decide(plan, columnar, checkpoint is not None)
         self.columnar_why = got if isinstance(got, str) else None
+        # the workers hold the GIL for most of their work (runtime/gil_core.py) unless the
+        # line runs Arrow's kernels or reads a source Arrow decodes
+        self.gil_bound = all(getattr(n.spec, "gil_bound", True)
+                             for n in flow.nodes if n.kind == "source")
         if got is not None and not isinstance(got, str):
+            self.gil_bound = False
             use_batches(self, got, key_groups)
         elif (rows := decide_rows(plan, columnar)) is not None:
             use_rows(self, rows)
@@ -613,7 +621,7 @@ class _Executor:
     def run(self) -> RunResult:
         rt = self.rt
         for k in range(self.n_workers):
-            rt.thread(self._worker, k, name=f"stretchflow-ordered-{k}")
+            rt.thread(self._worker, k, name=f"stretchflow-ordered-{k}", python=self.gil_bound)
         rt.sample(METRICS_PERIOD, self._measure)
         # the workers return at the line's end (END reached the sinks) or when the run stops
         rt.execute(begin=self._begin, finished=lambda: self.finished)

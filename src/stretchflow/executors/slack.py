@@ -157,7 +157,7 @@ class _Run:
     """The operators on the shared physical plan, and their threads."""
 
     def __init__(self, flow: Flow, slt: Any, parallelism: Any, key_groups: int,
-                 capacity: int | None):
+                 capacity: int | None, gil_core: bool = False):
         self.flow = flow
         self.ops: dict[Node, _Operator] = {}
         for node in flow.nodes:
@@ -172,7 +172,7 @@ class _Run:
         for node, o in self.ops.items():
             o.ssg = self.plan.inlets[node].ssg
         # the runtime's skeleton: threads, sinks, metrics, latency, checkpoints, the result
-        self.rt = Run("slack", flow)
+        self.rt = Run("slack", flow, gil_core=gil_core)
         self.control, self.clock, self.latency = self.rt.control, self.rt.clock, self.rt.latency
         for i in self.plan.inlets.values():
             self.control.on_abort(i.abort)
@@ -271,7 +271,8 @@ def run(flow: Flow, parallelism: int | Mapping[str, int] | None = None,
         key_groups: int | None = None, capacity: int | None = None,
         metrics_interval: float | None = None, controller: Controller | None = None,
         deadline: float | None = None, slt: float | Mapping[str, float] | None = None,
-        checkpoint: str | None = None, checkpoint_every: Any = None) -> RunResult:
+        checkpoint: str | None = None, checkpoint_every: Any = None,
+        gil_core: bool | None = None) -> RunResult:
     """Runs ``flow`` with every O+ reading its inputs through an SSG.
 
     Args:
@@ -293,6 +294,8 @@ def run(flow: Flow, parallelism: int | Mapping[str, int] | None = None,
         checkpoint: a directory: checkpoints are written there, and a run given one that
             holds a checkpoint resumes from it (docs/checkpoints.md; SLT = inf only).
         checkpoint_every: how often: N input tuples, ``"Ns"`` or ``"Nms"`` (default 10 s).
+        gil_core: run the threads that call Python functions tuple by tuple on one CPU
+            (default True; :mod:`~stretchflow.runtime.gil_core`).
 
     Returns a :class:`RunResult` whose ``extra`` follows :mod:`stretchflow.runtime.result`
     (``parallelism``, ``latency_ms`` and ``latency_series`` of the outputs at the sinks,
@@ -313,7 +316,7 @@ def execute(flow: Flow, s: Settings) -> RunResult:
     checkpoint, checkpoint_every = s.checkpoint, s.checkpoint_every
     if controller is not None:
         controller.reset()
-    R = _Run(flow, s.slt, s.parallelism, s.key_groups, s.capacity)
+    R = _Run(flow, s.slt, s.parallelism, s.key_groups, s.capacity, s.gil_core)
     rt = R.rt
     if checkpoint is not None:
         R.ck = SlackCheckpoints(R, RunCheckpoints(checkpoint, checkpoint_every, flow,
@@ -324,10 +327,11 @@ def execute(flow: Flow, s: Settings) -> RunResult:
         rt.thread(R.sink_thread, k, name=f"sink-{k}")
     for o in R.ops.values():
         for r in o.readers:
-            rt.thread(R.reader_thread, o, r, name=r.name)
+            rt.thread(R.reader_thread, o, r, name=r.name, python=True)  # tuple by tuple
     for n in flow.nodes:
         if n.kind == "source":
-            rt.thread(R.source_thread, n, name=f"source-{n.name}")
+            rt.thread(R.source_thread, n, name=f"source-{n.name}",
+                      python=getattr(n.spec, "gil_bound", True))
     mon = Monitor(R, controller, deadline)
     # every interval, and the last one cut short by the end of the run
     rt.sample(metrics_interval, mon.measure, final=True)

@@ -320,7 +320,7 @@ class VSNExecutor:
         # nothing to move, and one group keeps the per-key routing as cheap as the reference
         self.G = s.key_groups or (max(128, 16 * n) if n > 1 else 1)
         # the runtime's skeleton: threads, sinks, metrics, latency, checkpoints, the result
-        self.rt = Run("vsn", flow)
+        self.rt = Run("vsn", flow, gil_core=s.gil_core)
         self.control, self.metrics_log = self.rt.control, self.rt.metrics
         self.clock, self.latency = self.rt.clock, self.rt.latency
         switch = s.hold_switch
@@ -447,10 +447,12 @@ class VSNExecutor:
         rt = self.rt
         for node in self.flow.nodes:
             if node.kind == "source":
-                rt.thread(self._source, node, name=f"source {node.name}")
+                rt.thread(self._source, node, name=f"source {node.name}",
+                          python=getattr(node.spec, "gil_bound", True))
         for vop in self.ops.values():
-            for vi in vop.instances:
-                rt.thread(vi.run, name=f"{vop.name}[{vi.j}]")
+            for vi in vop.instances:  # an O+ calling Python functions (not Arrow kernels)
+                rt.thread(vi.run, name=f"{vop.name}[{vi.j}]",
+                          python=vop.columnar_state is None)
         for k, (_, s) in enumerate(self.flow.sinks):
             rt.thread(self._sink, k, s, name=f"sink {s.name}")
         rt.sample(self.metrics_interval, self._measure, self.controller, self._apply_decision)
@@ -517,7 +519,7 @@ def run(flow: Flow, parallelism: int | None = None, max_parallelism: int | None 
         defer_gc: bool | None = None, max_spread: int | None = None,
         control_hold: float | None = None, hold_switch: bool | None = None,
         columnar: str | None = None, checkpoint: str | None = None,
-        checkpoint_every: Any = None) -> RunResult:
+        checkpoint_every: Any = None, gil_core: bool | None = None) -> RunResult:
     """Runs ``flow`` on the VSN engine (the options are ``stretchflow.engines``' vsn spec,
     checked there; an option left at None takes its default).
 
@@ -553,6 +555,8 @@ def run(flow: Flow, parallelism: int | None = None, max_parallelism: int | None 
         checkpoint: a directory: checkpoints are written there, and a run given one that
             holds a checkpoint resumes from it (docs/checkpoints.md).
         checkpoint_every: how often: N input tuples, ``"Ns"`` or ``"Nms"`` (default 10 s).
+        gil_core: run the threads that call Python functions tuple by tuple on one CPU
+            (default True; :mod:`~stretchflow.runtime.gil_core`).
 
     ``RunResult.extra`` has the runtime's keys (``parallelism``, ``parallelism_series``,
     ``reconfigurations`` with vsn's ``trigger_ts`` and ``key_groups_per_instance``,

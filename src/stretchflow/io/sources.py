@@ -48,6 +48,11 @@ Item = tuple[int, Any]
 class Source:
     """Base class: a named stream of records with an integer timestamp field."""
 
+    #: whether reading it holds the GIL for most of its work (a parser in Python or one that
+    #: does not release it, orjson's): its thread then shares the run's Python core
+    #: (runtime/gil_core.py). False where Arrow decodes it with the GIL released.
+    gil_bound = True
+
     def __init__(self, name: str, ts: str | Callable[[Any], Any] = "ts",
                  sorted: bool = True, watermark: str | None = None, *,  # noqa: A002
                  max_delay: int | str | timedelta | None = None,
@@ -342,6 +347,8 @@ class JsonLines(FileInput, Source):
 
 class _Arrow(FileInput, Source):
     """Files pyarrow reads in record batches (CSV, Parquet); rows are dicts."""
+
+    gil_bound = False  # Arrow decodes it, the GIL released, on Arrow's own thread pool
 
     def __init__(self, path: str | os.PathLike, *, ts: str | Callable[[Any], Any] = "ts",
                  sorted: bool = True, name: str | None = None,  # noqa: A002

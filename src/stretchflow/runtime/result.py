@@ -150,10 +150,13 @@ class RunResult:
         if not ops:
             return None
         v = sys.version_info
+        core = self.extra.get("gil_core")
+        shared = (f" (they share CPU {core['cpu']}, so the GIL's hand-overs keep their data in "
+                  "one core's caches: gil_core)") if core else ""
         return (f"GIL: the Python functions of {', '.join(ops)} run on {max(ops.values())} "
                 f"threads, but CPython {v.major}.{v.minor} runs one thread's Python at a time, "
-                "so more threads cannot make them faster; column expressions (the columnar "
-                "path) or engine='sn' with channels='processes' can")
+                f"so more threads cannot make them faster{shared}; column expressions (the "
+                "columnar path) or engine='sn' with channels='processes' can")
 
     def __repr__(self) -> str:
         # a vsn result holds thousands of latency samples and a metrics series: a repr (what a

@@ -9,7 +9,8 @@ paper's algorithm plus a few hooks; :class:`Run` does the rest:
   through the abort hooks the executor registered); :meth:`Run.execute` starts them, joins
   them (also those started while the run goes on: SN's migrations start channels), and on a
   failure or an interrupt stops the run and waits for every started thread, naming in the
-  error any that did not stop;
+  error any that did not stop; the threads that run Python for most of their work share one
+  core (``python=True``, :mod:`.gil_core`);
 * **sinks**: opened as one transaction before the threads start and committed when every
   thread has ended without an error (else aborted), or, with checkpoints, held in the
   checkpoint directory and published at the end (:mod:`.threaded_checkpoint`); each sink is
@@ -58,6 +59,7 @@ from typing import Any
 
 from .control import RunControl
 from .drain import SinkDrain
+from .gil_core import pinned, python_core
 from .latency import IngestClock, LatencyRecorder
 from .metrics import MetricsLog, MetricsSampler
 from .result import RunResult
@@ -84,10 +86,11 @@ class Run:
     the directory either way) and ``extra()`` (its result keys).
     ``measures`` says which of the common keys the engine reports: ``"latency"`` (its sinks'
     drains measure output latency) and ``"metrics"`` (it samples metrics).
+    ``gil_core``: the threads made with ``python=True`` share one CPU (:mod:`.gil_core`).
     """
 
     def __init__(self, engine: str, flow: Any, checkpoints: Any = None,
-                 measures: tuple[str, ...] = ("latency", "metrics")):
+                 measures: tuple[str, ...] = ("latency", "metrics"), gil_core: bool = False):
         self.engine = engine
         self.flow = flow
         self.sinks = [s for _, s in flow.sinks]
@@ -102,12 +105,21 @@ class Run:
         self.t0 = time.perf_counter()
         self.elapsed = 0.0
         self._at_end: list[Callable[[], None]] = []
+        #: the CPU the Python threads share (None: not pinned) and the names of those threads
+        self.python_cpu = python_core(gil_core)
+        self.pinned: list[str] = []
 
     # -- what an executor asks for --------------------------------------------------------------
-    def thread(self, fn: Callable[..., Any], *args: Any, name: str) -> threading.Thread:
+    def thread(self, fn: Callable[..., Any], *args: Any, name: str,
+               python: bool = False) -> threading.Thread:
         """A thread of the run running ``fn(*args)`` (an error fails the run), started and
         joined by :meth:`execute`. Made while the run goes on, it must be started by its
-        maker (and is joined all the same)."""
+        maker (and is joined all the same). ``python``: it holds the GIL for most of its
+        work (the user's functions tuple by tuple, a parser in Python), so it runs on the
+        run's Python core, if any."""
+        if python and self.python_cpu is not None:
+            fn = pinned(fn, self.python_cpu)
+            self.pinned.append(name)
         t = self.control.thread(fn, *args, name=name)
         self.threads.append(t)
         return t
@@ -239,6 +251,8 @@ class Run:
             common["latency_series"] = self.latency.series()
         if self.checkpoints is not None:
             common.update(self.checkpoints.extra())
+        if self.pinned:
+            common["gil_core"] = {"cpu": self.python_cpu, "threads": list(self.pinned)}
         return RunResult(engine=self.engine, elapsed=self.elapsed, tuples_in=dict(tuples_in),
                          tuples_out={s.name: s.count for s in self.sinks},
                          extra={**common, **extra})
