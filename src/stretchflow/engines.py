@@ -194,7 +194,7 @@ COLUMNAR = _opt("columnar", "batches through Arrow kernels for an O+ that has co
                 "checkpoints)), or everything tuple at a time (off)",
                 choices=("on", "off"), default="on")
 GIL_CORE = _opt("gil_core", "run the threads that hold the GIL for most of their work (an "
-                "O+'s instances calling Python functions, a JSON Lines source) on one CPU, so "
+                "O+'s instances calling Python functions, a source read as rows) on one CPU, so "
                 "a hand-over of the GIL does not move the running thread's data between cores "
                 "(runtime/gil_core.py; off: the scheduler places every thread)",
                 _flag("gil_core"), _flag("gil_core"), default="on", choices=("on", "off"),

@@ -447,8 +447,11 @@ class VSNExecutor:
         rt = self.rt
         for node in self.flow.nodes:
             if node.kind == "source":
+                # parsed in Python (or by orjson): not where Arrow parses it into tables,
+                # on threads that would take the source thread's CPU (runtime/gil_core.py)
                 rt.thread(self._source, node, name=f"source {node.name}",
-                          python=getattr(node.spec, "gil_bound", True))
+                          python=getattr(node.spec, "gil_bound", True)
+                          and node not in self.batches.table_sources)
         for vop in self.ops.values():
             for vi in vop.instances:  # an O+ calling Python functions (not Arrow kernels)
                 rt.thread(vi.run, name=f"{vop.name}[{vi.j}]",

@@ -77,6 +77,8 @@ class BatchPlan(Batches):
         #: of the stateless operators applied to them: plan.columnar_batch), and at most in
         #: the output of a columnar O+ whose instances merge windows (merge_outputs)
         self.batch_rows: dict[Node, int] = {}
+        #: the sources whose batches carry Arrow tables (parsed by Arrow, the GIL released)
+        self.table_sources: set[Node] = set()
 
     def rows_in(self, node: Node) -> int:
         """Tuples a source batch holds in ``node``'s (first) input stream."""
@@ -121,6 +123,7 @@ def plan_batches(flow: Flow, ops: dict[Node, VSNOperator], n_groups: int, on: bo
                 streams.add(node)
                 if table:
                     tables.add(node)
+                    plan.table_sources.add(node)
         elif node.kind == "stateless":
             up = node.inputs[0]
             if up in fed_by_oplus:
