@@ -137,9 +137,10 @@ class RunControl:
             except Exception:  # noqa: BLE001, S110  # an abort must reach every other hook
                 pass
 
-    def guard(self, fn: Callable[..., Any], *args: Any) -> Callable[[], None]:
+    def guard(self, fn: Callable[..., Any], *args: Any,
+              ended: threading.Event | None = None) -> Callable[[], None]:
         """``fn(*args)`` as a thread target: :class:`Stopped` ends it quietly, any other
-        exception fails the run."""
+        exception fails the run; ``ended`` (if given) is set once that is done."""
         def target() -> None:
             try:
                 fn(*args)
@@ -147,11 +148,17 @@ class RunControl:
                 pass
             except BaseException as e:  # noqa: BLE001
                 self.fail(e)
+            finally:
+                if ended is not None:
+                    ended.set()
         return target
 
-    def thread(self, fn: Callable[..., Any], *args: Any, name: str) -> threading.Thread:
-        """A daemon thread running ``fn(*args)`` under :meth:`guard`."""
-        return threading.Thread(target=self.guard(fn, *args), name=name, daemon=True)
+    def thread(self, fn: Callable[..., Any], *args: Any, name: str,
+               ended: threading.Event | None = None) -> threading.Thread:
+        """A daemon thread running ``fn(*args)`` under :meth:`guard` (``ended``: set when
+        it is done, its error, if any, recorded)."""
+        return threading.Thread(target=self.guard(fn, *args, ended=ended), name=name,
+                                daemon=True)
 
     def raise_error(self) -> None:
         """Raises the run's first error, if any (call after joining the threads)."""

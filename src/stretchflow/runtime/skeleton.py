@@ -108,6 +108,8 @@ class Run:
         #: the CPU the Python threads share (None: not pinned) and the names of those threads
         self.python_cpu = python_core(gil_core)
         self.pinned: list[str] = []
+        # each thread's end, waited for instead of Thread.join (see _join_stopped)
+        self._ended: dict[threading.Thread, threading.Event] = {}
 
     # -- what an executor asks for --------------------------------------------------------------
     def thread(self, fn: Callable[..., Any], *args: Any, name: str,
@@ -120,8 +122,10 @@ class Run:
         if python and self.python_cpu is not None:
             fn = pinned(fn, self.python_cpu)
             self.pinned.append(name)
-        t = self.control.thread(fn, *args, name=name)
+        ended = threading.Event()
+        t = self.control.thread(fn, *args, name=name, ended=ended)
         self.threads.append(t)
+        self._ended[t] = ended
         return t
 
     def drain(self, k: int, measure: bool = True) -> SinkDrain:
@@ -216,9 +220,21 @@ class Run:
         while joined < len(self.threads):
             t = self.threads[joined]
             if t.ident is not None:
-                while t.is_alive():
-                    t.join(JOIN_SLICE)
+                while not self._ended_within(t, JOIN_SLICE):
+                    pass
             joined += 1
+
+    def _ended_within(self, t: threading.Thread, timeout: float) -> bool:
+        """Waits up to ``timeout`` s for thread ``t`` to end; whether it has. A thread of
+        :meth:`thread` is waited for on its own event, not by ``Thread.join``: in CPython
+        3.11 a join that a signal handler's exception interrupts releases the lock of the
+        thread it waited for while that thread still runs, and marks it stopped, so a later
+        join (the one in :meth:`_join_stopped`) returned at once for a running thread."""
+        ended = self._ended.get(t)
+        if ended is not None:
+            return ended.wait(timeout)
+        t.join(timeout)  # a thread an executor made itself
+        return not t.is_alive()
 
     def _join_stopped(self) -> None:
         """The run failed: waits up to :data:`STOP_WAIT` s in all for the started threads
@@ -227,8 +243,7 @@ class Run:
         alive = []
         for t in list(self.threads):
             if t.ident is not None and t is not threading.current_thread():
-                t.join(max(0.0, deadline - time.monotonic()))
-                if t.is_alive():
+                if not self._ended_within(t, max(0.0, deadline - time.monotonic())):
                     alive.append(t.name)
         if alive:
             msg = (f"thread(s) {', '.join(alive)} of the {self.engine} run did not stop "
