@@ -17,8 +17,9 @@ that hold the GIL for most of their work are pinned; a columnar O+ (Arrow kernel
 GIL), a source Arrow parses (Parquet, CSV, JSON Lines read into tables: Arrow's threads, and
 the parse-ahead threads, take the affinity of the thread that starts them) and the sinks are
 left to the scheduler, so GIL-free work still uses the other cores (pinned, the JSON Lines
-source of hot items with column expressions made vsn at parallelism 2 1.15 times slower). The cost: the kernel cannot move the pinned threads off a core that another
-process keeps busy. ``gil_core='off'`` leaves every thread to the scheduler.
+source of hot items with column expressions made vsn at parallelism 2 1.15 times slower). The
+cost: the kernel cannot move the pinned threads off a core that another process keeps busy.
+``gil_core='off'`` leaves every thread to the scheduler.
 
 Nothing is pinned on an interpreter without the GIL, on a platform without per-thread
 affinity, or in a process allowed one CPU.
