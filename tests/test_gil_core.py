@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 import stretchflow as sf
-from stretchflow.cli import query_flow
 from stretchflow.runtime.gil_core import pinned, python_core
 from stretchflow.runtime.result import gil_serializes_threads
 
@@ -95,15 +94,8 @@ def test_columnar_operators_and_sources_arrow_parses_are_left_to_the_scheduler(t
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    # a columnar O+ (Arrow kernels release the GIL) reading a JSON Lines source that Arrow
-    # parses into tables, on threads the source's thread starts: nothing is pinned
-    tweets = tmp_path / "tweets.jsonl"
-    tweets.write_text("".join(f'{{"ts": {i * 1000}, "text": "a b #c{i % 3}"}}\n'
-                              for i in range(300)))
-    r = query_flow("wordcount", [str(tweets)], str(tmp_path / "wc.jsonl"), {}, "vsn"
-                   ).run(engine="vsn", parallelism=2)
-    assert r.extra["paths"] == {"wordcount": "columnar"}
-    assert "gil_core" not in r.extra
+    # (a columnar O+ reading JSON Lines that Arrow parses pins nothing: test_gil_note's
+    # test_no_gil_line_on_the_columnar_path)
     # lambdas reading Parquet (Arrow decodes it): the instances only
     bids = tmp_path / "bids.parquet"
     pq.write_table(pa.table({"ts": [i * 100 for i in range(2000)],

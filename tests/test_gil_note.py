@@ -59,6 +59,9 @@ def test_no_gil_line_on_the_columnar_path(tmp_path):
                    ).run(engine="vsn", parallelism=2)
     assert r.extra["paths"] == {"wordcount": "columnar"}
     assert _gil_line(r) == []
+    # nor a thread on the GIL's core (runtime/gil_core.py): Arrow's kernels and its parse of
+    # the source, on threads the source's thread starts, release the GIL
+    assert "gil_core" not in r.extra
 
 
 def _result(engine: str, **extra) -> RunResult:
