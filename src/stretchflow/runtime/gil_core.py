@@ -6,10 +6,12 @@ JSON Lines — take turns whatever the cores. On a machine with several cores th
 starts each turn on whichever core is free: at a hand-over of the GIL the thread that takes it
 often runs on the other core, and its working set (σ's dictionaries, the batch's rows, the
 interpreter's own state) moves between the cores' caches. With the instances of a lambda flow
-handing the GIL back and forth at every batch, that costs more than the instances' own extra
-work: hot items with lambdas on vsn at parallelism 2 took 1.7 times the CPU of parallelism 1,
-and 1.3 times with these threads on one core (1 M bids, JSON Lines, the 2-core machine of the
-results; issue #32's closing note has the runs).
+handing the GIL back and forth at every batch, that cost as much as the instances' own extra
+work in some runs: hot items with lambdas on vsn at parallelism 2 (1 M bids, JSON Lines, the
+2-core machine of the results) took 1.7 times the CPU of parallelism 1, and 1.3 times with
+these threads on one core; the same run pinned against unpinned, alternating, took 0.81 and
+0.95 of the wall time (medians of 4 and of 6 pairs on a noisy machine; single pairs 0.69 to
+1.15). Issue #32's closing note of 2026-12-07 has the runs.
 
 So a run puts those threads on one core: each pins itself when it starts
 (``os.sched_setaffinity(0, ...)`` sets the calling thread's affinity on Linux). Only threads
