@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import heapq
 import math
-import operator
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
@@ -179,12 +178,6 @@ class SlicedAggregateInstance(AggregateInstance):
         combine = self.op.combine
         acc = dict(sg[ss[0]])
         get = acc.get
-        if combine is operator.add:  # count's and sum's: the addition inline, not a call
-            for s in ss[1:]:
-                for k, a in sg[s].items():
-                    b = get(k, _MISSING)
-                    acc[k] = a if b is _MISSING else b + a
-            return acc, ss
         for s in ss[1:]:
             for k, a in sg[s].items():
                 b = get(k, _MISSING)
