@@ -95,6 +95,7 @@ from ..flow import Flow
 from ..operators.stateless import apply_batch
 from ..runtime.control import CheckpointBarrier
 from ..runtime.drain import SinkDrain
+from ..runtime.gil_core import gil_bound_source
 from ..runtime.latency import percentiles
 from ..runtime.result import RunResult
 from ..runtime.skeleton import Run
@@ -248,7 +249,7 @@ class _Executor:
         # line runs Arrow's kernels (a columnar O+, or a Map or Filter with a columnar form:
         # pinned, currency with column expressions ran 1.44x slower) or reads a source Arrow
         # decodes
-        self.gil_bound = all(getattr(n.spec, "gil_bound", True)
+        self.gil_bound = all(gil_bound_source(n.spec)
                              for n in flow.nodes if n.kind == "source") and not any(
             getattr(n.spec, "batch_fn", None) is not None
             for n in flow.nodes if n.kind == "stateless")

@@ -71,6 +71,7 @@ from ..runtime import (
 )
 from ..runtime.control import CheckpointBarrier
 from ..runtime.drain import SINK_BATCH, SinkDrain, drain_buffer
+from ..runtime.gil_core import gil_bound_source
 from ..runtime.skeleton import Run, controller_name
 from ..runtime.threaded_checkpoint import RunCheckpoints
 from .plan import PhysicalPlan
@@ -331,7 +332,7 @@ def execute(flow: Flow, s: Settings) -> RunResult:
     for n in flow.nodes:
         if n.kind == "source":
             rt.thread(R.source_thread, n, name=f"source-{n.name}",
-                      python=getattr(n.spec, "gil_bound", True))
+                      python=gil_bound_source(n.spec))
     mon = Monitor(R, controller, deadline)
     # every interval, and the last one cut short by the end of the run
     rt.sample(metrics_interval, mon.measure, final=True)

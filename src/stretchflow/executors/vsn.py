@@ -50,6 +50,7 @@ from ..flow import Flow, Node
 from ..runtime import ReconfigureSchedule, RunResult, SourcePump, Stopped, pump, raise_user_error
 from ..runtime.control import CheckpointBarrier
 from ..runtime.drain import SINK_BATCH, drain_buffer
+from ..runtime.gil_core import gil_bound_source
 from ..runtime.skeleton import Run, controller_name
 from .plan import PhysicalPlan, Pusher, Tagged, stateless_paths
 from .vsn_batches import BatchAwareInlets, plan_batches, spread_in_entries
@@ -450,7 +451,7 @@ class VSNExecutor:
                 # parsed in Python (or by orjson): not where Arrow parses it into tables,
                 # on threads that would take the source thread's CPU (runtime/gil_core.py)
                 rt.thread(self._source, node, name=f"source {node.name}",
-                          python=getattr(node.spec, "gil_bound", True)
+                          python=gil_bound_source(node.spec)
                           and node not in self.batches.table_sources)
         for vop in self.ops.values():
             for vi in vop.instances:  # an O+ calling Python functions (not Arrow kernels)

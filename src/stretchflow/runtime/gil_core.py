@@ -35,7 +35,7 @@ from typing import Any
 
 from .result import gil_serializes_threads
 
-__all__ = ["pinned", "python_core"]
+__all__ = ["gil_bound_source", "pinned", "python_core"]
 
 
 def python_core(on: bool) -> int | None:
@@ -64,3 +64,9 @@ def pinned(fn: Callable[..., Any], cpu: int) -> Callable[..., Any]:
 
     target.__name__ = getattr(fn, "__name__", "target")
     return target
+
+
+def gil_bound_source(spec: Any) -> bool:
+    """Whether reading source ``spec`` holds the GIL for most of its work (``Source.gil_bound``;
+    a source class of the user's that does not say is taken to)."""
+    return getattr(spec, "gil_bound", True)
