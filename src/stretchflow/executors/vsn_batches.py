@@ -29,13 +29,14 @@ Batches then flow on (:class:`~.plan.Batches`):
   (:data:`~.plan.EXPLODE`).
 
 A batch is one ESG entry ``(last ts, batch)``: a run of tuples in timestamp order, never a
-reordering. Control tuples and watermarks stay entries of their own, so a reconfiguration
-switches between two batches; a ``--reconfigure`` step due inside a source's batch cuts it
-there (:meth:`~stretchflow.runtime.SourcePump.run_batches`). Flow control and the spread bound
-count tuples: an inlet of batches holds ``capacity`` tuples' worth of batches (at least four),
-and ``max_spread`` tuples are ``max_spread // rows`` entries (at least one). A source's batch
-holds :data:`~stretchflow.runtime.pump.WIDE_COLUMNAR_BATCH` tuples where none of its readers
-can multiply rows (a flow of column expressions), else
+reordering (an interleaved entry of a columnar O+'s instances is keyed by its first row's ts:
+``ColumnarVSNInstance._emit_windows``). Control tuples and watermarks stay entries of their
+own, so a reconfiguration switches between two batches; a ``--reconfigure`` step due inside a
+source's batch cuts it there (:meth:`~stretchflow.runtime.SourcePump.run_batches`). Flow
+control and the spread bound count tuples: an inlet of batches holds ``capacity`` tuples'
+worth of batches (at least four), and ``max_spread`` tuples are ``max_spread // rows`` entries
+(at least one). A source's batch holds :data:`~stretchflow.runtime.pump.WIDE_COLUMNAR_BATCH`
+tuples where none of its readers can multiply rows (a flow of column expressions), else
 :data:`~stretchflow.runtime.pump.COLUMNAR_BATCH` (:func:`~.plan.columnar_batch`).
 
 Where an O+ with columnar forms takes tuples or rows, the run summary's ``columnar_fallback``

@@ -567,7 +567,13 @@ class ColumnarVSNInstance:
             # ESG_in), so each emits the windows with right boundary in (before, W] now: one
             # entry each, which the others' entries of that span interleave with; every
             # later entry of ESG_out holds rows after ``before`` only, so that is the
-            # watermark a reader takes after this one (Batch.floor), not its last timestamp
+            # watermark a reader takes after this one (Batch.floor), not its last timestamp.
+            # The entry's timestamp is its first row's: ESG_out gives a reader another
+            # instance's watermark T before this entry only if T <= that, so none of its
+            # rows is late. Keyed by its last row's (a window's right boundary, W when the
+            # batch ended on one), another instance's watermark at W could come first in
+            # the ties of equal timestamps, and the reader closed the windows this entry's
+            # earlier rows belong to before it read them (lost rows)
             starts, ends, floor = [0], [len(rs)], before
         elif self.merge_rows and self._owns_all:
             # every output row of the operator is this instance's, so a run of whole
@@ -578,7 +584,7 @@ class ColumnarVSNInstance:
         for a, b in zip(starts, ends, strict=True):
             batch = Batch(rs[a:b], table=out.slice(a, b - a))
             batch.floor = floor
-            self.out.append((int(rs[b - 1]), batch))
+            self.out.append((int(rs[b - 1] if floor is None else rs[a]), batch))
 
     def _owned_part(self, p: tuple[Any, Any]) -> Any:
         """The rows of Arrow partial ``p`` (table, key group per row) in the key groups this
@@ -619,10 +625,10 @@ class ColumnarVSNInstance:
             if payloads:
                 out.append((right, Batch(np.full(len(payloads), right, np.int64),
                                          payloads=payloads)))
-        if out and self._interleaved():  # one entry, as _emit_windows makes
+        if out and self._interleaved():  # one entry, as _emit_windows makes (and keys)
             batch = Batch.concat([b for _, b in out])
             batch.floor = before
-            out = [(out[-1][0], batch)]
+            out = [(out[0][0], batch)]
         self.out.extend(out)
 
     def _interleaved(self) -> bool:
