@@ -322,3 +322,22 @@ def test_reference_partitioned_shares_the_keys_of_a_batch(tmp_path, P):
         outs[p] = sorted(map(repr, c.items))
         assert calls[0] == 3000
     assert outs[1] == outs[P] and outs[1]
+
+
+def test_a_batch_of_rows_keeps_its_timestamps_list():
+    """A batch made from a list of timestamps (an O+'s outputs, a JSON Lines chunk's parse)
+    gives consumers that list itself (no list -> array -> list round trip per row); the numpy
+    form is made once, on demand, and equals it; made from an array, the list is made once."""
+    import numpy as np
+
+    ts = [3, 5, 5, 9]
+    b = Batch.of_items([(t, {"t": t}) for t in ts])
+    assert b.ts_list() == ts and b.ts_list() is b.ts_list()
+    assert (len(b), b.first, b.last) == (4, 3, 9)
+    assert b._ts is None  # nothing above needed the array
+    assert b.ts.dtype == np.int64 and b.ts.tolist() == ts and b.ts is b.ts
+    kept = Batch(np.asarray(ts), payloads=[0] * 4, ts_list=ts)
+    assert kept.ts_list() is ts
+    a = Batch(np.asarray(ts), payloads=[0] * 4)
+    assert a.ts_list() == ts and a.ts_list() is a.ts_list()
+    assert b.items() == [(t, {"t": t}) for t in ts]

@@ -36,13 +36,25 @@ WIDE = 65_536
 class Batch:
     """``n`` tuples in timestamp order as columns; see the module doc."""
 
-    __slots__ = ("ts", "_table", "_payloads", "_make_payloads", "memo", "ahead", "floor")
+    __slots__ = ("_ts", "_ts_list", "_table", "_payloads", "_make_payloads", "memo", "ahead",
+                 "floor")
 
     def __init__(self, ts: Any, *, table: Any = None, payloads: Sequence[Any] | None = None,
-                 make_payloads: Callable[[], Sequence[Any]] | None = None):
-        import numpy as np
+                 make_payloads: Callable[[], Sequence[Any]] | None = None,
+                 ts_list: list[int] | None = None):
+        # Timestamps given as a list (an O+'s outputs, or ``ts_list``: the list a reader
+        # parsed them into) are kept as it: a consumer taking rows loops over the list
+        # (:meth:`ts_list`) and the numpy form is made only if someone asks for it (issue
+        # #32: hot items' second stage read 1.4 M rows a million bids through a list ->
+        # array -> list round trip, about 0.1 us a bid)
+        if type(ts) is list:
+            self._ts: Any = None
+            self._ts_list: list[int] | None = ts
+        else:
+            import numpy as np
 
-        self.ts = np.asarray(ts, dtype=np.int64)
+            self._ts = np.asarray(ts, dtype=np.int64)
+            self._ts_list = ts_list
         if table is None and payloads is None and make_payloads is None:
             raise ValueError("a batch needs its payloads as a table or as Python objects")
         self._table = table
@@ -60,6 +72,23 @@ class Batch:
         #: timestamp (None: the last): an entry of windows that other producers' entries of
         #: the same span interleave with (:mod:`stretchflow.operators.columnar_shared`)
         self.floor: float | None = None
+
+    @property
+    def ts(self) -> Any:
+        """The timestamps as a numpy int64 array."""
+        t = self._ts
+        if t is None:  # made once; two readers making it at once make equal arrays
+            import numpy as np
+
+            t = self._ts = np.asarray(self._ts_list, dtype=np.int64)
+        return t
+
+    def ts_list(self) -> list[int]:
+        """The timestamps as a list of ints (a consumer's loop over rows), made once."""
+        t = self._ts_list
+        if t is None:
+            t = self._ts_list = self._ts.tolist()
+        return t
 
     def shared(self, key: Any, lock: Any, compute: Callable[[], Any]) -> Any:
         """``compute()``'s result for this batch and ``key``, computed once whichever reader
@@ -99,18 +128,21 @@ class Batch:
 
     def items(self) -> list[Item]:
         """The tuples, ``(ts, payload)`` each, in order."""
-        return list(zip(self.ts.tolist(), self.payloads, strict=True))
+        return list(zip(self.ts_list(), self.payloads, strict=True))
 
     def __len__(self) -> int:
-        return len(self.ts)
+        t = self._ts_list
+        return len(self._ts if t is None else t)
 
     @property
     def first(self) -> int:
-        return int(self.ts[0])
+        t = self._ts_list
+        return int(self._ts[0] if t is None else t[0])
 
     @property
     def last(self) -> int:
-        return int(self.ts[-1])
+        t = self._ts_list
+        return int(self._ts[-1] if t is None else t[-1])
 
     def split(self, i: int) -> tuple[Batch, Batch]:
         """The first ``i`` tuples and the rest, as two batches (e.g. to cut a batch at the

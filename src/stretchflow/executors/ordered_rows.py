@@ -225,7 +225,7 @@ def _unit(st: OPlusStage, j: int, batch: list[Item]
                 if shared is not None:
                     shared(p, lock)  # f_MK once per row for all instances (RowKeys)
                 else:
-                    inst.process_rows(p.ts.tolist(), p.payloads, 0)
+                    inst.process_rows(p.ts_list(), p.payloads, 0)
                 tuples += len(p)
             elif p is WATERMARK:
                 inst.advance(ts)

@@ -400,7 +400,7 @@ def _oplus(op: OPlus, ups: list[Iterator[Item]], P: int = 1, G: int = 1,
                     continue
                 tv = type(v)
                 if tv is Batch:  # rows of a batch in one loop, their outputs as one batch
-                    inst.process_rows(v.ts.tolist(), v.payloads, i)
+                    inst.process_rows(v.ts_list(), v.payloads, i)
                     yield from _as_batch(insts)
                     continue
                 if tv is CheckpointBarrier:
@@ -445,15 +445,16 @@ def _shared_rows(insts: list[OPlusInstance], batch: Batch, lock: Any, i: int) ->
             shared(batch, lock)
             continue
         if rows is None:
-            rows = batch.ts.tolist()
+            rows = batch.ts_list()
         inst.process_rows(rows, batch.payloads, i)
 
 
 def _as_batch(insts: list[OPlusInstance]) -> Iterator[Item]:
     """The instances' outputs of one step (:func:`_merged`) as one batch of rows."""
-    outs = list(_merged(insts))
-    if outs:
-        yield outs[-1][0], Batch.of_items(outs)
+    outs = [inst.take() for inst in insts if inst.out]
+    if outs:  # one instance's list as it is (no generator per row)
+        items = outs[0] if len(outs) == 1 else list(heapq.merge(*outs, key=itemgetter(0)))
+        yield items[-1][0], Batch.of_items(items)
 
 
 def _oplus_runs(op: OPlus, insts: list[OPlusInstance],

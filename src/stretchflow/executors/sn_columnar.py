@@ -189,7 +189,7 @@ class Downstream:
             try:
                 if batch is not None and len(batch):
                     if self.rows:
-                        inst.process_rows(batch.ts.tolist(), batch.payloads)
+                        inst.process_rows(batch.ts_list(), batch.payloads)
                     else:
                         inst.process_batch(batch)
                 if wm is None:

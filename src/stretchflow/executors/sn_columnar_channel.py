@@ -83,7 +83,7 @@ def pack(batch: Batch | None) -> tuple | None:
         return ("raw", batch)
     if batch.has_table:
         return ("ipc", ipc(batch.table.append_column(_TS, arrow_ints(batch.ts))))
-    return ("py", batch.ts.tolist(), list(batch.payloads))
+    return ("py", batch.ts_list(), list(batch.payloads))
 
 
 def keep(batch: Batch | None) -> tuple | None:

@@ -223,7 +223,7 @@ class VSNInstance:
         if shared is not None:
             shared(batch, self.vop.rows_lock)
         else:
-            self.inst.process_rows(batch.ts.tolist(), batch.payloads, 0)
+            self.inst.process_rows(batch.ts_list(), batch.payloads, 0)
 
     def _run(self, run: list[tuple[int, Any, int]]) -> None:
         if not run:

@@ -160,7 +160,7 @@ def _row_batch(chunk: bytes, n: int, ts_f: str, prev: float, loads: Any) -> Batc
         return None
     if ts[0] < prev or (n > 1 and not (ts[1:] >= ts[:-1]).all()):
         return None
-    return Batch(ts, payloads=recs)
+    return Batch(ts, payloads=recs, ts_list=tss)
 
 
 def _parsed(src: Any, rows: int, max_bytes: int) -> Iterator[tuple[bytes, np.ndarray, Any]]:

@@ -157,7 +157,7 @@ class _JsonWriter(Sink):
             except ValueError as e:
                 raise StretchflowError(f"sink {self.name!r}: cannot write batch: {e}") from e
         if data is None:
-            self._dump(f, zip(batch.ts.tolist(), batch.payloads, strict=True))
+            self._dump(f, zip(batch.ts_list(), batch.payloads, strict=True))
         elif len(data):
             f.write(data)
 

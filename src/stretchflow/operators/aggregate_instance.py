@@ -73,6 +73,7 @@ class AggregateInstance(OPlusInstance):
         nxt = heap[0][0] + ws_ if heap else math.inf  # the next expiry (ρ + WS)
         cur = None  # the span whose σ entries `ds` holds
         ds: list[dict] = []
+        d1: dict | None = None  # ds's one entry, when it has one (a sliced A+: its slice)
         t = v = None
         try:
             for t, v in zip(ts, payloads, strict=True):
@@ -92,9 +93,14 @@ class AggregateInstance(OPlusInstance):
                 s = t - t % width
                 if s != cur:
                     ds = dicts(sg, 0, t)  # check&Create
+                    d1 = ds[0] if len(ds) == 1 else None
                     nxt = heap[0][0] + ws_
                     cur = s
                 if pairs is None:
+                    if d1 is not None:  # no loop over one entry: ~30 ns a row
+                        acc = d1.get(ks, missing)
+                        d1[ks] = update(init() if acc is missing else acc, v)  # f_U
+                        continue
                     for d in ds:
                         acc = d.get(ks, missing)
                         d[ks] = update(init() if acc is missing else acc, v)  # f_U
@@ -124,7 +130,7 @@ class AggregateInstance(OPlusInstance):
         :class:`~stretchflow.errors.RunTupleError` naming its row. An instance alone
         (:meth:`_rows_alone`) or taking runs through a kernel takes :meth:`process_rows`."""
         if self._rows_alone() or self.takes_runs:
-            self.process_rows(batch.ts.tolist(), batch.payloads)
+            self.process_rows(batch.ts_list(), batch.payloads)
             return
         n = len(batch)
         if not n:

@@ -152,13 +152,12 @@ class SlicedAggregateInstance(AggregateInstance):
         output, out, many = self.op.user_output, self.out, self.op.many_outputs
         right = l + self.op.WS
         accs, ss = self._combined(sg, l)
-        for k, acc in accs.items():  # f_O on the combined accumulator
-            res = output(k, acc)
-            if res is not None:
-                if many:  # f_O gives several payloads (top_k's rows)
-                    out.extend((right, r) for r in res)
-                else:
-                    out.append((right, res))
+        # f_O on each key's combined accumulator, called by map (no Python loop around it)
+        results = map(output, accs.keys(), accs.values())
+        if many:  # f_O gives several payloads (top_k's rows)
+            out.extend([(right, r) for res in results if res is not None for r in res])
+        else:
+            out.extend([(right, res) for res in results if res is not None])
         return ss
 
     def _drop_slice(self, sg: dict, s: int) -> None:
