@@ -98,7 +98,7 @@ def run(flow: Flow, parallelism: int | None = None, key_groups: int | None = Non
     """Runs ``flow`` to the end of its inputs on one thread.
 
     ``parallelism`` P > 1 runs each O+ as P instances in turn on this one thread, each owning
-    the key groups f_μ gives it (g mod P of ``key_groups`` G, default max(128, 16·P)) and every
+    the key groups f_μ gives it (g mod P of ``key_groups`` G, default 16·P) and every
     instance reading every tuple (journal Alg. 2, processSN, on P instances): the partitioned
     algorithm without threads, so its output can be checked against P = 1's exactly.
 
@@ -114,7 +114,7 @@ def run(flow: Flow, parallelism: int | None = None, key_groups: int | None = Non
 def execute(flow: Flow, s: Settings) -> RunResult:
     """Runs ``flow`` with checked settings ``s`` (:func:`stretchflow.engines.run`'s call)."""
     parallelism, columnar = s.parallelism, s.columnar
-    G = s.key_groups or (max(128, 16 * parallelism) if parallelism > 1 else 1)
+    G = s.key_groups or (16 * parallelism if parallelism > 1 else 1)
     counts: dict[str, list[int]] = {}
     instances: dict[str, list[OPlusInstance]] = {}
     ckpt = None
