@@ -11,11 +11,11 @@ driver and outlives it, unlike its UI; a worker's executor stderr would not say 
 it ran at the default log level.
 
 A lost worker is SIGKILLed (its whole process tree) while a task of the flow runs on it: the
-driver's UI (``--spark-ui``) lists the executors' active tasks, and job 0 is the session's
-warm-up. The cluster tests are ``slow``: ``make test-slow`` runs them (and CI), ``make test``
-does not. Their runs are made once, in three drivers (a session start is 20-40 s on two
-cores), by the ``scenario`` fixture, and each test checks its part of what it recorded.
-Where namespaces cannot be made they are skipped, with the reason
+driver's UI (``--spark-ui``) lists the running tasks of the active stages with their hosts,
+and job 0 is the session's warm-up. The cluster tests are ``slow``: ``make test-slow`` runs
+them (and CI), ``make test`` does not. Their runs are made once, in three drivers (a session
+start is 20-40 s on two cores), by the ``scenario`` fixture, and each test checks its part
+of what it recorded. Where namespaces cannot be made they are skipped, with the reason
 :class:`HostsUnavailableError` gives.
 """
 
@@ -38,6 +38,7 @@ from stretchflow.io.parts import committed_parts, read_parts
 from stretchflow.spark.hosts import (
     HostsUnavailableError,
     added_executors,
+    executor_hosts,
     failed_tasks,
     netns_cluster,
     read_events,
@@ -218,6 +219,14 @@ def stream_files(d: Path, recs: list[str], files: int, start: int = 0,
     return k
 
 
+def lists_executor(ui: str, host: str) -> bool:
+    """Whether the driver whose UI is at ``ui`` answers, listing a live executor on ``host``."""
+    try:
+        return host in executor_hosts(ui)
+    except (OSError, IndexError, KeyError, ValueError):
+        return False  # the UI is not up yet
+
+
 def parts(out: Path) -> list[tuple[int, dict]]:
     got = [(r["ts"], r) for r in read_parts(out)] if out.exists() else []
     assert [ts for ts, _ in got] == sorted(ts for ts, _ in got)
@@ -245,9 +254,10 @@ def scenario(cluster, tmp_path_factory) -> dict:
     and these runs used to start seven); what each test below checks is recorded here.
 
     Driver 1 (both workers): the batch flows; then a streaming wordcount (4 state partitions,
-    one file per micro-batch) that loses worker 2 after its first committed part while a
-    task runs there, and ends on worker 1; more files arrive, the checkpoint is rescaled to 1
-    partition and the query resumes on worker 1 (worker 2 still down).
+    one file per micro-batch; its first file closes windows, so its second micro-batch
+    commits a part and six more follow) that loses worker 2 after its first committed part
+    while a task runs there, and ends on worker 1; more files arrive, the checkpoint is
+    rescaled to 1 partition and the query resumes on worker 1 (worker 2 still down).
     Driver 2 (worker 2 back; a new driver's first jobs spread over both workers): the last
     files and the end marker, rescale to 3 partitions and the query resumes on both.
     Driver 3: a batch wordcount loses worker 2 while a task runs there, worker 2 is started
@@ -281,8 +291,7 @@ def scenario(cluster, tmp_path_factory) -> dict:
     flow_steps.append(["run", str(app), "--param", f"input={tw}", "--param",
                        f"output={tmp / 'chain.jsonl'}"])
     # ~43 min of event time (the generator's rate varies) for 120 s windows sliding by 60 s:
-    # each file closes windows, so every run commits parts of its own; the first half in 6
-    # files, so micro-batches remain after the first committed part for the loss
+    # every run closes windows, so commits parts of its own
     stw = tweets_file(tmp / "stream.jsonl", 3200, rate=10)
     lines = stw.read_text().splitlines(keepends=True)
     last = json.loads(lines[-1])["ts"]
@@ -295,7 +304,18 @@ def scenario(cluster, tmp_path_factory) -> dict:
     stream = ["run", "wordcount", "--input", str(inp), "--output", str(out), "--checkpoint",
               str(ckpt), "--max-files-per-trigger", "1"]
     half, three_q = len(lines) // 2, len(lines) * 3 // 4
-    k = stream_files(inp, lines[:half], 6)
+    # the first file runs to the first line a window's size (120 s) or more after the first
+    # one (11 min after it: the rate has a gap), so the watermark it leaves closes windows and
+    # the next micro-batch commits the first part; the rest of the first half follows in 6
+    # files. 6 micro-batches and the no-data one ending the stream (10-20 s) then remain for
+    # wait_busy to catch worker 2 running a task of the 4 state partitions (in 6 even files
+    # the first part came at the 4th micro-batch of 7, and under load wait_busy missed the
+    # ~2 s worker 2 was busy in the rest)
+    t0 = json.loads(lines[0])["ts"]
+    first = 1 + next(i for i, ln in enumerate(lines) if json.loads(ln)["ts"] >= t0 + 120_000)
+    assert first < half // 2, first  # the data still has its early gap
+    k = stream_files(inp, lines[:first], 1)
+    k = stream_files(inp, lines[first:half], 6, start=k)
 
     # -- driver 1: steps 0-3 the flows, 4 the stream, 6-7 rescale to 1 and resume
     d1 = tmp / "d1"
@@ -303,10 +323,16 @@ def scenario(cluster, tmp_path_factory) -> dict:
     proc = drive(c, [*flow_steps, stream, str(go1), ["spark", "rescale", str(ckpt), "1"],
                      stream], d1 / "events", ui=True)
     try:
+        # the driver's REST API starts on its first request, which took over 5 s under load:
+        # made now, while the batch flows run, not when wait_busy has the stream's seconds
+        wait_until(lambda: lists_executor(c.driver_ui, c.hosts["worker2"])
+                   or proc.poll() is not None, 300, "driver 1's UI lists worker 2", poll=0.5)
         wait_until(lambda: (out.exists() and committed_parts(out)) or proc.poll() is not None,
                    300, "a part is committed", poll=0.2)
         assert proc.poll() is None, f"driver 1 exited ({proc.returncode})"
-        wait_busy(c.driver_ui, c.hosts["worker2"], 300, alive=lambda: proc.poll() is None)
+        # a task of the stream: once step 4 is done the driver idles until go1
+        wait_busy(c.driver_ui, c.hosts["worker2"], 300,
+                  alive=lambda: proc.poll() is None and not (d1 / "done-4").exists())
         c.kill_worker(2)  # and it stays down until driver 2
         wait_file(d1 / "done-4", proc)
         r["first"] = parts(out)

@@ -502,22 +502,37 @@ def wait_executor(ui: str, host: str, timeout: float = 120.0) -> None:
     raise RuntimeError(f"no executor on {host} within {timeout}s (driver UI {ui})")
 
 
+def _runs_task_on(ui: str, app: str, host: str, min_job: int) -> bool:
+    """Whether an executor at ``host`` runs a task of a job numbered ``min_job`` or later now.
+    From the active stages' task lists, not the executors' ``activeTasks``: Spark's status
+    store writes a task as it starts, but an executor's counters at most every
+    ``spark.ui.liveUpdate.period`` (100 ms), so a one-core executor's next task, launched
+    within that of its last one's end, stays uncounted until a later write, often its own
+    end's (back to 0)."""
+    stages = {s["stageId"] for s in _ui_get(
+        ui, f"applications/{app}/stages?status=active&details=true&taskStatus=RUNNING")
+        if any(t.get("host") == host and t.get("status") == "RUNNING"
+               for t in (s.get("tasks") or {}).values())}
+    # the job list second: most polls find no such task and cost one request
+    return bool(stages) and any(
+        j["jobId"] >= min_job and stages & set(j.get("stageIds", ()))
+        for j in _ui_get(ui, f"applications/{app}/jobs?status=running"))
+
+
 def wait_busy(ui: str, host: str, timeout: float, min_job: int = 1,
               alive: Any = None) -> None:
     """Waits until the driver whose UI is at ``ui`` runs a task on an executor at ``host``
     for a job numbered ``min_job`` or later (job 0 is the session's warm-up); ``alive()``
-    False (the driver ended) or ``timeout`` s is an error saying so."""
+    False (the driver, or the part of its run to catch, ended) or ``timeout`` s is an error
+    saying so."""
     end = time.monotonic() + timeout
     app = None
     while time.monotonic() < end:
         if alive is not None and not alive():
-            raise RuntimeError(f"the driver ended before it ran a task on {host}")
+            raise RuntimeError(f"the run ended before it ran a task on {host} (driver UI {ui})")
         try:
             app = app or _ui_get(ui, "applications")[0]["id"]
-            jobs = _ui_get(ui, f"applications/{app}/jobs?status=running")
-            if any(j["jobId"] >= min_job for j in jobs) and any(
-                    x["hostPort"].split(":")[0] == host and x["activeTasks"] > 0
-                    for x in _ui_get(ui, f"applications/{app}/executors")):
+            if _runs_task_on(ui, app, host, min_job):
                 return
         except (OSError, IndexError, KeyError, ValueError):
             pass  # the UI is not up yet
