@@ -296,7 +296,9 @@ def scenario(cluster, tmp_path_factory) -> dict:
     lines = stw.read_text().splitlines(keepends=True)
     last = json.loads(lines[-1])["ts"]
     r["stream_want"] = reference(tmp, "stream", ["run", "wordcount", "--input", str(stw)])
-    big = tweets_file(tmp / "big.jsonl", 20_000, rate=200)
+    # 60 000: its job's tasks on worker 2 last seconds (20 000 gave a 2.7 s job with worker
+    # 2 busy about 2 s, which a new driver's first REST requests missed in CI)
+    big = tweets_file(tmp / "big.jsonl", 60_000, rate=200)
     wc_big = ["run", "wordcount", "--input", str(big)]
     r["big_want"] = reference(tmp, "big", wc_big)
 
@@ -366,7 +368,12 @@ def scenario(cluster, tmp_path_factory) -> dict:
     proc = drive(c, [[*wc_big, "--output", str(tmp / "a.jsonl")], str(go),
                      [*wc_big, "--output", str(tmp / "b.jsonl")]], d3 / "events", ui=True)
     try:
-        wait_busy(c.driver_ui, c.hosts["worker2"], 300, alive=lambda: proc.poll() is None)
+        # the REST API's first (slow) requests while the session's warm-up job runs, as for
+        # driver 1; then the catch, which fails at once if job a ends first
+        wait_until(lambda: lists_executor(c.driver_ui, c.hosts["worker2"])
+                   or proc.poll() is not None, 300, "driver 3's UI lists worker 2", poll=0.5)
+        wait_busy(c.driver_ui, c.hosts["worker2"], 300,
+                  alive=lambda: proc.poll() is None and not (d3 / "done-0").exists())
         r["killed"] = c.kill_worker(2)
         wait_file(d3 / "done-0", proc)
         r["loss_first"] = read_events(d3 / "events")  # job a has ended: events flushed
