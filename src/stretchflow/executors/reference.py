@@ -451,9 +451,8 @@ def _shared_rows(insts: list[OPlusInstance], batch: Batch, lock: Any, i: int) ->
 
 def _as_batch(insts: list[OPlusInstance]) -> Iterator[Item]:
     """The instances' outputs of one step (:func:`_merged`) as one batch of rows."""
-    outs = [inst.take() for inst in insts if inst.out]
-    if outs:  # one instance's list as it is (no generator per row)
-        items = outs[0] if len(outs) == 1 else list(heapq.merge(*outs, key=itemgetter(0)))
+    items = _merged(insts)
+    if items:
         yield items[-1][0], Batch.of_items(items)
 
 
@@ -639,11 +638,11 @@ def _then_failure(items: Iterator[Any]) -> Iterator[Any]:
         yield _Failure(e)
 
 
-def _merged(insts: list[OPlusInstance]) -> Iterator[Item]:
+def _merged(insts: list[OPlusInstance]) -> list[Item]:
     """The instances' outputs of one step, merged by timestamp: each instance's are sorted
-    and every instance read the same tuples, so all of them are at or below the watermark."""
+    and every instance read the same tuples, so all of them are at or below the watermark.
+    One instance's list is returned as it is (no generator step per output)."""
     outs = [inst.take() for inst in insts if inst.out]
     if len(outs) == 1:
-        yield from outs[0]
-    elif outs:
-        yield from heapq.merge(*outs, key=itemgetter(0))
+        return outs[0]
+    return list(heapq.merge(*outs, key=itemgetter(0))) if outs else []
