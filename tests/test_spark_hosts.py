@@ -11,8 +11,9 @@ driver and outlives it, unlike its UI; a worker's executor stderr would not say 
 it ran at the default log level.
 
 A lost worker is SIGKILLed (its whole process tree) while a task of the flow runs on it: the
-driver's UI (``--spark-ui``) lists the running tasks of the active stages with their hosts,
-and job 0 is the session's warm-up. The cluster tests are ``slow``: ``make test-slow`` runs
+flow (:data:`HELD_WORDCOUNT`) holds its first task on worker 2 until the kill, so the kill
+lands in it on any load (catching a running task by polling the driver's UI missed short
+jobs in CI). The cluster tests are ``slow``: ``make test-slow`` runs
 them (and CI), ``make test`` does not. Their runs are made once, in three drivers (a session
 start is 20-40 s on two cores), by the ``scenario`` fixture, and each test checks its part
 of what it recorded. Where namespaces cannot be made they are skipped, with the reason
@@ -38,14 +39,12 @@ from stretchflow.io.parts import committed_parts, read_parts
 from stretchflow.spark.hosts import (
     HostsUnavailableError,
     added_executors,
-    executor_hosts,
     failed_tasks,
     netns_cluster,
     read_events,
     remote_shuffle_bytes,
     removed_executors,
     task_hosts,
-    wait_busy,
     wait_executor,
 )
 from stretchflow.spark.rescale import state_partitions
@@ -92,6 +91,55 @@ CHAIN_FLOW = textwrap.dedent("""
             output=lambda parity, acc: {"parity": parity, "total": acc[0], "max": acc[1]},
             name="summary")
         summary.sink(params["output"])
+        return flow
+""")
+
+#: wordcount (120 s windows sliding by 60 s) whose tasks a test can hold on one host: while
+#: the file ``params["hold"]`` exists, a task on the host at ``params["hold_on"]`` (its address
+#: in that network namespace) that calls f_MK or f_U makes the file ``params["busy"]`` and
+#: waits (a bounded poll) for the file to go. The test kills that host's worker once ``busy``
+#: is there, so the kill lands in a running task by construction; a poll of the driver's
+#: UI for a running task missed short jobs under load. Without ``hold`` it is plain wordcount.
+HELD_WORDCOUNT = textwrap.dedent("""
+    import os
+    import socket
+    import time
+    from collections import Counter
+
+    import stretchflow as sf
+
+
+    def build_flow(params):
+        hold, host, busy = params.get("hold"), params.get("hold_on"), params.get("busy")
+        here = {}
+
+        def held():
+            if not (hold and os.path.exists(hold)):
+                return
+            if "ip" not in here:  # the address this process's packets to `host` leave from
+                with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                    s.connect((host, 9))
+                    here["ip"] = s.getsockname()[0]
+            if here["ip"] != host:
+                return
+            open(busy, "w").close()
+            end = time.monotonic() + 300
+            while os.path.exists(hold) and time.monotonic() < end:
+                time.sleep(0.1)  # a bounded poll for the test's kill
+
+        def keys(t):
+            held()
+            return Counter(t["text"].split())
+
+        def update(n, c):
+            held()
+            return n + c
+
+        flow = sf.Flow("held-wordcount")
+        s = flow.source(sf.io.jsonl(params["input"], name="in0"))
+        s.aggregate(size=120_000, slide=60_000, keys=keys, init=int, update=update,
+                    output=lambda w, n: {"word": w, "count": n},
+                    name="count").sink(params["output"])
         return flow
 """)
 
@@ -219,12 +267,14 @@ def stream_files(d: Path, recs: list[str], files: int, start: int = 0,
     return k
 
 
-def lists_executor(ui: str, host: str) -> bool:
-    """Whether the driver whose UI is at ``ui`` answers, listing a live executor on ``host``."""
-    try:
-        return host in executor_hosts(ui)
-    except (OSError, IndexError, KeyError, ValueError):
-        return False  # the UI is not up yet
+def held_on_worker_2(hold: Path, proc: subprocess.Popen, done: Path) -> None:
+    """Waits until a task of the run :data:`HELD_WORDCOUNT` holds on worker 2 says so; an
+    error if the driver exits or the step ends first (the hold is then never reached)."""
+    busy = Path(f"{hold}.busy")
+    wait_until(lambda: busy.exists() or proc.poll() is not None or done.exists(), 300,
+               "a task is held on worker 2", poll=0.2)
+    assert busy.exists(), (f"no task was held on worker 2 before the step ended (driver "
+                           f"exit code {proc.poll()}, None: it runs)")
 
 
 def parts(out: Path) -> list[tuple[int, dict]]:
@@ -295,24 +345,34 @@ def scenario(cluster, tmp_path_factory) -> dict:
     stw = tweets_file(tmp / "stream.jsonl", 3200, rate=10)
     lines = stw.read_text().splitlines(keepends=True)
     last = json.loads(lines[-1])["ts"]
-    r["stream_want"] = reference(tmp, "stream", ["run", "wordcount", "--input", str(stw)])
-    # 60 000: its job's tasks on worker 2 last seconds (20 000 gave a 2.7 s job with worker
-    # 2 busy about 2 s, which a new driver's first REST requests missed in CI)
-    big = tweets_file(tmp / "big.jsonl", 60_000, rate=200)
-    wc_big = ["run", "wordcount", "--input", str(big)]
-    r["big_want"] = reference(tmp, "big", wc_big)
+    held = tmp / "held.py"
+    held.write_text(HELD_WORDCOUNT)
+
+    def held_run(inp: Path, out: Path, hold: Path | None = None) -> list[str]:
+        argv = ["run", str(held), "--param", f"input={inp}", "--param", f"output={out}"]
+        if hold is not None:  # the flow holds a task on worker 2 while `hold` exists
+            argv += ["--param", f"hold={hold}", "--param", f"hold_on={c.hosts['worker2']}",
+                     "--param", f"busy={hold}.busy"]
+        return argv
+
+    def ref_held(name: str, inp: Path) -> dict:
+        out = tmp / f"ref-{name}.jsonl"
+        assert main([*held_run(inp, out), "-q"]) == 0
+        return jsonl(out)
+
+    r["stream_want"] = ref_held("stream", stw)
+    big = tweets_file(tmp / "big.jsonl", 20_000, rate=200)
+    r["big_want"] = ref_held("big", big)
 
     inp, out, ckpt = tmp / "in", tmp / "out.jsonl", tmp / "ckpt"
-    stream = ["run", "wordcount", "--input", str(inp), "--output", str(out), "--checkpoint",
-              str(ckpt), "--max-files-per-trigger", "1"]
+    hold1 = tmp / "hold-1"
+    stream = [*held_run(inp, out, hold1), "--checkpoint", str(ckpt),
+              "--max-files-per-trigger", "1"]
     half, three_q = len(lines) // 2, len(lines) * 3 // 4
     # the first file runs to the first line a window's size (120 s) or more after the first
     # one (11 min after it: the rate has a gap), so the watermark it leaves closes windows and
     # the next micro-batch commits the first part; the rest of the first half follows in 6
-    # files. 6 micro-batches and the no-data one ending the stream (10-20 s) then remain for
-    # wait_busy to catch worker 2 running a task of the 4 state partitions (in 6 even files
-    # the first part came at the 4th micro-batch of 7, and under load wait_busy missed the
-    # ~2 s worker 2 was busy in the rest)
+    # files, whose tasks the hold catches on worker 2
     t0 = json.loads(lines[0])["ts"]
     first = 1 + next(i for i, ln in enumerate(lines) if json.loads(ln)["ts"] >= t0 + 120_000)
     assert first < half // 2, first  # the data still has its early gap
@@ -323,19 +383,15 @@ def scenario(cluster, tmp_path_factory) -> dict:
     d1 = tmp / "d1"
     go1 = tmp / "rescale-to-1"
     proc = drive(c, [*flow_steps, stream, str(go1), ["spark", "rescale", str(ckpt), "1"],
-                     stream], d1 / "events", ui=True)
+                     stream], d1 / "events")
     try:
-        # the driver's REST API starts on its first request, which took over 5 s under load:
-        # made now, while the batch flows run, not when wait_busy has the stream's seconds
-        wait_until(lambda: lists_executor(c.driver_ui, c.hosts["worker2"])
-                   or proc.poll() is not None, 300, "driver 1's UI lists worker 2", poll=0.5)
         wait_until(lambda: (out.exists() and committed_parts(out)) or proc.poll() is not None,
                    300, "a part is committed", poll=0.2)
         assert proc.poll() is None, f"driver 1 exited ({proc.returncode})"
-        # a task of the stream: once step 4 is done the driver idles until go1
-        wait_busy(c.driver_ui, c.hosts["worker2"], 300,
-                  alive=lambda: proc.poll() is None and not (d1 / "done-4").exists())
+        hold1.touch()  # the stream's next task on worker 2 waits for the kill
+        held_on_worker_2(hold1, proc, d1 / "done-4")
         c.kill_worker(2)  # and it stays down until driver 2
+        hold1.unlink()  # the task's retry on worker 1 goes on
         wait_file(d1 / "done-4", proc)
         r["first"] = parts(out)
         r["partitions_first"] = state_partitions(ckpt)
@@ -364,17 +420,14 @@ def scenario(cluster, tmp_path_factory) -> dict:
     # after the stream, the warm session ran the job in 5 s: too short to catch a task on
     # worker 2 on a loaded machine); the next job waits for worker 2's return
     d3 = tmp / "d3"
-    go = tmp / "worker-2-is-back"
-    proc = drive(c, [[*wc_big, "--output", str(tmp / "a.jsonl")], str(go),
-                     [*wc_big, "--output", str(tmp / "b.jsonl")]], d3 / "events", ui=True)
+    go, hold3 = tmp / "worker-2-is-back", tmp / "hold-3"
+    hold3.touch()  # job a's first task on worker 2 waits for the kill
+    proc = drive(c, [held_run(big, tmp / "a.jsonl", hold3), str(go),
+                     held_run(big, tmp / "b.jsonl")], d3 / "events", ui=True)
     try:
-        # the REST API's first (slow) requests while the session's warm-up job runs, as for
-        # driver 1; then the catch, which fails at once if job a ends first
-        wait_until(lambda: lists_executor(c.driver_ui, c.hosts["worker2"])
-                   or proc.poll() is not None, 300, "driver 3's UI lists worker 2", poll=0.5)
-        wait_busy(c.driver_ui, c.hosts["worker2"], 300,
-                  alive=lambda: proc.poll() is None and not (d3 / "done-0").exists())
+        held_on_worker_2(hold3, proc, d3 / "done-0")
         r["killed"] = c.kill_worker(2)
+        hold3.unlink()
         wait_file(d3 / "done-0", proc)
         r["loss_first"] = read_events(d3 / "events")  # job a has ended: events flushed
         c.start_worker(2)
