@@ -13,7 +13,7 @@ from typing import Any
 
 from ..errors import FlowDefinitionError
 from .keys import input_keys_fn
-from .oplus import OPlus, WindowSet
+from .oplus import OPlus, OPlusInstance, SharedState, WindowSet
 
 
 class Join(OPlus):
@@ -52,16 +52,29 @@ class Join(OPlus):
     ):
         self.predicate = predicate
         self.pair_output = output if output is not None else _pair
+        #: the user's f_MK of the left and the right input, unwrapped (:class:`JoinInstance`
+        #: reads their results as :func:`~.keys.one_key` does, inlined)
+        self.side_keys = join_keys(name, keys, left_keys, right_keys)
         super().__init__(
             size=size,
             slide=slide,
             inputs=2,
-            keys=input_keys_fn(join_keys(name, keys, left_keys, right_keys)),
+            keys=input_keys_fn(self.side_keys),
             window_type=window_type,
             f_mu=f_mu,
             update=self._match_and_store,
             name=name,
         )
+
+    def instance(self, sigma: SharedState | None = None, j: int = 0,
+                 assign: list[int] | None = None) -> OPlusInstance:
+        """A :class:`~.join_instance.JoinInstance`, which runs this f_U inlined; the general
+        instance for a subclass with an f_U of its own."""
+        if type(self)._match_and_store is not Join._match_and_store:
+            return OPlusInstance(self, sigma, j, assign)
+        from .join_instance import JoinInstance
+
+        return JoinInstance(self, sigma, j, assign)
 
     def _match_and_store(self, ws: WindowSet, ts: int, value: Any, i: int) -> list:
         pred, make = self.predicate, self.pair_output

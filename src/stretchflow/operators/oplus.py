@@ -645,6 +645,13 @@ class OPlusInstance:
 
     def _emit_pending(self, upto: float) -> None:
         pending, out = self._pending, self.out
+        if len(pending) > 16 and max(pending)[0] <= upto:
+            # all of them (a tumbling window's matches, as a join makes): one sort, in
+            # the heap's pop order ((ts, seq), seq unique), not a sift-down per output
+            pending.sort()
+            out.extend([(ts, p) for ts, _, p in pending])
+            pending.clear()
+            return
         while pending and pending[0][0] <= upto:
             ts, _, p = heapq.heappop(pending)
             out.append((ts, p))
