@@ -215,6 +215,34 @@ def test_interleaved_entries_reach_a_reader_before_any_watermark_past_their_rows
     assert w == 12_000 and rows == 6 * 16  # windows 2 000 … 12 000, every auction
 
 
+def test_rows_behind_every_emitted_window_stop_the_run_instead_of_being_lost():
+    """A batch whose rows reach σ after every connected instance emitted the windows holding
+    them (what the race above did) is an error naming the slice, not a silent drop; a batch
+    at or after the emitted windows still goes in."""
+    import numpy as np
+    import pyarrow as pa
+
+    from stretchflow.errors import StretchflowError
+
+    flow = sf.Flow("late-rows")
+    node = flow.source(sf.io.generated("tweets", rows=1)).aggregate(
+        size="10s", slide="2s", keys="auction", **count(), name="bids").node
+    shared = columnar_shared.ColumnarShared(node.spec, 2)
+    insts = [columnar_shared.ColumnarVSNInstance(node.spec, shared, j, [0, 1], True)
+             for j in (0, 1)]
+    ts = np.arange(0, 12_001, 50)
+    for inst in insts:
+        inst.process_batch(Batch(ts, table=pa.table({"auction": ts // 50 % 16})))
+        assert inst.take()
+    assert min(shared.next_l.values()) == 4_000  # windows up to [2 000, 12 000) emitted
+    late = np.arange(1_000, 1_200, 50)  # slice 0: only in windows already emitted
+    with pytest.raises(StretchflowError, match=r"bids: internal error: rows of slice 0 .*"
+                                               r"before 4000"):
+        insts[0].process_batch(Batch(late, table=pa.table({"auction": late % 16})))
+    ok = np.arange(12_000, 12_200, 50)  # in windows still to come
+    insts[1].process_batch(Batch(ok, table=pa.table({"auction": ok % 16})))
+
+
 SETTINGS = settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
 CASE = next(c for c in conf_flows.FLOWS if c.name == "expression-aggregates-file")
 

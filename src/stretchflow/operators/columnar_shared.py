@@ -208,10 +208,29 @@ class ColumnarShared:
             return
         with self.lock:
             self._seqs.pop(id(batch), None)
-            for s, part in parts:
-                self._insert(s, seq, part)
+            late = self._behind_emitted(parts)
+            if late is not None:  # the batch's instance raises it (process_batch)
+                prep.error = StretchflowError(
+                    f"{self.op.name}: internal error: rows of slice {late[0]} reached the "
+                    f"shared state after every connected instance had emitted the windows "
+                    f"holding them (up to the one starting before {late[1]}); they would be "
+                    f"lost, so the run stops")
+            else:
+                for s, part in parts:
+                    self._insert(s, seq, part)
             prep.done = True
             self.cond.notify_all()
+
+    def _behind_emitted(self, parts: list[tuple[int, Any]]) -> tuple[int, float] | None:
+        """``(slice, m)`` for a partial whose slice lies before ``m``, the left boundary below
+        which every connected instance has emitted its windows (under the lock): such rows
+        are in no window still to come, and :meth:`moved` drops the slice. Correct ordering
+        never makes one; a race in the runtime would, and would lose the rows silently."""
+        if not self.next_l or not parts:
+            return None
+        m = min(self.next_l.values())
+        low = min(s for s, _ in parts)
+        return (low, m) if low < m else None
 
     def _insert(self, s: int, seq: int, part: Any) -> None:
         """Partial ``part`` of the batch at ESG position ``seq`` into slice ``s``, in ESG order
