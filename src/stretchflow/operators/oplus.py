@@ -645,9 +645,11 @@ class OPlusInstance:
 
     def _emit_pending(self, upto: float) -> None:
         pending, out = self._pending, self.out
-        if len(pending) > 16 and max(pending)[0] <= upto:
+        if len(pending) > 16 and pending[-1][0] <= upto and max(pending)[0] <= upto:
             # all of them (a tumbling window's matches, as a join makes): one sort, in
-            # the heap's pop order ((ts, seq), seq unique), not a sift-down per output
+            # the heap's pop order ((ts, seq), seq unique), not a sift-down per output. The
+            # last leaf first: when some are held for later windows it usually is one, and
+            # the scan of all is skipped
             pending.sort()
             out.extend([(ts, p) for ts, _, p in pending])
             pending.clear()
