@@ -27,7 +27,6 @@ barrier (:mod:`.ordered_checkpoint`), passed on in place like a watermark by eve
 
 from __future__ import annotations
 
-import heapq
 import threading
 from bisect import bisect_right
 from collections import deque
@@ -45,6 +44,7 @@ from ..operators.stateful import PartitionedStateful, Stateful
 from ..operators.stateless import Filter, FlatMap, Map
 from ..runtime.checkpoint import CheckpointBarrier
 from ..runtime.control import raise_user_error, user_error
+from ..sorted_runs import merge_runs
 from .plan import columnar_batch, line_readers
 from .scheduler import OpStats
 
@@ -456,7 +456,7 @@ def oplus_emitter(st: OPlusStage) -> Callable[[Any], None]:
             return
         runs = [g[0] for g in group if g[0]] if tagged else [g for g in group if g]
         merged = (runs[0] if len(runs) == 1 else
-                  list(heapq.merge(*runs, key=order_key)) if runs else [])
+                  merge_runs(runs, order_key) if runs else [])
         if tagged and group[0][1]:  # what instance 0 passed on, END last
             merged = merged + group[0][1] if merged else group[0][1]
         if st.join_windows:
@@ -475,17 +475,13 @@ def merge_rows(group: list[tuple[list[Item], list[Item]]]) -> list[Item]:
     placed after the outputs of its timestamp (as :func:`order_key` puts a watermark), the
     control items of several instances by timestamp. The outputs leave as
     :class:`~stretchflow.batch.Batch` items of rows between the control items, as the
-    reference hands an O+'s outputs of one batch on. The outputs are merged by a stable
-    sort on their timestamp (ties in instance order, as ``heapq.merge``'s), in C."""
+    reference hands an O+'s outputs of one batch on. The outputs are merged by timestamp,
+    ties in instance order (:func:`~stretchflow.sorted_runs.merge_runs`)."""
     outs = [u[0] for u in group if u[0]]
     marks = [m for u in group for m in u[1]]
     if len(marks) > 1:
         marks.sort(key=_TS)  # stable: an instance's own order kept
-    data = outs[0] if outs else []
-    if len(outs) > 1:
-        for o in outs[1:]:
-            data.extend(o)  # (the instance's list, handed over with its unit)
-        data.sort(key=_TS)
+    data = merge_runs(outs, _TS) if len(outs) > 1 else outs[0] if outs else []
     if not marks:
         return [(data[-1][0], Batch.of_items(data))] if data else []
     out: list[Item] = []

@@ -33,7 +33,6 @@ that takes tuples, a join): the same tuples, in the same order, as tuple at a ti
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable, Hashable
 from operator import itemgetter
 from typing import Any, Protocol
@@ -45,6 +44,7 @@ from ..eventtime import WATERMARK
 from ..flow import Flow, Node
 from ..operators.stateless import apply_batch, over_batch
 from ..runtime import pump
+from ..sorted_runs import merge_runs
 
 Item = tuple[int, Any]
 _ts = itemgetter(0)
@@ -89,7 +89,7 @@ class Inlet:
                     for i, b in parts]
         else:
             runs = [b for _, b in parts]
-        self.push(pid, list(heapq.merge(*runs, key=_ts)))
+        self.push(pid, merge_runs(runs, _ts))
 
     def send_control(self, control: Any) -> bool:
         """Adds a control tuple for the readers (addSTRETCH, journal Alg. 5 and §7); False,

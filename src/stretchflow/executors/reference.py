@@ -64,6 +64,7 @@ from ..runtime.control import CheckpointBarrier, raise_user_error, user_error
 from ..runtime.drain import SinkDrain, pull_merged
 from ..runtime.result import RunResult
 from ..runtime.skeleton import Run
+from ..sorted_runs import merge_runs
 from .plan import one_row_each, readers_of, stateless_paths
 from .reference_overlap import WriteBehind, read_ahead
 
@@ -645,4 +646,4 @@ def _merged(insts: list[OPlusInstance]) -> list[Item]:
     outs = [inst.take() for inst in insts if inst.out]
     if len(outs) == 1:
         return outs[0]
-    return list(heapq.merge(*outs, key=itemgetter(0))) if outs else []
+    return merge_runs(outs, itemgetter(0)) if outs else []

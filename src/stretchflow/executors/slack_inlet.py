@@ -14,7 +14,6 @@ it was added (Eq. 1), so the index travels as a field and no ``Tagged`` is neede
 
 from __future__ import annotations
 
-import heapq
 import math
 import time
 from collections.abc import Hashable, Mapping
@@ -26,6 +25,7 @@ from ..buffers.ssg import SlackScaleGate
 from ..flow import Node
 from ..runtime import RunControl, SourcePump, Stopped
 from ..runtime.latency import IngestClock
+from ..sorted_runs import merge_runs
 from .plan import InletFactory, Item, Pusher
 
 __all__ = ["SOURCE_BATCH", "SOURCE_DELAY", "SSGInlet", "ssg_inlets", "write_source"]
@@ -57,7 +57,7 @@ class SSGInlet:
         :meth:`Inlet.push_inputs`)."""
         now = time.perf_counter()
         runs = [[(ts, p, i, now) for ts, p in b] for i, b in parts]
-        self.ssg.insert_batch(list(heapq.merge(*runs, key=itemgetter(0))), pid)
+        self.ssg.insert_batch(merge_runs(runs, itemgetter(0)), pid)
 
     def push(self, pid: Hashable, items: list[Item]) -> None:
         """Adds a producer's control items (a checkpoint barrier, past the stateless

@@ -54,7 +54,6 @@ a node read twice, sinks on several nodes, a stateful operator, an A+ without co
 
 from __future__ import annotations
 
-import heapq
 import threading
 import time
 from collections import deque
@@ -70,6 +69,7 @@ from ..runtime import RunControl, Stopped, pump
 from ..runtime.control import raise_user_error
 from ..runtime.skeleton import Run
 from ..runtime.tempdirs import sweep_stale
+from ..sorted_runs import merge_runs
 from . import sn_rows
 from .plan import columnar_batch, line_readers, readers_of
 from .sn_channel import group_assignment
@@ -545,7 +545,7 @@ def _merge(bs: list[Batch]) -> Batch:
         ts = np.concatenate([b.ts for b in bs])
         if bool((ts[1:] >= ts[:-1]).all()):
             return Batch(ts, payloads=[p for b in bs for p in b.payloads])
-    items = list(heapq.merge(*[b.items() for b in bs], key=itemgetter(0)))
+    items = merge_runs([b.items() for b in bs], itemgetter(0))
     return Batch.of_items(items)
 
 
