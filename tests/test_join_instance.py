@@ -58,9 +58,10 @@ def _run(insts: list, items: list, watermark_every: int = 0) -> list:
 
 
 def _brute(op: Join, items: list) -> list:
-    """Every match as the definition makes it: a tuple meets the other input's earlier
-    tuples with a key in common in each window instance both fall in; an output carries the
-    window's right boundary; sorted by it, ties in the order the matches were made."""
+    """Every match as the definition makes it (WT multi): a tuple meets the other input's
+    earlier tuples with a key in common in each window instance both fall in; an output
+    carries the window's right boundary; sorted by it, ties in the order the matches were
+    made."""
     made = []
     for n, (ts, i, t) in enumerate(items):
         ks = op.keys(t, i)
@@ -75,7 +76,7 @@ def _brute(op: Join, items: list) -> list:
                 if k not in pairs2:
                     continue
                 for right in _rights(op, ts):
-                    if right not in _rights(op, ts2, at=ts):
+                    if right not in _rights(op, ts2):
                         continue
                     left, r = (v, pairs2[k]) if i == 0 else (pairs2[k], v)
                     if op.predicate is None or op.predicate(left, r):
@@ -84,16 +85,10 @@ def _brute(op: Join, items: list) -> list:
     return [(right, p) for right, _, _, p in made]
 
 
-def _rights(op: Join, ts: int, at: int | None = None) -> set[int]:
-    """Right boundaries of the window instances holding a tuple at ``ts``; a ``single``
-    window set holds only its latest position's when a later tuple at ``at`` arrives."""
+def _rights(op: Join, ts: int) -> set[int]:
+    """Right boundaries of the window instances (WT multi) holding a tuple at ``ts``."""
     first = ((ts - op.WS) // op.WA + 1) * op.WA
-    last = ts - ts % op.WA
-    if op.WT == "single":
-        now = at if at is not None else ts
-        first = ((now - op.WS) // op.WA + 1) * op.WA
-        return {first + op.WS} if first <= ts else set()
-    return {l + op.WS for l in range(first, last + 1, op.WA)}
+    return {l + op.WS for l in range(first, ts - ts % op.WA + 1, op.WA)}
 
 
 @settings(max_examples=150, deadline=None)

@@ -5,12 +5,13 @@ f_U written into it.
 (:mod:`.keys`), the key pairs routed into a list, then per (key, window instance) a call of
 ``Join._match_and_store``, which builds its outputs in a list that ``_emit_later`` pushes one
 by one. That was about 4.3 µs per tuple on the userflows join (1 M persons and auctions,
-tumbling 10 s windows): most of it the engine's steps between the user's two calls (f_MK,
-then ``output`` per match). :class:`JoinInstance` keeps every step of Alg. 2 — the same
-window instances (σ[k][ℓ] holding both inputs' tuples), the same outputs held until the
-watermark passes their window's right boundary, in the same order — and does them in one
-method: the user's key function of the tuple's input called directly, one key taken without
-building a set, the match over the other input's stored tuples as one comprehension.
+tumbling 10 s windows; a scratch timing of the instance alone), most of it the engine's
+steps between the user's two calls (f_MK, then ``output`` per match). :class:`JoinInstance`
+keeps every step of Alg. 2 — the same window instances (σ[k][ℓ] holding both inputs'
+tuples), the same outputs held until the watermark passes their window's right boundary, in
+the same order — and does them in one method: the user's key function of the tuple's input
+called directly, one key taken without building a set, the match over the other input's
+stored tuples as one comprehension.
 """
 
 from __future__ import annotations
