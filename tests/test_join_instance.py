@@ -173,3 +173,19 @@ def test_many_outputs_of_one_window_leave_in_the_order_they_were_made():
     assert {ts for ts, _ in rest} == {10}
     items = [(n // 10, n % 2, {"id": n, "k": 0}) for n in range(30)]
     assert first + rest == _brute(op, items)
+
+
+def test_key_groups_come_from_route_so_an_engine_can_place_keys_its_own_way():
+    """sn's process channels place keys by a process-independent hash (``stable_instance``
+    swaps ``_route``): the join instance must read every key's group through it. A shortcut
+    that hashed the key itself lost the outputs of sn's joins."""
+    from stretchflow.executors.sn_process import stable_instance
+
+    op = _join("one", 4, 4, "multi", False)
+    assign = [0, 1, 1, 0]
+    group_of = {k: (k + 1) % 4 for k in range(4)}.__getitem__  # unlike hash(k) % 4
+    insts = [stable_instance(op, SharedState(4), j, assign, group_of) for j in (0, 1)]
+    items = _stream([(0, n % 2, n // 2 % 4, 0) for n in range(16)])  # both sides, each key
+    want = _brute(op, items)
+    assert len({t[0] for _, t in want}) == 8  # every key matched
+    assert sorted(_run(insts, items)) == sorted(want)
