@@ -176,6 +176,17 @@ def test_an_o_plus_puts_several_windows_in_an_entry_only_for_a_columnar_reader(
     assert any(f is not None for f in floors) == (merged and p > 1 and engine == "vsn")
 
 
+def _two_columnar_instances() -> list:
+    """Two columnar vsn instances sharing σ of a bid count (10 s windows sliding by 2 s, by
+    auction), the key groups split between them."""
+    flow = sf.Flow("two")
+    node = flow.source(sf.io.generated("tweets", rows=1)).aggregate(
+        size="10s", slide="2s", keys="auction", **count(), name="bids").node
+    shared = columnar_shared.ColumnarShared(node.spec, 2)
+    return [columnar_shared.ColumnarVSNInstance(node.spec, shared, j, [0, 1], True)
+            for j in (0, 1)]
+
+
 def test_interleaved_entries_reach_a_reader_before_any_watermark_past_their_rows():
     """Two instances sharing σ emit one entry each for the windows an updateW closed; the
     batch ended on a window's right boundary W, so each pushes its entry and a watermark at W
@@ -190,12 +201,7 @@ def test_interleaved_entries_reach_a_reader_before_any_watermark_past_their_rows
     from stretchflow.buffers.esg import ElasticScaleGate
     from stretchflow.eventtime import WATERMARK
 
-    flow = sf.Flow("interleave")
-    node = flow.source(sf.io.generated("tweets", rows=1)).aggregate(
-        size="10s", slide="2s", keys="auction", **count(), name="bids").node
-    shared = columnar_shared.ColumnarShared(node.spec, 2)
-    insts = [columnar_shared.ColumnarVSNInstance(node.spec, shared, j, [0, 1], True)
-             for j in (0, 1)]
+    insts = _two_columnar_instances()
     ts = np.arange(0, 12_001, 50)  # ends on 12 000, a window's right boundary
     batch = Batch(ts, table=pa.table({"auction": ts // 50 % 16}))
     esg = ElasticScaleGate(sources=[0, 1], readers=["hot"])
@@ -224,12 +230,8 @@ def test_rows_behind_every_emitted_window_stop_the_run_instead_of_being_lost():
 
     from stretchflow.errors import StretchflowError
 
-    flow = sf.Flow("late-rows")
-    node = flow.source(sf.io.generated("tweets", rows=1)).aggregate(
-        size="10s", slide="2s", keys="auction", **count(), name="bids").node
-    shared = columnar_shared.ColumnarShared(node.spec, 2)
-    insts = [columnar_shared.ColumnarVSNInstance(node.spec, shared, j, [0, 1], True)
-             for j in (0, 1)]
+    insts = _two_columnar_instances()
+    shared = insts[0].shared
     ts = np.arange(0, 12_001, 50)
     for inst in insts:
         inst.process_batch(Batch(ts, table=pa.table({"auction": ts // 50 % 16})))
