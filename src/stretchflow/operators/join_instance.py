@@ -49,7 +49,7 @@ class JoinInstance(OPlusInstance):
         l1 = ((ts - ws_) // wa + 1) * wa  # earliestWinL
         l2 = l1 if op.WT == "single" else ts - ts % wa  # latestWinL
         pred, make, init = op.predicate, op.pair_output, op.init
-        lheap, pending = self._lheap, self._pending
+        lheap = self._lheap
         for l in range(l1, l2 + 1, wa):
             right = l + ws_
             for k, v, g, sg in routed:
@@ -69,10 +69,6 @@ class JoinInstance(OPlusInstance):
                     else:
                         res = ([make(left, v) for _, left in other] if pred is None else
                                [make(left, v) for _, left in other if pred(left, v)])
-                    if res:  # held until W passes ``right`` (_emit_later, inlined)
-                        seq = self._seq
-                        for p in res:
-                            seq += 1
-                            heapq.heappush(pending, (right, seq, p))
-                        self._seq = seq
+                    if res:  # held until W passes ``right``
+                        self._emit_later(right, res)
                 states[i].append((ts, v))
