@@ -416,9 +416,8 @@ def scenario(cluster, tmp_path_factory) -> dict:
     r["partitions_last"] = state_partitions(ckpt)
     r["stream3_events"] = read_events(d2 / "events")
 
-    # -- driver 3: the batch loss in a session's first job after its warm-up (in driver 2,
-    # after the stream, the warm session ran the job in 5 s: too short to catch a task on
-    # worker 2 on a loaded machine); the next job waits for worker 2's return
+    # -- driver 3: the batch loss in a new session's first job after its warm-up; the next
+    # job waits for worker 2's return and gets an executor there
     d3 = tmp / "d3"
     go, hold3 = tmp / "worker-2-is-back", tmp / "hold-3"
     hold3.touch()  # job a's first task on worker 2 waits for the kill
