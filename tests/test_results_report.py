@@ -85,10 +85,12 @@ def test_the_audits_three_wrong_numbers_are_gone_and_the_json_ones_are_shown():
         assert not re.search(rf"(?<!\d)(?<!\d ){re.escape(typed)}(?! ?\d)", text), typed
     assert "| 7 679 (3.9 s) | 7 692 (3.9 s) | 2 150 (14.0 s) | 4 242 (7.1 s) |" in text
     assert "blocked its writers 76–1 021 times" in text
-    # ScaleJoin: the target is judged on the ratio of medians, the per-round median is labelled
+    # ScaleJoin: both ratios labelled; the target is judged on every round's ratio (issue #33)
     assert "| **speed-up Π = 2 / Π = 1**, ratio of medians | **1.47** |" in text
     assert "| speed-up Π = 2 / Π = 1, median of per-round ratios | 1.68 (1.26–2.11) |" in text
-    assert "Target Π = 2 ≥ 1.6× Π = 1 (ratio of medians): **not met**" in text
+    assert ("Target Π = 2 ≥ 1.6× Π = 1, met only when every round's speed-up (Π = 2 / the same "
+            "round's Π = 1) is past it: **not met**: per round 1.26–2.11 crosses the target "
+            "1.60") in text
 
 
 #: every number with a unit that the prose (outside the report blocks) may hold: the papers'
@@ -98,6 +100,8 @@ PROSE_NUMBERS = {
     "10 %", "40 ms", "5 ms", "100 000 tuples/s", "30 ms", "2×", "100–300 s",
     "500, 8 000] t/s", "1 min", "70 %", "80 %", "20 ms", "10 s", "21 ms", "17 %", "137–283 %",
     "25 %",
+    # parameters of the latency-load and memory benchmarks, not measurements
+    "1 s", "100 %", "60 s", "1 %", "1.5 ×", "10 M", "0.15 s", "50 %",
 }
 _UNIT = re.compile(r"\d[\d ,.·–]*\]?\s?(?:%|×|ms\b|s\b|min\b|MB\b|KB\b|t/s|tuples/s|tweets/s"
                    r"|rows/s|comparisons/s|M\b)")
