@@ -174,7 +174,7 @@ BENCHMARKS: dict[str, tuple[str, str, Callable[[bool, str | None], Path]]] = {
 
 #: modules of this package that define their own ``BENCHMARKS`` (same entries as above) next to
 #: their code; a new benchmark module adds its name here and its entries are registered
-SUITES: tuple[str, ...] = ("sn", "ordered", "slack", "spark")
+SUITES: tuple[str, ...] = ("sn", "ordered", "slack", "spark", "memory", "latency_load")
 
 
 def _register_suites() -> None:
@@ -193,4 +193,5 @@ _register_suites()
 #: a feature on every engine that has it: checkpoint); ``stretchflow bench NAME`` runs one
 CROSS_ENGINE: tuple[str, ...] = ("speed", "peers", "checkpoint", "kills", "live",
                                  "stretchflow-vs-flink", "stretchflow-model", "userflows",
-                                 "userflows-10m", "userflows-spark")
+                                 "userflows-10m", "userflows-spark", "memory",
+                                 "latency-load")

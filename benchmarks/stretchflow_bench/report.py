@@ -18,7 +18,15 @@ from typing import Any
 
 # imported for their renderers (the SN, ordered, slack and Spark blocks, the papers' blocks,
 # the user flows)
-from . import report_hosts, report_model, report_more, report_papers, report_userflows  # noqa: F401, E501
+from . import (  # noqa: F401, E501
+    report_hosts,
+    report_latency,
+    report_memory,
+    report_model,
+    report_more,
+    report_papers,
+    report_userflows,
+)
 from .common import ROOT
 from .report_tables import RENDERERS, ReportError
 
