@@ -519,19 +519,26 @@ def test_the_results_block_reports_the_loss_from_the_json():
     def s(med: float) -> dict:
         return {"min": med - 1, "median": med, "max": med + 1, "n": 2}
 
-    runs = [{"variant": v, "wall_s": w, "identical": True}
-            for v, w in (("undisturbed", 6.0), ("worker_lost", 9.5), ("undisturbed", 6.2),
-                         ("worker_lost", 9.1))]
-    doc = {"parameters": {"workers": 2, "cores_per_worker": 1, "kill_fraction": 0.5},
+    runs = [{"variant": "undisturbed", "wall_s": w, "identical": True} for w in (6.0, 6.2, 5.9)]
+    # the second kill came after its job's end: drawn, checked, not counted
+    runs += [{"variant": "worker_lost", "wall_s": w, "identical": True, "kill_during_job": d}
+             for w, d in ((9.5, True), (5.8, False), (9.1, True))]
+    doc = {"parameters": {"workers": 2, "cores_per_worker": 1, "kill_range": [0.1, 0.7]},
            "metrics": {"rows": 40_000, "outputs": 123_456, "session_start_and_first_job_s": 33.3,
                        "undisturbed_s": s(6.1), "worker_lost_s": s(9.3),
                        "extra_s_difference_of_medians": 3.2, "ratio_of_medians": 9.3 / 6.1,
-                       "kills_during_job": 2, "executors_removed": 2,
+                       "outputs_identical": True, "kills_drawn": 3, "kills_landed": 2,
+                       "executors_removed": 2,
                        "failed_tasks": {"ExecutorLostFailure": 2, "FetchFailed": 1},
                        "runs": runs}}
     text = _hosts_loss(doc)
-    assert "| worker 2 SIGKILLed | 9.3 (8.3–10.3) | 2 | yes |" in text
+    assert "| undisturbed | 6.1 (5.1–7.1) | 3 | yes |" in text
+    assert "| worker 2 SIGKILLed during the job | 9.3 (8.3–10.3) | 2 | yes |" in text
     assert "**+3.2 s**" in text and "ratio of medians 1.52" in text
-    assert "ExecutorLostFailure × 2, FetchFailed × 1" in text and "in 2 of 2 runs" in text
+    assert "ExecutorLostFailure × 2, FetchFailed × 1" in text
+    assert "drawn from 0.10–0.70" in text and "2 of 3 drawn kills landed (1 came after" in text
+    runs[4]["identical"] = False  # a late kill's wrong output is not hidden by the table
+    doc["metrics"]["outputs_identical"] = False
+    assert "Every run's output = reference: **no**" in _hosts_loss(doc)
     assert _hosts_loss({"metrics": {"unavailable": "no `ip`"}}) == \
         "Not measured on that machine: no `ip`."

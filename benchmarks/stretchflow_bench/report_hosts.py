@@ -14,23 +14,31 @@ def _hosts_loss(d: Doc) -> str:
         return f"Not measured on that machine: {m['unavailable']}."
     p = d["parameters"]
     rows = []
-    for name, label in (("undisturbed", "undisturbed"), ("worker_lost", "worker 2 SIGKILLed")):
-        runs = [r for r in m["runs"] if r["variant"] == name]
+    for name, label in (("undisturbed", "undisturbed"),
+                        ("worker_lost", "worker 2 SIGKILLed during the job")):
+        runs = [r for r in m["runs"] if r["variant"] == name
+                and (name == "undisturbed" or r["kill_during_job"])]
         rows.append([label, spread(m[f"{name}_s"], f1), str(len(runs)),
                      "yes" if all(r["identical"] for r in runs) else "**no**"])
+    late = m["kills_drawn"] - m["kills_landed"]
     failed = ", ".join(f"{k} × {v}" for k, v in sorted(m["failed_tasks"].items())) or "none"
     return (f"Batch wordcount of {n0(m['rows'])} tweets ({n0(m['outputs'])} outputs) on "
             f"{p['workers']} workers of {p['cores_per_worker']} core each and a driver, each in "
             f"its own network namespace; one driver session for all runs (session start and "
             f"first job {f1(m['session_start_and_first_job_s'])} s, not counted). Worker 2's "
-            f"process tree is SIGKILLed at {f2(p['kill_fraction'])} × the undisturbed median "
-            f"(the kill hit a running job in {m['kills_during_job']} of "
-            f"{sum(1 for r in m['runs'] if r['variant'] == 'worker_lost')} runs).\n\n"
-            + table(["run", "wall s, median (min–max)", "repeats",
+            f"process tree is SIGKILLed at a time drawn from {f2(p['kill_range'][0])}–"
+            f"{f2(p['kill_range'][1])} × the undisturbed median so far; a kill counts only "
+            f"when it landed during the job (the job outlived it): {m['kills_landed']} of "
+            f"{m['kills_drawn']} drawn kills landed"
+            + (f" ({late} came after the job's end: not in the table, their outputs still "
+               f"checked)" if late else "") + ".\n\n"
+            + table(["run", "wall s, median (min–max)", "runs",
                      "output = reference"], rows)
             + f"\n\nExtra wall time with a lost worker: "
             f"**{m['extra_s_difference_of_medians']:+.1f} s** "
-            f"(difference of medians; ratio of medians {f2(m['ratio_of_medians'])}). "
+            f"(difference of medians, landed kills only; ratio of medians "
+            f"{f2(m['ratio_of_medians'])}). Every run's output = reference: "
+            f"{'yes' if m['outputs_identical'] else '**no**'}. "
             f"Executors removed: {m['executors_removed']}; failed tasks (retried): {failed}.")
 
 

@@ -3,11 +3,15 @@
 A cluster of separate hosts (:func:`stretchflow.spark.hosts.netns_cluster`: a master, two
 workers of one core each and the driver, each in its own network namespace) runs the same
 batch wordcount again and again in **one** driver process (:data:`SERVE`: one session, so the
-20-40 s session start is paid once and measured apart). Repeats alternate an undisturbed run
-and a run during which worker 2's process tree is SIGKILLed at ``kill_fraction`` of the
-undisturbed median so far; after each loss the worker is started again and the bench waits
-until the application has an executor on it once more (outside the timed region). Every run's
-output is compared with the reference executor's (line multisets). The driver times each job
+20-40 s session start is paid once and measured apart). Cycles alternate an undisturbed run
+and a run during which worker 2's process tree is SIGKILLed at a time drawn (seeded) from
+``kill_range`` × the undisturbed median so far; after each kill the worker is started again
+and the bench waits until the application has an executor on it once more (outside the timed
+region). A kill *landed* when the job outlived it (its own time, taken in the driver from
+after the job was sent, is longer than the delay of the kill): only cycles whose kill landed
+count, and cycles are drawn until ``repeats`` have landed or ``3 × repeats`` kills were drawn
+(issue #33: a kill after the job's end measures an idle worker's restart, not a loss). Every
+run's output is compared with the reference executor's (line multisets). The driver times each job
 around ``cli.main`` (the session already running); each repeat is wrapped in
 :func:`~stretchflow_bench.common.repeat_probe` (1-minute load, other processes' CPU).
 
@@ -18,6 +22,7 @@ Where network namespaces cannot be made (not root, no iproute2), the result says
 from __future__ import annotations
 
 import json
+import random
 import statistics
 import subprocess
 import sys
@@ -103,9 +108,10 @@ def _cpu_s(pids: list[int]) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def worker_loss(rows: int = 20_000, repeats: int = 3, kill_fraction: float = 0.5,
-                seed: int = 1) -> dict[str, Any]:
-    """Undisturbed and worker-loss runs of a batch wordcount, alternating; see the module."""
+def worker_loss(rows: int = 20_000, repeats: int = 3,
+                kill_range: tuple[float, float] = (0.1, 0.7), seed: int = 1) -> dict[str, Any]:
+    """Undisturbed and worker-loss runs of a batch wordcount, alternating, until ``repeats``
+    kills have landed; see the module."""
     import stretchflow as sf
     from stretchflow.errors import EngineUnavailableError
     from stretchflow.io.generators import tweets, write_table
@@ -140,7 +146,9 @@ def worker_loss(rows: int = 20_000, repeats: int = 3, kill_fraction: float = 0.5
             first_job_s = driver.answer()
             session_and_first_s = time.perf_counter() - t0
             runs: list[dict[str, Any]] = []
-            for r in range(repeats):
+            draw = random.Random(seed)
+            r = landed = 0
+            while landed < repeats and r < 3 * repeats:
                 for variant in ("undisturbed", "worker_lost"):
                     out = work / f"{variant}-{r}.jsonl"
                     run: dict[str, Any] = {"variant": variant, "repeat": r}
@@ -149,7 +157,7 @@ def worker_loss(rows: int = 20_000, repeats: int = 3, kill_fraction: float = 0.5
                         if variant == "worker_lost":
                             base = statistics.median(x["wall_s"] for x in runs
                                                      if x["variant"] == "undisturbed")
-                            run["kill_at_s"] = kill_fraction * base
+                            run["kill_at_s"] = draw.uniform(*kill_range) * base
                             time.sleep(run["kill_at_s"])
                             gone = _cpu_s(c.host_pids("worker2"))
                             run["processes_killed"] = len(c.kill_worker(2))
@@ -166,16 +174,24 @@ def worker_loss(rows: int = 20_000, repeats: int = 3, kill_fraction: float = 0.5
                     run["identical"] = Counter(out.read_text().splitlines()) == want
                     if variant == "worker_lost":
                         # the job outlived the kill: the loss hit it, not the idle session
+                        # (the driver's clock starts after the send, so this never counts
+                        # a kill that came after the job's end)
                         run["kill_during_job"] = run["wall_s"] > run["kill_at_s"]
+                        landed += run["kill_during_job"]
                         c.start_worker(2)
                         wait_executor(c.driver_ui, c.hosts["worker2"])
                     out.unlink()
                     runs.append(run)
+                r += 1
         finally:
             driver.close()
         events = read_events(work / "events")
         u = [x["wall_s"] for x in runs if x["variant"] == "undisturbed"]
-        k = [x["wall_s"] for x in runs if x["variant"] == "worker_lost"]
+        # only the kills that landed: one after the job's end cost the job nothing
+        k = [x["wall_s"] for x in runs if x.get("kill_during_job")]
+        if not k:
+            raise RuntimeError(f"spark-hosts-loss: none of {r} kills landed during a job "
+                               f"(undisturbed runs took {sorted(round(x, 1) for x in u)} s)")
         return {
             "rows": rows, "outputs": sum(want.values()),
             "session_start_and_first_job_s": session_and_first_s,
@@ -184,7 +200,7 @@ def worker_loss(rows: int = 20_000, repeats: int = 3, kill_fraction: float = 0.5
             "extra_s_difference_of_medians": statistics.median(k) - statistics.median(u),
             "ratio_of_medians": statistics.median(k) / statistics.median(u),
             "outputs_identical": all(x["identical"] for x in runs),
-            "kills_during_job": sum(bool(x.get("kill_during_job")) for x in runs),
+            "kills_drawn": r, "kills_landed": len(k),
             "executors_removed": len(removed_executors(events)),
             "failed_tasks": dict(Counter(failed_tasks(events))),
             "runs": runs,
@@ -209,8 +225,15 @@ def _plot(path: Path, m: dict[str, Any], quick: bool) -> None:
             ax.bar(i, s["median"], color=("tab:blue", "tab:red")[i])
             ax.errorbar(i, s["median"], yerr=[[s["median"] - s["min"]], [s["max"] - s["median"]]],
                         color="black", capsize=6)
-            xs = [x["wall_s"] for x in m["runs"] if x["variant"] == name]
+            runs = [x for x in m["runs"] if x["variant"] == name]
+            xs = [x["wall_s"] for x in runs if name == "undisturbed" or x["kill_during_job"]]
             ax.plot([i] * len(xs), xs, "k.", alpha=0.6)
+            late = [x["wall_s"] for x in runs if name != "undisturbed"
+                    and not x["kill_during_job"]]
+            if late:  # drawn, but the job had ended: not in the bar
+                ax.plot([i] * len(late), late, "x", color="grey",
+                        label="kill after the job's end (not counted)")
+                ax.legend(fontsize=7, loc="upper left")
         ax.set_xticks(range(2), ["undisturbed", "worker 2 SIGKILLed"])
         ax.set_ylabel("batch wordcount wall time (s), median, min-max")
         ax.set_title(f"{m['rows']} tweets, 2 workers x 1 core; extra "
@@ -221,8 +244,8 @@ def _plot(path: Path, m: dict[str, Any], quick: bool) -> None:
 
 
 def run(quick: bool, out_dir: str | None) -> Path:
-    params: dict[str, Any] = ({"rows": 4_000, "repeats": 1, "kill_fraction": 0.5} if quick
-                              else {"rows": 40_000, "repeats": 5, "kill_fraction": 0.5})
+    params: dict[str, Any] = ({"rows": 4_000, "repeats": 1, "kill_range": (0.1, 0.7)} if quick
+                              else {"rows": 40_000, "repeats": 5, "kill_range": (0.1, 0.7)})
     m = worker_loss(**params)
     path = write_result("spark-hosts-loss", {**params, "quick": quick, "workers": 2,
                                              "cores_per_worker": 1,
