@@ -7,12 +7,13 @@ batch wordcount again and again in **one** driver process (:data:`SERVE`: one se
 and a run during which worker 2's process tree is SIGKILLed at a time drawn (seeded) from
 ``kill_range`` × the undisturbed median so far; after each kill the worker is started again
 and the bench waits until the application has an executor on it once more (outside the timed
-region). A kill *landed* when the job outlived it (its own time, taken in the driver from
-after the job was sent, is longer than the delay of the kill): only cycles whose kill landed
-count, and cycles are drawn until ``repeats`` have landed or ``3 × repeats`` kills were drawn
-(issue #33: a kill after the job's end measures an idle worker's restart, not a loss). Every
-run's output is compared with the reference executor's (line multisets). The driver times each job
-around ``cli.main`` (the session already running); each repeat is wrapped in
+region) and runs one untimed job, so that the next undisturbed run does not pay the new
+executor's cold start. A kill *landed* when the job outlived it (its own time, taken in the
+driver from after the job was sent, is longer than the delay of the kill): only cycles whose
+kill landed count, and cycles are drawn until ``repeats`` have landed or ``3 × repeats`` kills
+were drawn (issue #33: a kill after the job's end measures an idle worker's restart, not a
+loss). Every run's output is compared with the reference executor's (line multisets). The
+driver times each job around ``cli.main`` (the session already running); each repeat is wrapped in
 :func:`~stretchflow_bench.common.repeat_probe` (1-minute load, other processes' CPU).
 
 Where network namespaces cannot be made (not root, no iproute2), the result says so
@@ -180,6 +181,14 @@ def worker_loss(rows: int = 20_000, repeats: int = 3,
                         landed += run["kill_during_job"]
                         c.start_worker(2)
                         wait_executor(c.driver_ui, c.hosts["worker2"])
+                        # one untimed job on the new executor: the next undisturbed run
+                        # would otherwise pay its cold JVM (without it, at 9e7b48b, the
+                        # undisturbed runs took 1.5-5.5 s and the median lost-worker run,
+                        # on the one warm worker, less than the undisturbed median)
+                        warm = work / "warm.jsonl"
+                        driver.send(inp, warm)
+                        driver.answer()
+                        warm.unlink()
                     out.unlink()
                     runs.append(run)
                 r += 1
