@@ -537,6 +537,15 @@ def test_the_results_block_reports_the_loss_from_the_json():
     assert "**+3.2 s**" in text and "ratio of medians 1.52" in text
     assert "ExecutorLostFailure × 2, FetchFailed × 1" in text
     assert "drawn from 0.10–0.70" in text and "2 of 3 drawn kills landed (1 came after" in text
+    assert "job(s) failed" not in text
+    # a job that failed after its kill: counted apart, named, not in the table
+    doc["metrics"]["jobs_failed"] = ["error: Spark failed: stage failure"]
+    runs.append({"variant": "worker_lost", "wall_s": 4.0, "identical": None,
+                 "kill_during_job": True, "job_failed": "error: Spark failed: stage failure"})
+    text = _hosts_loss(doc)
+    assert "| worker 2 SIGKILLed during the job | 9.3 (8.3–10.3) | 2 | yes |" in text
+    assert "**1 job(s) failed** after a kill that landed" in text
+    assert "error: Spark failed: stage failure" in text
     runs[4]["identical"] = False  # a late kill's wrong output is not hidden by the table
     doc["metrics"]["outputs_identical"] = False
     assert "Every run's output = reference: **no**" in _hosts_loss(doc)

@@ -76,15 +76,28 @@ class _Driver:
         self.proc.stdin.flush()
 
     def answer(self) -> float:
+        """The job's time; a failed job stops the bench."""
+        rc, s = self.outcome()
+        if rc != 0:
+            raise RuntimeError(f"spark-hosts-loss: the driver's run failed (exit {rc}): "
+                               f"{self._tail()}")
+        return s
+
+    def outcome(self) -> tuple[int, float]:
+        """The job's exit code and time (a job that lost a worker may fail: the caller
+        records it)."""
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             if line.startswith("@@"):
                 got = json.loads(line[2:])
-                if got["rc"] != 0:
-                    raise RuntimeError(f"spark-hosts-loss: the driver's run failed (exit "
-                                       f"{got['rc']}): {self._tail()}")
-                return float(got["s"])
+                return int(got["rc"]), float(got["s"])
         raise RuntimeError(f"spark-hosts-loss: the driver exited: {self._tail()}")
+
+    def last_error(self) -> str:
+        """The driver's last ``error:`` line (the one line a failed run prints)."""
+        lines = [x for x in self.log.read_text(errors="replace").splitlines()
+                 if x.startswith("error:")]
+        return lines[-1][:400] if lines else "(no error line)"
 
     def _tail(self) -> str:
         logs = sorted((self.c.tmp / "logs").glob("*.log"))
@@ -162,7 +175,12 @@ def worker_loss(rows: int = 20_000, repeats: int = 3,
                             time.sleep(run["kill_at_s"])
                             gone = _cpu_s(c.host_pids("worker2"))
                             run["processes_killed"] = len(c.kill_worker(2))
-                        run["wall_s"] = driver.answer()
+                        if variant == "worker_lost":
+                            rc, run["wall_s"] = driver.outcome()
+                            if rc != 0:  # the job failed: recorded, never dropped
+                                run["job_failed"] = driver.last_error()
+                        else:
+                            run["wall_s"] = driver.answer()
                     if variant == "worker_lost":
                         # the probe counts our live descendants' CPU at its start and end:
                         # the killed ones' CPU vanished in between, which would read as other
@@ -172,13 +190,16 @@ def worker_loss(rows: int = 20_000, repeats: int = 3,
                         if probe.get("other_cpu_s") is not None:
                             probe["other_cpu_s"] = max(0.0, probe["other_cpu_s"] - gone)
                     run["probe"] = probe
-                    run["identical"] = Counter(out.read_text().splitlines()) == want
+                    # a failed run writes nothing (its output file never appears)
+                    run["identical"] = (None if "job_failed" in run
+                                        else Counter(out.read_text().splitlines()) == want)
                     if variant == "worker_lost":
                         # the job outlived the kill: the loss hit it, not the idle session
                         # (the driver's clock starts after the send, so this never counts
                         # a kill that came after the job's end)
                         run["kill_during_job"] = run["wall_s"] > run["kill_at_s"]
-                        landed += run["kill_during_job"]
+                        # the timed samples: a failed job's time says nothing of the loss
+                        landed += run["kill_during_job"] and "job_failed" not in run
                         c.start_worker(2)
                         wait_executor(c.driver_ui, c.hosts["worker2"])
                         # one untimed job on the new executor: the next undisturbed run
@@ -189,18 +210,22 @@ def worker_loss(rows: int = 20_000, repeats: int = 3,
                         driver.send(inp, warm)
                         driver.answer()
                         warm.unlink()
-                    out.unlink()
+                    out.unlink(missing_ok=True)
                     runs.append(run)
                 r += 1
         finally:
             driver.close()
         events = read_events(work / "events")
         u = [x["wall_s"] for x in runs if x["variant"] == "undisturbed"]
-        # only the kills that landed: one after the job's end cost the job nothing
-        k = [x["wall_s"] for x in runs if x.get("kill_during_job")]
+        # only the kills that landed: one after the job's end cost the job nothing; a job
+        # that failed has no time to compare (it is counted apart)
+        landed_runs = [x for x in runs if x.get("kill_during_job")]
+        k = [x["wall_s"] for x in landed_runs if "job_failed" not in x]
         if not k:
-            raise RuntimeError(f"spark-hosts-loss: none of {r} kills landed during a job "
-                               f"(undisturbed runs took {sorted(round(x, 1) for x in u)} s)")
+            raise RuntimeError(f"spark-hosts-loss: none of {r} kills landed during a job that "
+                               f"then finished (undisturbed runs took "
+                               f"{sorted(round(x, 1) for x in u)} s; jobs failed: "
+                               f"{[x['job_failed'] for x in runs if 'job_failed' in x]})")
         return {
             "rows": rows, "outputs": sum(want.values()),
             "session_start_and_first_job_s": session_and_first_s,
@@ -208,8 +233,9 @@ def worker_loss(rows: int = 20_000, repeats: int = 3,
             "undisturbed_s": summarize(u), "worker_lost_s": summarize(k),
             "extra_s_difference_of_medians": statistics.median(k) - statistics.median(u),
             "ratio_of_medians": statistics.median(k) / statistics.median(u),
-            "outputs_identical": all(x["identical"] for x in runs),
-            "kills_drawn": r, "kills_landed": len(k),
+            "outputs_identical": all(x["identical"] for x in runs if x["identical"] is not None),
+            "kills_drawn": r, "kills_landed": len(landed_runs),
+            "jobs_failed": [x["job_failed"] for x in runs if "job_failed" in x],
             "executors_removed": len(removed_executors(events)),
             "failed_tasks": dict(Counter(failed_tasks(events))),
             "runs": runs,
@@ -235,13 +261,19 @@ def _plot(path: Path, m: dict[str, Any], quick: bool) -> None:
             ax.errorbar(i, s["median"], yerr=[[s["median"] - s["min"]], [s["max"] - s["median"]]],
                         color="black", capsize=6)
             runs = [x for x in m["runs"] if x["variant"] == name]
-            xs = [x["wall_s"] for x in runs if name == "undisturbed" or x["kill_during_job"]]
+            xs = [x["wall_s"] for x in runs if name == "undisturbed"
+                  or (x["kill_during_job"] and "job_failed" not in x)]
             ax.plot([i] * len(xs), xs, "k.", alpha=0.6)
+            failed = [x["wall_s"] for x in runs if "job_failed" in x]
+            if failed:
+                ax.plot([i] * len(failed), failed, "x", color="tab:red",
+                        label="job failed after the kill (not in the bar)")
             late = [x["wall_s"] for x in runs if name != "undisturbed"
-                    and not x["kill_during_job"]]
+                    and not x["kill_during_job"] and "job_failed" not in x]
             if late:  # drawn, but the job had ended: not in the bar
                 ax.plot([i] * len(late), late, "x", color="grey",
                         label="kill after the job's end (not counted)")
+            if failed or late:
                 ax.legend(fontsize=7, loc="upper left")
         ax.set_xticks(range(2), ["undisturbed", "worker 2 SIGKILLed"])
         ax.set_ylabel("batch wordcount wall time (s), median, min-max")
