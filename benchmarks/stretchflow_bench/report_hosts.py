@@ -21,7 +21,7 @@ def _hosts_loss(d: Doc) -> str:
         rows.append([label, spread(m[f"{name}_s"], f1), str(len(runs)),
                      "yes" if all(r["identical"] for r in runs) else "**no**"])
     late = m["kills_drawn"] - m["kills_landed"]
-    failed = m.get("jobs_failed", [])
+    jobs_failed = m.get("jobs_failed", [])
     failed = ", ".join(f"{k} × {v}" for k, v in sorted(m["failed_tasks"].items())) or "none"
     return (f"Batch wordcount of {n0(m['rows'])} tweets ({n0(m['outputs'])} outputs) on "
             f"{p['workers']} workers of {p['cores_per_worker']} core each and a driver, each in "
@@ -33,8 +33,8 @@ def _hosts_loss(d: Doc) -> str:
             f"{m['kills_drawn']} drawn kills landed"
             + (f" ({late} came after the job's end: not in the table, their outputs still "
                f"checked)" if late else "") + "."
-            + (f" **{len(failed)} job(s) failed** after a kill that landed (no output written; "
-               f"not in the table): {failed[0]}" if failed else "") + "\n\n"
+            + (f" **{len(jobs_failed)} job(s) failed** after a kill that landed (no output "
+               f"written; not in the table): {jobs_failed[0]}" if jobs_failed else "") + "\n\n"
             + table(["run", "wall s, median (min–max)", "runs",
                      "output = reference"], rows)
             + f"\n\nExtra wall time with a lost worker: "
