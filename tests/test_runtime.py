@@ -224,6 +224,52 @@ def test_pump_sends_live_sources_tuple_by_tuple():
     assert [len(b) for b in push.batches] == [1] * 5
 
 
+def test_pump_hands_a_paced_source_on_before_each_wait_and_in_full_batches_when_behind(
+        monkeypatch):
+    """A paced source's tuples go on before each wait for the next one's due time (none
+    waits for the next), and in full batches while the tuples are already due: the pump
+    handed them on one at a time, and vsn kept up with a fraction of its unpaced rate. A
+    fake clock (the pacer's waits advance it) makes the times exact."""
+    import time
+
+    now = [0.0]
+    step = [0.0]  # what each reading of the clock advances it by (a busy pump)
+
+    def clock():
+        now[0] += step[0]
+        return now[0]
+
+    monkeypatch.setattr(time, "perf_counter", clock)
+    monkeypatch.setattr(time, "sleep", lambda s: now.__setitem__(0, now[0] + s))
+
+    class Timed(_Recording):
+        at: list[float] = []
+
+        def __call__(self, batch):
+            super().__call__(batch)
+            self.at.append(now[0])
+
+    # 40 tuples/s on an idle clock: tuple n is due at n / 40 s; each goes on alone, when it
+    # is due (before the wait for the next one), not when the next arrives
+    push = Timed()
+    push.at = []
+    slow = sf.io.iterable([{"ts": t} for t in range(8)]).at_rate(40)
+    SourcePump(slow, push, RunControl(), batch=1000, delay=3600).run()
+    data = [[ts for ts, p in b if p is not WATERMARK] for b in push.batches]
+    sent = [(b[0], at) for b, at in zip(data, push.at, strict=True) if b]
+    assert all(len(b) <= 1 for b in data)
+    assert [ts for ts, _ in sent] == list(range(8))
+    assert [round(at * 40, 6) for _, at in sent] == list(range(8))
+    # a clock that runs ahead (each reading a second later): every tuple is already due, so
+    # the batches fill up
+    step[0] = 1.0
+    push = _Recording()
+    fast = sf.io.iterable([{"ts": t} for t in range(3000)]).at_rate(1000)
+    SourcePump(fast, push, RunControl(), batch=1000, delay=1e12).run()
+    assert [ts for b in push.batches for ts, p in b if p is not WATERMARK] == list(range(3000))
+    assert [len(b) for b in push.batches] == [1000, 1000, 1000]
+
+
 def test_pump_stops_with_the_run():
     rc = RunControl()
     src = sf.io.iterable([{"ts": t} for t in range(100)])

@@ -39,6 +39,7 @@ from ..buffers.hybrid_queue import HybridQueue, PartitionedQueue
 from ..buffers.reorder import AtomicInt, ReorderBuffer, SerialCounter
 from ..eventtime import WATERMARK
 from ..flow import Flow, Node
+from ..io.sources import live_items
 from ..operators.oplus import OPlus, SharedState
 from ..operators.stateful import PartitionedStateful, Stateful
 from ..operators.stateless import Filter, FlatMap, Map
@@ -192,7 +193,13 @@ class SourceStage(Stage):
         self.counter_of = {plan.tag[n]: self.counts[n.name] for n in plan.sources}
 
         def read(n: Node) -> Iterator[Any]:  # ``items``: a checkpoint's barriers and skips
-            return n.spec.items() if items is None else items(n, [0])
+            if items is not None:
+                return items(n, [0])
+            # a paced source with a watermark before each wait (live_items): the sinks'
+            # drains write what they hold at a watermark, and without one a window's output
+            # waited for SINK_BATCH more tuples or the end of input
+            live = live_items(n.spec)
+            return n.spec.items() if live is None else live
 
         self.it: Iterator[Item]
         if plan.chain:

@@ -57,7 +57,7 @@ from ..engines import run as run_engine
 from ..eventtime import WATERMARK
 from ..flow import Flow, Node
 from ..io.sinks import CsvSink, JsonLinesSink, ParquetSink
-from ..io.sources import Source, pace, read_batches
+from ..io.sources import live_items, read_batches
 from ..operators.oplus import OPlus, OPlusInstance, SharedState
 from ..operators.stateless import Filter, FlatMap, Map, over_batch
 from ..runtime.control import CheckpointBarrier, raise_user_error, user_error
@@ -274,13 +274,10 @@ def _counted_batches(batches: Iterator[Batch], counter: list[int]) -> Iterator[I
 def _live_items(src: Any) -> Iterator[Item]:
     """``src.items()``; for a paced source (``at_rate``, ``replay``) paced with a watermark at
     the latest timestamp before each wait for the next tuple (:func:`~stretchflow.io.sources.
-    pace` with ``marks``): without it a window's output waited in the O+'s run (:data:`RUN`)
-    and the drain's buffer for more tuples or the end of input. A source whose class reads
-    its items its own way (``items`` overridden) is read as it is."""
-    rate, speed = getattr(src, "rate", None), getattr(src, "speed", None)
-    if (not rate and not speed) or type(src).items is not Source.items:
-        return src.items()
-    return pace(src.ordered_items(), rate, speed, marks=True)
+    live_items`): without it a window's output waited in the O+'s run (:data:`RUN`) and the
+    drain's buffer for more tuples or the end of input."""
+    items = live_items(src)
+    return src.items() if items is None else items
 
 
 def _explode(items: Iterator[Item]) -> Iterator[Item]:

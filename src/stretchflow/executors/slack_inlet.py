@@ -89,11 +89,11 @@ def ssg_inlets(slt: float | Mapping[str, float]) -> InletFactory:
 def write_source(node: Node, pusher: Pusher, control: RunControl, clock: IngestClock,
                  counts: dict[str, int], checkpoints: Any = None) -> None:
     """A source thread: source ``node`` into the SSGs its ``pusher`` reaches, in batches of
-    :data:`SOURCE_BATCH` (a live source, paced or replayed, each tuple at once; the delay
-    only bounds how long a slow one's tuples wait), its count into ``counts``. With
-    ``checkpoints`` (the run's :class:`~stretchflow.runtime.threaded_checkpoint.
-    RunCheckpoints`) the barriers go into the stream and a resumed run skips what the
-    checkpoint covers."""
+    :data:`SOURCE_BATCH` (a paced or replayed source: what the pump holds before each
+    wait for the next tuple; the delay only bounds how long a slow one's tuples wait), its
+    count into ``counts``. With ``checkpoints`` (the run's
+    :class:`~stretchflow.runtime.threaded_checkpoint.RunCheckpoints`) the barriers go into
+    the stream and a resumed run skips what the checkpoint covers."""
     spec, push = node.spec, pusher.push
     if checkpoints is not None:
         spec, push, _ = checkpoints.pump_args(node, pusher, None)

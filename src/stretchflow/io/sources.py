@@ -193,7 +193,8 @@ LIVE_MARK_S = 0.01
 
 
 def pace(items: Iterator[Item], rate: float | None = None, speed: float | None = None,
-         marks: bool = False) -> Iterator[Item]:
+         marks: bool = False, before_wait: Callable[[], None] | None = None
+         ) -> Iterator[Item]:
     """``items`` paced, the one pacing of every source and engine: item n no earlier than
     n / ``rate`` seconds after the first (``at_rate``), or a tuple (ts − first ts) / ``speed``
     ms after the first (``replay``, event time); unpaced (``items`` itself) with neither.
@@ -202,14 +203,33 @@ def pace(items: Iterator[Item], rate: float | None = None, speed: float | None =
     an engine that gathers runs (the reference's O+ and sink drain) lets out what that
     watermark closed instead of holding it for more tuples or the end of input. ``items`` is
     timestamp-ordered (sorted or reordered), so no later tuple is before the latest one read:
-    the watermark is safe."""
+    the watermark is safe.
+
+    ``before_wait`` is called before each wait: a reader that gathers the tuples into batches
+    hands its batch on then, so a tuple never waits for the next one's due time, while tuples
+    that are already due (a reader behind the schedule) still go in full batches."""
     if not rate and not speed:
         return items
-    return _paced(items, rate, speed, marks)
+    return _paced(items, rate, speed, marks, before_wait)
+
+
+def live_items(src: Any, before_wait: Callable[[], None] | None = None
+               ) -> Iterator[Item] | None:
+    """A paced source's (``at_rate``, ``replay``) tuples paced by :func:`pace` with
+    ``marks`` (a watermark at the latest timestamp before each wait, so a window's output
+    need not wait for the next tuple) and ``before_wait``; None for a source that is not
+    paced, or whose class reads its items its own way (``items`` overridden), which its
+    reader takes as ``src.items()``. The reference's and the threaded engines' source pump
+    read paced sources through it."""
+    rate, speed = getattr(src, "rate", None), getattr(src, "speed", None)
+    # a proxy (a checkpointed run's source with its barriers) has items but no class one
+    if (not rate and not speed) or getattr(type(src), "items", None) is not Source.items:
+        return None
+    return pace(src.ordered_items(), rate, speed, marks=True, before_wait=before_wait)
 
 
 def _paced(items: Iterator[Item], rate: float | None, speed: float | None,
-           marks: bool) -> Iterator[Item]:
+           marks: bool, before_wait: Callable[[], None] | None) -> Iterator[Item]:
     import time
 
     clock, sleep = time.perf_counter, time.sleep
@@ -229,6 +249,8 @@ def _paced(items: Iterator[Item], rate: float | None, speed: float | None,
                     ahead >= LIVE_MARK_S or now - marked_at >= LIVE_MARK_S):
                 marked, marked_at = last, now
                 yield last, WATERMARK
+            if before_wait is not None:
+                before_wait()
             sleep(ahead)  # pacing: the tuple is due then (a replay's wall-clock schedule)
         if item[1] is not WATERMARK:
             last = item[0]

@@ -2,12 +2,17 @@
 it, is :mod:`stretchflow.runtime.drain`).
 
 A :class:`SourcePump` reads a source's ``(ts, payload)`` items and hands them on in batches:
-a batch goes out when it is full, when it is ``delay`` seconds old, or at once for a live
-source (a paced or replayed one, or one that says ``live = True``), where holding tuples for
-a fuller batch would only add latency. It counts input tuples for the ``--reconfigure``
-schedule (:class:`ReconfigureSchedule`, shared by all sources of a run: COUNT counts tuples
-of all sources) and cuts the batch at the tuple a step is due, so the engine's control tuple
-follows exactly that tuple.
+a batch goes out when it is full, when it is ``delay`` seconds old, or, for a live source,
+whenever holding it would add latency. A paced or replayed source is paced here
+(:func:`~stretchflow.io.sources.live_items`): the batch goes out before each wait for the
+next tuple's due time, so a tuple never waits for the next one, and a pump behind the
+schedule (its tuples already due) hands on full batches; without that it handed a paced
+source on one tuple at a time, and vsn sustained a small part of its unpaced rate when paced
+(issue #33's latency benchmark). Any other live source (``live = True``: a followed file, a
+Redis stream, whose waits happen inside its reader) goes on a tuple at a time. It counts
+input tuples for the ``--reconfigure`` schedule (:class:`ReconfigureSchedule`, shared by all
+sources of a run: COUNT counts tuples of all sources) and cuts the batch at the tuple a step
+is due, so the engine's control tuple follows exactly that tuple.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import Any
 
 from ..batch import WIDE
 from ..eventtime import WATERMARK
+from ..io.sources import live_items
 from .control import RunControl, Stopped
 from .latency import IngestClock
 
@@ -116,12 +122,24 @@ class SourcePump:
         """Pumps the source to its end (raises :class:`Stopped` if the run stops first)."""
         stop = self.control.stop
         schedule = self.schedule
-        size, delay, live = self.batch, self.delay, is_live(self.source)
+        size, delay = self.batch, self.delay
         now_fn = time.perf_counter
         batch: list[Item] = []
+
+        def flush() -> None:
+            nonlocal batch
+            if batch:
+                self._out(batch)
+                batch = []
+
+        items = live_items(self.source, flush)
+        # a live source this pump cannot see wait: each tuple at once
+        each = items is None and is_live(self.source)
+        if items is None:
+            items = self.source.items()
         started = now_fn()
         count = 0
-        for item in self.source.items():
+        for item in items:
             if stop.is_set():
                 raise Stopped
             now = now_fn()
@@ -133,17 +151,13 @@ class SourcePump:
                 if schedule is not None:
                     due = schedule.count()
                     if due:  # the control tuple must follow exactly this tuple
-                        self._out(batch)
-                        batch = []
+                        flush()
                         if self.on_due is not None:
                             self.on_due(due)
                         continue
-            n = len(batch)
-            if n >= size or live or now - started >= delay:
-                self._out(batch)
-                batch = []
-        if batch:
-            self._out(batch)
+            if each or len(batch) >= size or now - started >= delay:
+                flush()
+        flush()
         self.count = count
         log.debug("source %s ended: %s tuples", getattr(self.source, "name", "?"), f"{count:,}")
         if schedule is not None:
