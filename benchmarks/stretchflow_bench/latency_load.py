@@ -20,11 +20,12 @@ output from that due time.
    imports or the end-of-run commit. The median over the rounds is the engine's capacity C.
    Beside it, the **live capacity**: the same tuples offered at :data:`LIVE_OVERLOAD` x C
    (the source never waits), whose achieved rate is what the engine sustains, overloaded,
-   from a paced source. A paced source is live, and the engines take another path for it:
-   the threaded engines' pump hands its tuples over one at a time even while it catches up
-   (runtime/pump.py), the reference puts a watermark before each wait (``pace(marks=True)``),
-   so the live capacity is well below C (on the 2-core machine, first runs: the reference
-   about half, vsn a sixth). The levels are fractions of C, as the issue asks
+   from a paced source. A paced source is live, and the engines take another path for it
+   (``io.sources.live_items``: a watermark before each wait for the next tuple, and the
+   threaded engines' pump hands on what it holds then), so the live capacity can be below C.
+   The first runs of this benchmark found the threaded engines' pump handing a paced
+   source's tuples over one at a time even while it caught up (vsn sustained a sixth of C);
+   86fa3fa fixed that. The levels are fractions of C, as the issue asks
    (``LATENCY_BASE=live`` makes them fractions of the live capacity instead).
 2. **Levels**: offered rate ``f x C`` for each fraction f, ``seconds`` long (N = rate x
    seconds tuples). A level whose engine cannot keep up would run on far past its time (an
