@@ -120,6 +120,42 @@ def test_user_flow_custom_oplus_chains_and_two_sinks(spark):
     assert res.tuples_in == {"a": len(recs), "b": len(other)}
 
 
+def test_a_batch_job_recomputes_what_a_lost_worker_held(spark, monkeypatch):
+    """Every shuffle of a batch job is fed by output Spark can recompute to the same bytes
+    (DETERMINATE): the source's chunks were spread by a round-robin repartition, whose
+    reducers read in fetch order, and a lost worker then failed the job ("a shuffle map stage
+    with indeterminate output", bench spark-hosts-loss). The source spreads over the cores."""
+    import stretchflow.spark.batch as batch
+
+    frames = []
+    feed = batch._feed_df
+
+    def kept(dfs, f):
+        frames.append(feed(dfs, f))
+        return frames[-1]
+
+    monkeypatch.setattr(batch, "_feed_df", kept)
+    recs = tweets(3000, seed=5, rate=200).to_pylist()
+    flow, sinks = query_flow("wordcount", [recs])()
+    res = run_spark(flow)
+    assert res.total_in == 3000 and sinks[0].records()  # it ran
+    levels = []
+
+    def walk(rdd):
+        deps = rdd.dependencies()
+        for i in range(deps.size()):
+            dep = deps.apply(i)
+            if "Shuffle" in dep.getClass().getSimpleName():
+                levels.append(dep.rdd().outputDeterministicLevel().toString())
+            walk(dep.rdd())
+
+    (df,) = frames
+    walk(df._jdf.queryExecution().toRdd())
+    assert levels and set(levels) == {"DETERMINATE"}, levels
+    table = batch.source_table(next(n for n in flow.nodes if n.kind == "source"))[0]
+    assert batch.spread(spark, table, 2).rdd.getNumPartitions() == min(2, table.num_rows)
+
+
 def test_bad_input_and_failing_function_are_reported(spark, tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"ts": 1, "text": "a"}\n{"ts": 2, "text": \n')

@@ -48,6 +48,26 @@ def source_table(node: Node) -> tuple[Any, int, int | None]:
     return pa.Table.from_batches([batch], schema=batch.schema), n, wm
 
 
+def spread(spark: Any, table: Any, slices: int) -> Any:
+    """``table`` (a source's chunks) as a DataFrame of up to ``slices`` partitions, one Arrow
+    batch each: the chunks spread over the cluster for the routing stage.
+
+    Not ``createDataFrame(table).repartition(slices)``: a round-robin shuffle's reducers read
+    its rows in whatever order the fetches come, so the routing stage's output differed
+    between a first attempt and a retry, and a lost worker whose map outputs the final stage
+    had partly read failed the whole job ("A shuffle map stage with indeterminate output was
+    failed and retried", the spark-hosts-loss benchmark). Local data split into slices is
+    the same on every attempt, so Spark recomputes what a lost worker held."""
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"  # createDataFrame's rows per batch
+    per = max(1, -(-table.num_rows // max(1, slices)))
+    before = spark.conf.get(key)
+    spark.conf.set(key, str(per))
+    try:
+        return spark.createDataFrame(table)
+    finally:
+        spark.conf.set(key, before)
+
+
 def run_batch(flow: Flow, spark: Any, n_groups: int, n_partitions: int) -> dict[str, Any]:
     """Runs ``flow`` on its bounded inputs; writes its sinks; returns counts and timings."""
     from pyspark.sql import functions as F
@@ -65,9 +85,7 @@ def run_batch(flow: Flow, spark: Any, n_groups: int, n_partitions: int) -> dict[
             table, n, wm = source_table(node)
             counts[node.name] = n
             last_wm[node] = wm
-            # one slice per core: the chunks spread over the cluster for the routing stage
-            df = spark.createDataFrame(table).repartition(
-                min(max(1, table.num_rows), spark.sparkContext.defaultParallelism))
+            df = spread(spark, table, spark.sparkContext.defaultParallelism)
         elif node.kind == "oplus":
             stage = by_node[node]
             op = stage.op
