@@ -39,7 +39,7 @@ from ..buffers.hybrid_queue import HybridQueue, PartitionedQueue
 from ..buffers.reorder import AtomicInt, ReorderBuffer, SerialCounter
 from ..eventtime import WATERMARK
 from ..flow import Flow, Node
-from ..io.sources import live_items
+from ..io.sources import marked_items
 from ..operators.oplus import OPlus, SharedState
 from ..operators.stateful import PartitionedStateful, Stateful
 from ..operators.stateless import Filter, FlatMap, Map
@@ -195,11 +195,10 @@ class SourceStage(Stage):
         def read(n: Node) -> Iterator[Any]:  # ``items``: a checkpoint's barriers and skips
             if items is not None:
                 return items(n, [0])
-            # a paced source with a watermark before each wait (live_items): the sinks'
-            # drains write what they hold at a watermark, and without one a window's output
-            # waited for SINK_BATCH more tuples or the end of input
-            live = live_items(n.spec)
-            return n.spec.items() if live is None else live
+            # a paced source with a watermark before each wait: the sinks' drains write what
+            # they hold at a watermark, and without one a window's output waited for
+            # SINK_BATCH more tuples or the end of input
+            return marked_items(n.spec)
 
         self.it: Iterator[Item]
         if plan.chain:

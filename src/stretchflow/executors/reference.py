@@ -37,9 +37,9 @@ snapshots its instances (:mod:`stretchflow.operators.snapshot`) and forwards it;
 drain commits each epoch's output as a part and writes the checkpoint.
 
 Live sources (issue #19): a paced source gets a watermark before each wait for its next tuple
-(:func:`_live_items`, the sources' one pacing with watermarks; a followed file yields its own
-when it goes quiet), which flushes the
-O+'s run and the drain's buffer: outputs reach the sink as the watermark passes them.
+(:func:`~stretchflow.io.sources.marked_items`, the sources' one pacing with watermarks; a
+followed file yields its own when it goes quiet), which flushes the O+'s run and the drain's
+buffer: outputs reach the sink as the watermark passes them.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ from ..engines import run as run_engine
 from ..eventtime import WATERMARK
 from ..flow import Flow, Node
 from ..io.sinks import CsvSink, JsonLinesSink, ParquetSink
-from ..io.sources import live_items, read_batches
+from ..io.sources import marked_items, read_batches
 from ..operators.oplus import OPlus, OPlusInstance, SharedState
 from ..operators.stateless import Filter, FlatMap, Map, over_batch
 from ..runtime.control import CheckpointBarrier, raise_user_error, user_error
@@ -235,7 +235,9 @@ def _compile(flow: Flow, counts: dict[str, list[int]], P: int = 1, G: int = 1,
 
                         bs = explode_ahead(readers[node][0].spec, bs)
                     return _counted_batches(read_ahead(bs, "stretchflow-read"), counter)
-            items = _live_items(node.spec)
+            # paced: a watermark before each wait, without which a window's output waited
+            # in the O+'s run (RUN) and the drain's buffer for more tuples or the end
+            items = marked_items(node.spec)
             if ckpt is not None:
                 return ckpt.source(node.name, items, counter)
             return _counted(items, counter)
@@ -269,15 +271,6 @@ def _counted_batches(batches: Iterator[Batch], counter: list[int]) -> Iterator[I
             counter[0] = n
             yield b.last, b
     counter[0] = n
-
-
-def _live_items(src: Any) -> Iterator[Item]:
-    """``src.items()``; for a paced source (``at_rate``, ``replay``) paced with a watermark at
-    the latest timestamp before each wait for the next tuple (:func:`~stretchflow.io.sources.
-    live_items`): without it a window's output waited in the O+'s run (:data:`RUN`) and the
-    drain's buffer for more tuples or the end of input."""
-    items = live_items(src)
-    return src.items() if items is None else items
 
 
 def _explode(items: Iterator[Item]) -> Iterator[Item]:

@@ -228,6 +228,14 @@ def live_items(src: Any, before_wait: Callable[[], None] | None = None
     return pace(src.ordered_items(), rate, speed, marks=True, before_wait=before_wait)
 
 
+def marked_items(src: Any) -> Iterator[Item]:
+    """What a reader of ``src`` that needs no hook reads: :func:`live_items` for a paced
+    source (a watermark before each wait, so what it closes need not wait for the next tuple
+    or the end of input), else ``src.items()``."""
+    items = live_items(src)
+    return src.items() if items is None else items
+
+
 def _paced(items: Iterator[Item], rate: float | None, speed: float | None,
            marks: bool, before_wait: Callable[[], None] | None) -> Iterator[Item]:
     import time
