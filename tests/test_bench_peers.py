@@ -77,6 +77,16 @@ def test_run_process_reports_exit_code_output_and_memory():
     assert r["code"] == 3 and r["stdout"].strip() == "done"
     assert 60 <= r["peak_rss_mb"] < 60 + 50 and 60 <= r["tree_rss_peak_mb"] < 60 + 50
     assert r["wall_s"] >= 0.5
+    # the samples in time order, their peak the tree's; not killed
+    ts = [t for t, _ in r["series"]]
+    assert r["series"] and ts == sorted(ts) and ts[-1] <= r["wall_s"]
+    assert max(mb for _, mb in r["series"]) == r["tree_rss_peak_mb"]
+    assert not r["timed_out"]
+
+
+def test_run_process_kills_a_child_past_its_timeout():
+    r = peers.run_process([sys.executable, "-c", "import time; time.sleep(60)"], timeout=0.5)
+    assert r["timed_out"] and r["code"] == -9 and r["wall_s"] < 30
 
 
 def test_peer_programs_do_not_import_stretchflow():

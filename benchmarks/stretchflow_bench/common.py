@@ -174,6 +174,14 @@ def quiet(probes: list[dict[str, Any]]) -> bool | None:
                     for p in probes))
 
 
+def env_list(name: str) -> list[str] | None:
+    """The comma-separated items of environment variable ``name`` (how a benchmark's
+    selection is given: ``bench run`` takes no parameters), or None when it is unset or
+    empty."""
+    raw = os.environ.get(name)
+    return [x.strip() for x in raw.split(",") if x.strip()] if raw else None
+
+
 def summarize(values: list[float]) -> dict[str, float]:
     """min / median / max of a metric over repeats."""
     return {"min": min(values), "median": statistics.median(values), "max": max(values),

@@ -66,7 +66,7 @@ from pathlib import Path
 from typing import Any
 
 from . import latency_load_flow as lf
-from .common import repeat_probe, rotation, summarize, write_result
+from .common import env_list, repeat_probe, rotation, summarize, write_result
 from .peak import command
 from .speed import measure, summary_own_s
 from .userflows import ENGINES as USERFLOW_ENGINES
@@ -121,11 +121,6 @@ QUICK = {"engines": ["reference", "vsn1"], "queries": ["currency"], "fractions":
 
 
 # -- the selection ------------------------------------------------------------------------------
-def _env(name: str) -> list[str] | None:
-    raw = os.environ.get(name)
-    return [x.strip() for x in raw.split(",") if x.strip()] if raw else None
-
-
 def selection(quick: bool, **given: Any) -> dict[str, Any]:
     """What a run measures: ``given`` (engines, queries, fractions, seconds, rounds,
     capacity_rounds, capacity_tuples, base), else ``LATENCY_*``, else the defaults
@@ -136,13 +131,13 @@ def selection(quick: bool, **given: Any) -> dict[str, Any]:
         "base": "unpaced"}
 
     def pick(key: str, env: str, known: tuple[str, ...]) -> list[str]:
-        got = given.get(key) or _env(env) or default[key]
+        got = given.get(key) or env_list(env) or default[key]
         bad = [x for x in got if x not in known]
         if bad:
             raise ValueError(f"{env}: unknown {bad}; known: {', '.join(known)}")
         return list(got)
 
-    fractions = given.get("fractions") or [float(x) for x in _env("LATENCY_FRACTIONS") or []] \
+    fractions = given.get("fractions") or [float(x) for x in env_list("LATENCY_FRACTIONS") or []] \
         or default["fractions"]
     if any(not 0 < f <= 2 for f in fractions):
         raise ValueError(f"LATENCY_FRACTIONS: each in (0, 2], got {fractions}")

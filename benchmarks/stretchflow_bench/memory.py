@@ -23,7 +23,7 @@ What is measured, per run (each a fresh process):
 
 * the RSS of the whole process tree (the run's process and its descendants: sn's fork server
   and channel processes), sampled every :data:`SAMPLE_S` s from /proc
-  (:func:`.peers._tree_memory_mb`), kept as a series thinned to :data:`MAX_POINTS` points;
+  (:func:`.peers.run_process`), kept as a series thinned to :data:`MAX_POINTS` points;
   the peak (the highest sample, or the run's process's own VmHWM at exit from :mod:`.peak` if
   higher: a peak between two samples); the RSS at 25/50/75/100 % of the run's time, each the
   highest sample in the tenth of the run that ends there (:func:`rss_at`: a point sample would
@@ -65,7 +65,6 @@ from __future__ import annotations
 
 import math
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -76,9 +75,9 @@ from typing import Any
 import numpy as np
 
 from . import nexmark
-from .common import repeat_probe, results_dir, rotation, summarize, write_result
+from .common import env_list, repeat_probe, results_dir, rotation, summarize, write_result
 from .peak import command
-from .peers import _tree_memory_mb
+from .peers import run_process
 from .speed import summary_own_s
 from .userflows import ENGINES as ENGINE_FLAGS
 
@@ -359,40 +358,6 @@ def check_output(path: Path, want: dict[str, Any]) -> dict[str, Any]:
 
 
 # -- one run ------------------------------------------------------------------------------------
-def sample_run(cmd: list[str], interval: float = SAMPLE_S, timeout: float = TIMEOUT_S
-               ) -> dict[str, Any]:
-    """Runs ``cmd`` to its end, sampling the summed RSS of its process tree every
-    ``interval`` s (:func:`.peers._tree_memory_mb`): exit code, stdout, stderr, wall time and
-    the series ``[(s since start, MiB)]``. A sample of 0 (the process already exited, its
-    status holds no RSS) is left out. Past ``timeout`` the child (only it, by its pid) is
-    killed and the exit code is None."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err)
-        series: Series = []
-        timed_out = False
-        while True:
-            t = time.perf_counter() - t0
-            tree, _ = _tree_memory_mb(proc.pid)
-            if tree > 0:
-                series.append((t, tree))
-            try:
-                proc.wait(interval)
-                break
-            except subprocess.TimeoutExpired:
-                if time.perf_counter() - t0 > timeout:
-                    proc.kill()
-                    proc.wait()
-                    timed_out = True
-                    break
-        wall = time.perf_counter() - t0
-        out.seek(0)
-        err.seek(0)
-        return {"code": None if timed_out else proc.returncode, "wall_s": wall,
-                "stdout": out.read().decode(errors="replace"),
-                "stderr": err.read().decode(errors="replace"), "series": series}
-
-
 def run_once(engine: str, data: Path, out: Path, want: dict[str, Any],
              window_ms: int = WINDOW_MS) -> dict[str, Any]:
     """One whole process of ``engine`` on ``data``: its memory over time and its output
@@ -403,8 +368,8 @@ def run_once(engine: str, data: Path, out: Path, want: dict[str, Any],
     cmd = command(peak_file, "stretchflow", "run", str(FLOW_FILE),
                   "--param", f"input={data}", "--param", f"output={out}",
                   "--param", f"size={window_ms}", *ENGINE_FLAGS[engine])
-    r = sample_run(cmd)
-    if r["code"] is None:
+    r = run_process(cmd, TIMEOUT_S, interval=SAMPLE_S)
+    if r["timed_out"]:
         raise RuntimeError(f"{engine}: ran longer than {TIMEOUT_S:.0f} s and was killed")
     if r["code"] != 0:
         raise RuntimeError(f"{engine}: exit code {r['code']}: {r['stderr'].strip()[-1500:]}")
@@ -426,19 +391,14 @@ def run_once(engine: str, data: Path, out: Path, want: dict[str, Any],
 
 
 # -- the selection and the run ------------------------------------------------------------------
-def _env_list(name: str) -> list[str] | None:
-    raw = os.environ.get(name)
-    return [x.strip() for x in raw.split(",") if x.strip()] if raw else None
-
-
 def selection(quick: bool) -> dict[str, Any]:
     """What a run measures: ``MEMORY_*`` where set, else the defaults (quick: the quick
     ones)."""
-    engines = _env_list("MEMORY_ENGINES") or list(QUICK_ENGINES if quick else ENGINES)
+    engines = env_list("MEMORY_ENGINES") or list(QUICK_ENGINES if quick else ENGINES)
     bad = [e for e in engines if e not in ENGINE_FLAGS]
     if bad:
         raise ValueError(f"MEMORY_ENGINES: unknown {bad}; known: {', '.join(ENGINE_FLAGS)}")
-    keys = _env_list("MEMORY_KEYS")
+    keys = env_list("MEMORY_KEYS")
     events = os.environ.get("MEMORY_EVENTS")
     rounds = os.environ.get("MEMORY_ROUNDS")
     return {

@@ -138,23 +138,31 @@ def _tree_memory_mb(pid: int) -> tuple[float, float]:
     return total / 1024, hwm / 1024
 
 
-def run_process(cmd: list[str], timeout: float, env: dict[str, str] | None = None
-                ) -> dict[str, Any]:
+def run_process(cmd: list[str], timeout: float, env: dict[str, str] | None = None,
+                interval: float = 0.1) -> dict[str, Any]:
     """Runs ``cmd`` to its end: exit code, stdout, stderr, wall time and memory sampled every
-    0.1 s: ``peak_rss_mb``, the largest VmHWM of a single process of the tree (the child's own
-    peak; ``ru_maxrss`` would not do: a child inherits its parent's from before exec), and
-    ``tree_rss_peak_mb``, the peak of the tree's summed RSS (JVMs and workers included)."""
+    ``interval`` s: ``peak_rss_mb``, the largest VmHWM of a single process of the tree (the
+    child's own peak; ``ru_maxrss`` would not do: a child inherits its parent's from before
+    exec), ``tree_rss_peak_mb``, the peak of the tree's summed RSS (JVMs and workers
+    included), and ``series``, every sample of it as ``(s since the start, MiB)`` (a sample
+    of 0, the process already gone, left out). Past ``timeout`` the child (only it, by its
+    pid) is killed and ``timed_out`` is set."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env)
         peak = [0.0, 0.0]
+        series: list[tuple[float, float]] = []
+        timed_out = False
         done = threading.Event()
 
         def sample() -> None:
             while True:
+                t = time.perf_counter() - t0
                 tree, hwm = _tree_memory_mb(proc.pid)
                 peak[0], peak[1] = max(peak[0], tree), max(peak[1], hwm)
-                if done.wait(0.1):
+                if tree > 0:
+                    series.append((t, tree))
+                if done.wait(interval):
                     return
 
         sampler = threading.Thread(target=sample, daemon=True)
@@ -164,6 +172,7 @@ def run_process(cmd: list[str], timeout: float, env: dict[str, str] | None = Non
         except subprocess.TimeoutExpired:
             proc.kill()  # only this child, by its pid
             proc.wait()
+            timed_out = True
         finally:
             done.set()
         wall = time.perf_counter() - t0
@@ -172,7 +181,8 @@ def run_process(cmd: list[str], timeout: float, env: dict[str, str] | None = Non
         err.seek(0)
         return {"code": proc.returncode, "stdout": out.read().decode(errors="replace"),
                 "stderr": err.read().decode(errors="replace"), "wall_s": wall,
-                "peak_rss_mb": peak[1], "tree_rss_peak_mb": peak[0]}
+                "peak_rss_mb": peak[1], "tree_rss_peak_mb": peak[0], "series": series,
+                "timed_out": timed_out}
 
 
 def compare(expected: dict[int, Counter], got: dict[int, Counter]) -> dict[str, Any]:

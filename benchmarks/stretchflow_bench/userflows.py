@@ -65,7 +65,7 @@ from typing import Any
 import orjson
 
 from . import nexmark
-from .common import repeat_probe, results_dir, rotation, summarize, write_result
+from .common import env_list, repeat_probe, results_dir, rotation, summarize, write_result
 from .peak import command
 from .peers import Peer, cache_dir, ensure_venv
 from .speed import VARIANTS, _spark_missing, measure, reported_own_s, summary_own_s
@@ -121,11 +121,6 @@ TIMEOUT_S = 1800.0
 
 
 # -- the selection ------------------------------------------------------------------------------
-def _env_list(name: str) -> list[str] | None:
-    raw = os.environ.get(name)
-    return [x.strip() for x in raw.split(",") if x.strip()] if raw else None
-
-
 def selection(quick: bool, flows: list[str] | None = None, forms: list[str] | None = None,
               engines: list[str] | None = None, sizes: list[int] | None = None,
               formats: list[str] | None = None, rounds: int | None = None) -> dict[str, Any]:
@@ -133,7 +128,7 @@ def selection(quick: bool, flows: list[str] | None = None, forms: list[str] | No
     (``quick``: 20 000 events, one round, hot items and selection on the reference and vsn
     at parallelism 2)."""
     def pick(given: list | None, env: str, default: tuple, known: tuple) -> list:
-        got = given if given is not None else _env_list(env)
+        got = given if given is not None else env_list(env)
         got = list(default) if got is None else got
         bad = [x for x in got if x not in known]
         if bad:
@@ -141,7 +136,7 @@ def selection(quick: bool, flows: list[str] | None = None, forms: list[str] | No
         return got
 
     default_engines = ("reference", "vsn2") if quick else DEFAULT_ENGINES
-    env_sizes = _env_list("USERFLOWS_SIZES")
+    env_sizes = env_list("USERFLOWS_SIZES")
     return {
         "flows": pick(flows, "USERFLOWS_FLOWS",
                       ("hot_items", "selection") if quick else FLOWS, FLOWS),
