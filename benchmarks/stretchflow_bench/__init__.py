@@ -174,7 +174,8 @@ BENCHMARKS: dict[str, tuple[str, str, Callable[[bool, str | None], Path]]] = {
 
 #: modules of this package that define their own ``BENCHMARKS`` (same entries as above) next to
 #: their code; a new benchmark module adds its name here and its entries are registered
-SUITES: tuple[str, ...] = ("sn", "ordered", "slack", "spark", "memory", "latency_load")
+SUITES: tuple[str, ...] = ("sn", "ordered", "slack", "spark", "memory", "latency_load",
+                          "nexmark_suite")
 
 
 def _register_suites() -> None:
@@ -194,4 +195,4 @@ _register_suites()
 CROSS_ENGINE: tuple[str, ...] = ("speed", "peers", "checkpoint", "kills", "live",
                                  "stretchflow-vs-flink", "stretchflow-model", "userflows",
                                  "userflows-10m", "userflows-spark", "memory",
-                                 "latency-load")
+                                 "latency-load", "nexmark")

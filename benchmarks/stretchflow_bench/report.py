@@ -24,6 +24,7 @@ from . import (  # noqa: F401, E501
     report_memory,
     report_model,
     report_more,
+    report_nexmark,
     report_papers,
     report_userflows,
 )
