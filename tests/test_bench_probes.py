@@ -96,3 +96,19 @@ def test_vsn_forward_repeats_and_probes_each_run(tmp_path: Path) -> None:
 def test_forward_rejects_no_repeats() -> None:
     with pytest.raises(ValueError, match="vsn-forward: repeats must be >= 1"):
         vsn.forward(rows=10, repeats=0)
+
+
+def test_progress_lines_go_where_asked(monkeypatch: pytest.MonkeyPatch,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    from stretchflow_bench.common import say_progress
+
+    got: list[str] = []
+    monkeypatch.setenv("X_PROGRESS", "1")
+    say_progress("X_PROGRESS", got.append)("given")  # a given callback wins
+    assert got == ["given"] and capsys.readouterr().err == ""
+    say_progress("X_PROGRESS")("to stderr")
+    err = capsys.readouterr().err
+    assert err.endswith("] to stderr\n") and err.startswith("[")
+    monkeypatch.setenv("X_PROGRESS", "0")
+    say_progress("X_PROGRESS")("nowhere")
+    assert capsys.readouterr().err == ""

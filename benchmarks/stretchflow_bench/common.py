@@ -12,7 +12,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
@@ -180,6 +180,19 @@ def env_list(name: str) -> list[str] | None:
     empty."""
     raw = os.environ.get(name)
     return [x.strip() for x in raw.split(",") if x.strip()] if raw else None
+
+
+def say_progress(variable: str, progress: Callable[[str], None] | None = None
+                 ) -> Callable[[str], None]:
+    """Where a benchmark's progress lines go: ``progress`` when given, else stderr with the
+    time when the environment variable ``variable`` is ``1``, else nowhere."""
+    if progress is not None:
+        return progress
+    if os.environ.get(variable) == "1":
+        def say(msg: str) -> None:
+            print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+        return say
+    return lambda _: None
 
 
 def summarize(values: list[float]) -> dict[str, float]:

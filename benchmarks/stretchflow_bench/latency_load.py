@@ -66,7 +66,14 @@ from pathlib import Path
 from typing import Any
 
 from . import latency_load_flow as lf
-from .common import env_list, repeat_probe, rotation, summarize, write_result
+from .common import (
+    env_list,
+    repeat_probe,
+    rotation,
+    say_progress,
+    summarize,
+    write_result,
+)
 from .peak import command
 from .speed import measure, summary_own_s
 from .userflows import ENGINES as USERFLOW_ENGINES
@@ -399,10 +406,7 @@ def run(quick: bool = False, out_dir: str | os.PathLike | None = None,
           f"{len(sel['fractions'])} levels of {sel['seconds']:g} s): about "
           f"{_duration(expect)}, at most {_duration(most)} if every level is overloaded to "
           f"its deadline", file=sys.stderr, flush=True)
-    if progress is None and os.environ.get("LATENCY_PROGRESS") == "1":
-        def progress(msg: str) -> None:
-            print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-    say = progress or (lambda _: None)
+    say = say_progress("LATENCY_PROGRESS", progress)
     queries: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="latency-load-") as tmp_s:
         tmp = Path(tmp_s)

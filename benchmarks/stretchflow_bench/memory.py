@@ -65,7 +65,6 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -75,7 +74,15 @@ from typing import Any
 import numpy as np
 
 from . import nexmark
-from .common import env_list, repeat_probe, results_dir, rotation, summarize, write_result
+from .common import (
+    env_list,
+    repeat_probe,
+    results_dir,
+    rotation,
+    say_progress,
+    summarize,
+    write_result,
+)
 from .peak import command
 from .peers import run_process
 from .speed import summary_own_s
@@ -431,10 +438,7 @@ def run(quick: bool = False, out_dir: str | os.PathLike | None = None, seed: int
     ``memory.png``; returns the JSON's path."""
     t_start = time.perf_counter()
     sel = selection(quick)
-    if progress is None and os.environ.get("MEMORY_PROGRESS") == "1":
-        def progress(msg: str) -> None:
-            print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-    say = progress or (lambda _: None)
+    say = say_progress("MEMORY_PROGRESS", progress)
     engines, window = sel["engines"], sel["window_ms"]
     cells: dict[str, dict[str, Any]] = {}
     inputs: dict[int, tuple[Path, dict[str, Any]]] = {}

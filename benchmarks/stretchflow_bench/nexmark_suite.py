@@ -55,7 +55,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -64,7 +63,15 @@ from typing import Any
 
 from stretchflow.io.generators import generate
 
-from .common import env_list, repeat_probe, results_dir, rotation, summarize, write_result
+from .common import (
+    env_list,
+    repeat_probe,
+    results_dir,
+    rotation,
+    say_progress,
+    summarize,
+    write_result,
+)
 from .peak import command
 from .peers import PROGRAMS, Peer, cache_dir, ensure_venv, run_process
 from .speed import VARIANTS, summary_own_s
@@ -288,10 +295,7 @@ def run(quick: bool = False, out_dir: str | os.PathLike | None = None, seed: int
     path."""
     t_start = time.perf_counter()
     sel = selection(quick)
-    if progress is None and os.environ.get("NEXMARK_PROGRESS") == "1":
-        def progress(msg: str) -> None:
-            print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-    say = progress or (lambda _: None)
+    say = say_progress("NEXMARK_PROGRESS", progress)
     # the peers' venvs: made (or reused) once; one that cannot be made is reported
     exes: dict[str, Path] = {}
     not_run: dict[str, str] = {}

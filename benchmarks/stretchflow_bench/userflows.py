@@ -65,7 +65,15 @@ from typing import Any
 import orjson
 
 from . import nexmark
-from .common import env_list, repeat_probe, results_dir, rotation, summarize, write_result
+from .common import (
+    env_list,
+    repeat_probe,
+    results_dir,
+    rotation,
+    say_progress,
+    summarize,
+    write_result,
+)
 from .peak import command
 from .peers import Peer, cache_dir, ensure_venv
 from .speed import VARIANTS, _spark_missing, measure, reported_own_s, summary_own_s
@@ -602,10 +610,7 @@ def run(quick: bool = False, out_dir: str | os.PathLike | None = None, seed: int
         raise ValueError(f"USERFLOWS_NAME: unknown {name!r}; known: {', '.join(NAMES)}")
     t_start = time.perf_counter()
     sel = selection(quick, **choose)
-    if progress is None and os.environ.get("USERFLOWS_PROGRESS") == "1":
-        def progress(msg: str) -> None:
-            print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-    say = progress or (lambda _: None)
+    say = say_progress("USERFLOWS_PROGRESS", progress)
     say("userflows: the Polars venv")
     polars, polars_install = ensure_venv(POLARS, cache_dir())
     expr_flows, no_expr = _expr_flows()
