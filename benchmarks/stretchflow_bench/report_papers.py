@@ -99,7 +99,9 @@ def _vs_flink(d: Doc) -> str:
                "mini-cluster and Python workers included: compare whole processes."
                if any(isinstance(sm.get(v), dict) and sm[v].get("own_kind", "").startswith(
                    "elapsed") for v in _VARIANTS) else "")
-            + "\n\nRatio of medians, > 1: stretchflow faster: "
+            + "\n\nRatio of medians, > 1: stretchflow faster than PyFlink with Python "
+              "functions (every record crosses the JVM–Python bridge; not Flink in the JVM, "
+              "which the nexmark block measures): "
             + ("; ".join(ratios) if ratios else "not measured") + ".\n\n"
             + "Paper: " + _paper(shape, paper) + ".")
     return "\n\n".join(out)
