@@ -1,11 +1,11 @@
 """NEXMark Q0-Q8 as stretchflow defines them, run by Spark Structured Streaming's native API.
 
 ``python nx_spark_ss.py QUERY DATA_DIR OUTPUT [format=parquet|jsonl] [master=local[2]]
-[window=MS] [slide=MS] [partitions=N] [memory=6g] [state=hdfs|rocksdb] [q7form=collect|join]``
+[window=MS] [slide=MS] [partitions=N] [memory=6g] [q7form=collect|join]``
 
 What it measures: one streaming query per NEXMark query, built from built-in functions only
 (no Python UDF, no Python state), reading ``DATA_DIR/nx-{persons,auctions,bids}.FORMAT`` with
-``readStream`` (the file itself as the path, an explicit schema), event time
+``readStream`` (a glob matching just the file, an explicit schema), event time
 ``timestamp_millis(ts)`` with ``withWatermark(t, 1 ms)``, writing JSON Lines with the file sink
 under ``trigger(availableNow=True)``. ``elapsed_s`` runs from just before the query starts
 (the SparkSession exists: that is start-up) to OUTPUT closed, the part files of the sink
@@ -19,7 +19,7 @@ takes as one micro-batch, so nothing is late in practice anyway.
 End of input: Structured Streaming never closes the windows the watermark has not passed when
 an ``availableNow`` query runs out of input (its last micro-batch advances the watermark to
 the largest event time seen, so the last window stays open in the state). The queries that
-emit on the watermark (Q4, Q5, Q7) therefore read, unioned with each input, a second stream:
+emit on the watermark (Q4 to Q7) therefore read, unioned with each input, a second stream:
 one end-of-input row at 2100-01-01 written by this program (a JSON file in the temporary
 directory). It carries the watermark past every window of the data, its own window is never
 closed, and no data row can match it, so it never reaches the output. The joins that emit on a
@@ -34,23 +34,35 @@ How each query is expressed:
 * Q4: the auctions that close in the window they open in, inner-joined with the bids on
   ``auction = id AND b.t BETWEEN a.t AND a.expires``, plus the redundant
   ``b.t <= a.t + window`` that gives Spark an event-time bound to evict state by; then two
-  chained windowed aggregations in append mode (Spark >= 3.4 propagates the watermark through
-  them): ``max(price)`` per (window of the auction, auction, category), then ``avg`` per
-  (window, category); ``ts`` = window start + 3 windows.
-* Q5: ``count`` per (sliding ``window()``, auction), then per window ``collect_list`` of
-  (count, auction) kept where the count is the list's greatest (ties included, with the
-  ``filter``/``array_max`` higher-order built-ins); ``ts`` = window end + slide. Spark makes
-  every window that contains a bid, the partial ones at the start included.
-* Q7: per tumbling window ``max(price)``, stream-stream joined back with the bids on window
-  equality and ``price = max``; ``ts`` = window end.
+  chained windowed aggregations in append mode (Spark propagates the watermark through
+  chained stateful operators; this chain needs no configuration): ``max(price)`` per (window
+  of the auction, auction), then ``avg`` per (window, category); ``ts`` = window start + 3
+  windows.
+* Q5: ``count`` per (sliding ``window()``, auction), then per window ``max`` of the counts and
+  ``collect_list`` of (count, auction), exploded where the count is the max (ties included;
+  the max comes from the aggregation because higher-order functions are interpreted: an
+  ``array_max`` inside ``filter``'s lambda is recomputed per element, which made the
+  no-data batch 20 times slower); ``ts`` = window end + slide. Spark makes every window that
+  contains a bid, the partial ones at the start included.
+* Q6: Q4's join and per-auction ``max`` give the closed auctions (window, id, seller,
+  expiry, winning bid); that stream is joined with itself on ``seller`` and
+  ``w2.end <= w1.end`` (every closed auction of the seller from the same or an earlier
+  window), and a windowed aggregation per closed auction collects the pairs' (window start,
+  expiry, id, winning bid); ``filter`` keeps those at or before the auction in closing order,
+  ``array_sort`` + ``slice`` the last 10, ``aggregate`` their mean; ``ts`` = window start +
+  2 windows + 1 ms. Structured Streaming has no ROWS OVER window on a stream (non-time-based
+  windows are rejected) and arbitrary per-key state is Scala or Python only, so this
+  self-join is the native form: exact, but its state and work grow with the square of a
+  seller's closed auctions (the history side of the join is never evicted, each auction
+  re-collects its seller's whole history).
+* Q7 (``q7form=collect``, the default): per tumbling window ``max(price)`` and
+  ``collect_list`` of the bids, exploded where the price is the max (ties included); one read
+  of the bids and one stateful operator. ``q7form=join``: per window ``max(price)``,
+  stream-stream joined back with the bids on window equality and ``price = max`` (reads the
+  bids file twice; slower at 1 M). ``ts`` = window end.
 * Q8: persons left-semi-joined with auctions on ``id = seller`` and tumbling-window equality
   (a person appears once per window however many auctions they opened); ``ts`` = window
   start + 2 windows.
-* Q6: unsupported. Its "last 10 closed auctions of a seller, over all time, per closing" is a
-  ROWS-based OVER window: Structured Streaming rejects non-time-based window functions on
-  streaming DataFrames, and the only per-key state across all time is arbitrary stateful
-  processing (``mapGroupsWithState`` in Scala, ``applyInPandasWithState`` /
-  ``transformWithState`` in Python), which the native-API rule excludes.
 """
 
 from __future__ import annotations
@@ -78,11 +90,6 @@ END_TS = 4102444800000
 END_ID = -1
 
 
-def unsupported(reason: str) -> None:
-    print(json.dumps({"unsupported": reason}))
-    sys.exit(3)
-
-
 def main(argv: list[str]) -> None:
     query, data_dir, out, *rest = argv
     kw = dict(a.split("=", 1) for a in rest)
@@ -92,18 +99,12 @@ def main(argv: list[str]) -> None:
     slide = int(kw.pop("slide", "2000"))
     partitions = int(kw.pop("partitions", "2"))
     memory = kw.pop("memory", "6g")
-    state = kw.pop("state", "hdfs")
     q7form = kw.pop("q7form", "collect")
     if kw:
         raise SystemExit(f"nx_spark_ss: unknown parameters {sorted(kw)}")
     if fmt not in ("parquet", "jsonl"):
         raise SystemExit(f"nx_spark_ss: unknown format {fmt!r}")
-    if query == "q6":
-        unsupported("Q6's last-10-per-seller average is a ROWS OVER window: Structured Streaming "
-                    "rejects non-time-based window functions on streaming DataFrames, and "
-                    "per-seller state over all time needs arbitrary stateful processing "
-                    "(applyInPandasWithState/transformWithState), not native operators")
-    if query not in ("q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8"):
+    if query not in ("q0", "q1", "q2", "q3", "q4", "q5", "q6", "q7", "q8"):
         raise SystemExit(f"nx_spark_ss: unknown query {query!r}")
 
     from pyspark.sql import SparkSession
@@ -116,15 +117,11 @@ def main(argv: list[str]) -> None:
                # the state's partitions, one task each per micro-batch: sized for 2 cores
                .config("spark.sql.shuffle.partitions", str(partitions))
                .config("spark.sql.session.timeZone", "UTC"))
-    if state == "rocksdb":
-        builder = builder.config(
-            "spark.sql.streaming.stateStore.providerClass",
-            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     work = tempfile.mkdtemp(prefix="nx-spark-ss-", dir=os.path.dirname(os.path.abspath(out)))
     settings = {"master": master, "format": fmt, "shuffle_partitions": partitions,
-                "driver_memory": memory, "state_store": state, "window": W, "slide": slide,
+                "driver_memory": memory, "state_store": "hdfs", "window": W, "slide": slide,
                 "trigger": "availableNow", "watermark_delay_ms": 1}
     if query == "q7":
         settings["q7form"] = q7form
@@ -142,7 +139,7 @@ def run(spark, F, query: str, data_dir: str, out: str, work: str, fmt: str, W: i
         slide: int, q7form: str) -> int:
     """Build, start and await the streaming query; concatenate its part files into ``out``."""
     ext = "parquet" if fmt == "parquet" else "jsonl"
-    flush = query in ("q4", "q5", "q7")
+    flush = query in ("q4", "q5", "q6", "q7")
 
     def stream(name: str):
         reader = spark.readStream.schema(SCHEMAS[name])
@@ -182,10 +179,9 @@ def run(spark, F, query: str, data_dir: str, out: str, work: str, fmt: str, W: i
                            "ts")
     elif query == "q3":
         p = (stream("persons").where(F.col("state").isin("OR", "ID", "CA"))
-             .select("id", "name", "city", "state", win().alias("pw"), F.col("t").alias("pt")))
+             .select("id", "name", "city", "state", win().alias("pw")))
         a = (stream("auctions").where(F.col("category") == 10)
-             .select(F.col("id").alias("aid"), "seller", win().alias("aw"),
-                     F.col("t").alias("at")))
+             .select(F.col("id").alias("aid"), "seller", win().alias("aw")))
         res = p.join(a, (p.id == a.seller) & (p.pw == a.aw)).select(
             "name", "city", "state", F.col("aid").alias("id"),
             ms(F.col("pw.end")).alias("ts"))
@@ -195,20 +191,24 @@ def run(spark, F, query: str, data_dir: str, out: str, work: str, fmt: str, W: i
         res = p.join(a, (p.id == a.seller) & (p.pw == a.aw), "left_semi").select(
             "id", "name", ms(F.col("pw.start")).alias("starttime"),
             (ms(F.col("pw.start")) + 2 * W).alias("ts"))
-    elif query == "q4":
+    elif query in ("q4", "q6"):
         # the auctions that close in the window they open in
         a = (stream("auctions")
              .where(F.col("expires") < F.floor(F.col("date_time") / W) * W + W)
-             .select(F.col("id").alias("aid"), "category", F.col("t").alias("at"),
-                     F.timestamp_millis("expires").alias("aexp")))
+             .select(F.col("id").alias("aid"), "seller", "category", "expires",
+                     F.col("t").alias("at"), F.timestamp_millis("expires").alias("aexp")))
         b = stream("bids").select(F.col("auction"), "price", F.col("t").alias("bt"))
         cond = ((b.auction == a.aid) & (b.bt >= a.at) & (b.bt <= a.aexp)
                 # implied by the filter above; the bound Spark evicts auctions' state by
                 & (b.bt <= a.at + F.expr(f"INTERVAL {W} MILLISECONDS")))
-        won = (a.join(b, cond).groupBy(win("at").alias("w"), "aid", "category")
+        won = (a.join(b, cond)
+               .groupBy(win("at").alias("w"), "aid", "seller", "category", "expires")
                .agg(F.max("price").alias("final")))
-        res = (won.groupBy("w", "category").agg(F.avg("final").alias("avg"))
-               .select("category", "avg", (ms(F.col("w.start")) + 3 * W).alias("ts")))
+        if query == "q4":
+            res = (won.groupBy("w", "category").agg(F.avg("final").alias("avg"))
+                   .select("category", "avg", (ms(F.col("w.start")) + 3 * W).alias("ts")))
+        else:
+            res = q6_last_ten(F, won, W)
     elif query == "q5":
         b = stream("bids")
         counts = (b.groupBy(F.window("t", f"{W} milliseconds", f"{slide} milliseconds")
@@ -253,6 +253,33 @@ def run(spark, F, query: str, data_dir: str, out: str, work: str, fmt: str, W: i
                     rows += chunk.count(b"\n")
                     dst.write(chunk)
     return rows
+
+
+def q6_last_ten(F, won, W: int):
+    """Per closed auction (``won``: window ``w``, ``aid``, ``seller``, ``expires``, ``final``),
+    the mean of its seller's last 10 winning bids in closing order (window, expiry, id)."""
+    c1 = won.select(F.col("w").alias("w1"), F.col("aid").alias("id1"),
+                    F.col("seller").alias("s1"), F.col("expires").alias("e1"))
+    c2 = won.select(F.col("w").alias("w2"), F.col("aid").alias("id2"),
+                    F.col("seller").alias("s2"), F.col("expires").alias("e2"),
+                    F.col("final").alias("f2"))
+    # every closed auction of the same seller from the same or an earlier window: the C2
+    # side is never evicted (all history), the C1 side is, by the time bound
+    pairs = c1.join(c2, (c1.s1 == c2.s2) & (F.col("w2.end") <= F.col("w1.end")))
+    key = ("k0", "k1", "k2")  # closing order: window start, expiry, auction id
+    per = pairs.groupBy("w1", "id1", "s1", "e1").agg(F.collect_list(F.struct(
+        *(c.alias(k) for c, k in zip((F.col("w2.start"), F.col("e2"), F.col("id2")), key,
+                                     strict=True)), F.col("f2").alias("f"))).alias("l"))
+    me = F.struct(*(c.alias(k) for c, k in zip((F.col("w1.start"), F.col("e1"), F.col("id1")),
+                                               key, strict=True)))
+    before = F.filter("l", lambda x: F.struct(*(x[k] for k in key)) <= me)
+    # the last 10 of the sorted list (slice with a negative start longer than the array
+    # gives an empty array, hence the explicit start)
+    last = F.slice(F.array_sort(before), F.greatest(F.size(before) - 9, F.lit(1)), 10)
+    return per.select(F.col("s1").alias("seller"),
+                      (F.aggregate(last, F.lit(0.0), lambda acc, x: acc + x["f"])
+                       / F.size(last)).alias("avg"),
+                      (F.unix_millis(F.col("w1.start")) + 2 * W + 1).alias("ts"))
 
 
 if __name__ == "__main__":
