@@ -182,3 +182,25 @@ def test_quick_run_measures_every_query_checks_outputs_and_renders(
     assert m["cells"]["parquet/q3"]["events_in"] == nx.QUICK_EVENTS * 4 // 50
     text, _ = render_blocks(BLOCK, Results(path.parent))
     assert "| Q5 |" in text and "Every output right" in text and ": yes." in text
+
+
+@pytest.mark.bench
+def test_the_polars_and_duckdb_programs_give_the_references_output(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bounded peers in their own venvs (installed on first use, as the bench does; the
+    inputs and venvs in the default cache, shared), on every query of the quick input in
+    both formats: the same rows as the reference engine."""
+    monkeypatch.setenv("NEXMARK_SYSTEMS", "reference,polars,duckdb")
+    monkeypatch.setenv("NEXMARK_FORMATS", "jsonl,parquet")
+    for v in ("NEXMARK_EVENTS", "NEXMARK_QUERIES", "NEXMARK_ROUNDS", "NEXMARK_TIMEOUT"):
+        monkeypatch.delenv(v, raising=False)
+    doc = json.loads(BENCHMARKS["nexmark"][2](True, str(tmp_path / "results")).read_text())
+    cells = doc["metrics"]["cells"]
+    assert len(cells) == 18
+    for key, cell in cells.items():
+        if cell["not_run"]:
+            pytest.skip(f"a peer venv could not be made: {cell['not_run']}")
+        assert cell["failed"] == {} and cell["unsupported"] == {}, key
+        for s in ("polars", "duckdb"):
+            assert cell["runs"][s][0]["output"]["correct"] is True, (key, s)
+            assert cell["runs"][s][0]["output"]["by"] in ("digest", "rows")
