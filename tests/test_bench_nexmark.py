@@ -30,9 +30,10 @@ def _write(path: Path, rows: list[dict]) -> Path:
 
 def test_registered_cross_engine_and_selected_by_environment(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    assert "nexmark" in BENCHMARKS and "nexmark" in CROSS_ENGINE
+    assert {"nexmark", "nexmark-1m"} <= BENCHMARKS.keys() & set(CROSS_ENGINE)
     for v in ENV:
         monkeypatch.delenv(v, raising=False)
+    assert nx.selection(quick=False, events=nx.EVENTS_1M)["events"] == 1_000_000
     full = nx.selection(quick=False)
     assert full["systems"] == list(nx.DEFAULT_SYSTEMS)
     assert full["queries"] == [f"q{i}" for i in range(9)]

@@ -195,4 +195,4 @@ _register_suites()
 CROSS_ENGINE: tuple[str, ...] = ("speed", "peers", "checkpoint", "kills", "live",
                                  "stretchflow-vs-flink", "stretchflow-model", "userflows",
                                  "userflows-10m", "userflows-spark", "memory",
-                                 "latency-load", "nexmark")
+                                 "latency-load", "nexmark", "nexmark-1m")

@@ -79,6 +79,10 @@ from .userflows import compare, digest
 
 NAME = "nexmark"
 EVENTS = 10_000_000
+#: ``bench run nexmark-1m``: the same at 1 M events, short enough to run every engine and
+#: every peer in one sitting (the slow engines' joins take minutes a query at 10 M)
+NAME_1M = "nexmark-1m"
+EVENTS_1M = 1_000_000
 QUICK_EVENTS = 20_000
 QUERIES = tuple(f"q{i}" for i in range(9))
 #: the streams each query reads, in the order ``stretchflow run nexmark-qN`` takes them
@@ -250,7 +254,7 @@ def check(expected: Path | None, got: Path,
 
 
 # -- the selection and the run -----------------------------------------------------------------
-def selection(quick: bool) -> dict[str, Any]:
+def selection(quick: bool, events: int = EVENTS) -> dict[str, Any]:
     """What a run measures: ``NEXMARK_*`` where set, else the defaults."""
     systems = env_list("NEXMARK_SYSTEMS") or list(QUICK_SYSTEMS if quick else DEFAULT_SYSTEMS)
     bad = [s for s in systems if s not in OWN and s not in PEERS]
@@ -267,11 +271,11 @@ def selection(quick: bool) -> dict[str, Any]:
         raise ValueError(f"NEXMARK_FORMATS: unknown {bad}; known: {', '.join(FORMATS)}")
     if "reference" not in systems:
         systems.insert(0, "reference")  # the expected output
-    events = os.environ.get("NEXMARK_EVENTS")
+    n = os.environ.get("NEXMARK_EVENTS")
     rounds = os.environ.get("NEXMARK_ROUNDS")
     timeout = os.environ.get("NEXMARK_TIMEOUT")
     return {"systems": systems, "queries": queries, "formats": formats,
-            "events": int(events) if events else (QUICK_EVENTS if quick else EVENTS),
+            "events": int(n) if n else (QUICK_EVENTS if quick else events),
             "rounds": int(rounds) if rounds else (1 if quick else ROUNDS),
             "timeout_s": float(timeout) if timeout else TIMEOUT_S,
             "windows": dict(QUICK_WINDOWS if quick else WINDOWS),
@@ -290,11 +294,12 @@ def _summary(runs: list[dict[str, Any]], events_in: int) -> dict[str, Any]:
 
 
 def run(quick: bool = False, out_dir: str | os.PathLike | None = None, seed: int = 1,
-        progress: Callable[[str], None] | None = None) -> Path:
-    """Measures the selection (:func:`selection`) and writes ``nexmark.json``; returns its
-    path."""
+        progress: Callable[[str], None] | None = None, name: str = NAME,
+        events: int = EVENTS) -> Path:
+    """Measures the selection (:func:`selection`, ``events`` unless ``NEXMARK_EVENTS`` says)
+    and writes ``<name>.json`` and ``<name>.png``; returns the JSON's path."""
     t_start = time.perf_counter()
-    sel = selection(quick)
+    sel = selection(quick, events)
     say = say_progress("NEXMARK_PROGRESS", progress)
     # the peers' venvs: made (or reused) once; one that cannot be made is reported
     exes: dict[str, Path] = {}
@@ -388,8 +393,8 @@ def run(quick: bool = False, out_dir: str | os.PathLike | None = None, seed: int
         "output": "against the reference engine's output of the same format: digest, else "
                   "row by row, float fields within a relative 1e-9",
     }
-    png = draw(metrics, sel["systems"], results_dir(out_dir) / f"{NAME}.png", quick)
-    return write_result(NAME, params, metrics, out_dir, plot=png.name)
+    png = draw(metrics, sel["systems"], results_dir(out_dir) / f"{name}.png", quick)
+    return write_result(name, params, metrics, out_dir, plot=png.name)
 
 
 def draw(metrics: dict[str, Any], systems: Sequence[str], path: Path, quick: bool) -> Path:
@@ -439,9 +444,8 @@ def _run(quick: bool, out_dir: str | None) -> Path:
     return run(quick=quick, out_dir=out_dir)
 
 
-def systems_of(doc: dict[str, Any]) -> Sequence[str]:
-    """The systems a result measured, in its order."""
-    return doc["parameters"]["systems"]
+def _run_1m(quick: bool, out_dir: str | None) -> Path:
+    return run(quick=quick, out_dir=out_dir, name=NAME_1M, events=EVENTS_1M)
 
 
 #: name -> (what it measures, the issue, run(quick, out_dir) -> JSON path)
@@ -450,4 +454,7 @@ BENCHMARKS: dict[str, tuple[str, str, Callable[[bool, str | None], Path]]] = {
            "SQL in the JVM, Spark Structured Streaming, Bytewax with 2 workers, Polars): "
            "throughput on own time, start-up apart, outputs compared (NEXMARK_* select)",
            "issue #33", _run),
+    NAME_1M: ("NEXMark Q0–Q8 at 1 M events on every engine and peer (bench nexmark's "
+              "selection, smaller: start-up weighs more, own time is apart)", "issue #33",
+              _run_1m),
 }

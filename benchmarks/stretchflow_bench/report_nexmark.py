@@ -98,6 +98,15 @@ def _reasons(d: Doc, kind: str) -> list[str]:
 
 @renderer("nexmark", "nexmark")
 def _nexmark(d: Doc) -> str:
+    return _block(d)
+
+
+@renderer("nexmark-1m", "nexmark-1m")
+def _nexmark_1m(d: Doc) -> str:
+    return _block(d)
+
+
+def _block(d: Doc) -> str:
     m, p = d["metrics"], d["parameters"]
     own, peers = _own_systems(d), _peers(d)
     systems = [*own, *peers]
