@@ -102,6 +102,8 @@ PROSE_NUMBERS = {
     "25 %",
     # parameters of the latency-load and memory benchmarks, not measurements
     "1 s", "100 %", "60 s", "1 %", "1.5 ×", "10 M", "0.15 s", "50 %",
+    # the sizes of the nexmark benchmarks, parameters
+    "1 M",
 }
 _UNIT = re.compile(r"\d[\d ,.·–]*\]?\s?(?:%|×|ms\b|s\b|min\b|MB\b|KB\b|t/s|tuples/s|tweets/s"
                    r"|rows/s|comparisons/s|M\b)")
