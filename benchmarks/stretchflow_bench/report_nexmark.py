@@ -1,7 +1,8 @@
 """The renderer of docs/RESULTS.md's ``nexmark`` block (:mod:`stretchflow_bench.nexmark_suite`,
 issue #33 items 1 and 2): per NEXMark query and system, throughput on own time, start-up
 apart, whether every output was right, and per query the best stretchflow engine against the
-best stream processor and the best bounded peer, with the interval of the ratio over rounds. Every number comes from the JSON."""
+best stream processor and the best bounded peer, with the interval of the ratio over rounds.
+Every number comes from the JSON."""
 
 from __future__ import annotations
 
