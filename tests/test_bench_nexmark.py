@@ -205,3 +205,11 @@ def test_the_polars_and_duckdb_programs_give_the_references_output(
         for s in ("polars", "duckdb"):
             assert cell["runs"][s][0]["output"]["correct"] is True, (key, s)
             assert cell["runs"][s][0]["output"]["by"] in ("digest", "rows")
+
+
+def test_the_figure_has_a_colour_for_every_system(tmp_path: Path) -> None:
+    systems = [*nx.OWN, *nx.PEERS]  # eleven: more than one ten-colour palette
+    run = {"events_per_s": {"min": 1.0, "median": 2.0, "max": 3.0, "n": 1}, "correct": True}
+    metrics = {"cells": {"jsonl/q0": {"format": "jsonl", "query": "q0",
+                                      "systems": {s: run for s in systems}}}}
+    assert nx.draw(metrics, systems, tmp_path / "nx.png", quick=True).exists()

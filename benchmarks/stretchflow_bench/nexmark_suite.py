@@ -393,8 +393,10 @@ def run(quick: bool = False, out_dir: str | os.PathLike | None = None, seed: int
         "output": "against the reference engine's output of the same format: digest, else "
                   "row by row, float fields within a relative 1e-9",
     }
-    png = draw(metrics, sel["systems"], results_dir(out_dir) / f"{name}.png", quick)
-    return write_result(name, params, metrics, out_dir, plot=png.name)
+    # the JSON first: a figure that fails must not lose an hour of measurements
+    path = write_result(name, params, metrics, out_dir, plot=f"{name}.png")
+    draw(metrics, sel["systems"], results_dir(out_dir) / f"{name}.png", quick)
+    return path
 
 
 def draw(metrics: dict[str, Any], systems: Sequence[str], path: Path, quick: bool) -> Path:
@@ -407,7 +409,8 @@ def draw(metrics: dict[str, Any], systems: Sequence[str], path: Path, quick: boo
     formats = list(dict.fromkeys(c["format"] for c in cells.values()))
     fig, axes = plt.subplots(len(formats), 1, figsize=(12, 3.8 * len(formats)), dpi=110,
                              squeeze=False)
-    colors = dict(zip(systems, plt.get_cmap("tab10").colors, strict=False))
+    palette = plt.get_cmap("tab20").colors  # 11 systems by default: more than tab10 has
+    colors = {s: palette[i % len(palette)] for i, s in enumerate(systems)}
     width = 0.8 / max(len(systems), 1)
     for ax, fmt in zip((row[0] for row in axes), formats, strict=True):
         queries = [c for c in cells.values() if c["format"] == fmt]
