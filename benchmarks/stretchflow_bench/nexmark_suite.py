@@ -62,6 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from stretchflow.io.generators import generate
+from stretchflow.queries.nexmark import QUERIES as NX_QUERIES
 
 from .common import (
     env_list,
@@ -75,7 +76,7 @@ from .common import (
 from .peak import command
 from .peers import PROGRAMS, Peer, cache_dir, ensure_venv, run_process
 from .speed import VARIANTS, summary_own_s
-from .userflows import compare, digest
+from .userflows import _clean_env, compare, digest
 
 NAME = "nexmark"
 EVENTS = 10_000_000
@@ -85,12 +86,9 @@ NAME_1M = "nexmark-1m"
 EVENTS_1M = 1_000_000
 QUICK_EVENTS = 20_000
 QUERIES = tuple(f"q{i}" for i in range(9))
-#: the streams each query reads, in the order ``stretchflow run nexmark-qN`` takes them
-READS: dict[str, tuple[str, ...]] = {
-    "q0": ("bids",), "q1": ("bids",), "q2": ("bids",), "q3": ("persons", "auctions"),
-    "q4": ("auctions", "bids"), "q5": ("bids",), "q6": ("auctions", "bids"),
-    "q7": ("bids",), "q8": ("persons", "auctions"),
-}
+#: the streams each query reads, in the order ``stretchflow run nexmark-qN`` takes them (the
+#: built-in queries' own table, not a copy of it)
+READS: dict[str, tuple[str, ...]] = {q: streams for q, (_, streams) in NX_QUERIES.items()}
 #: the windows of a full run (NEXMark's and Flink's SQL: 10 s, Q5 every 2 s) and of --quick
 #: (20 000 events span 2 s of event time)
 WINDOWS = {"window": 10_000, "slide": 2_000}
@@ -215,7 +213,7 @@ def _peer_run(system: str, exe: Path, query: str, data: Path, out: Path, fmt: st
     cmd = [str(exe), str(PROGRAMS / peer.program), query, str(data), str(out),
            f"format={fmt}", *(f"{k}={v}" for k, v in windows.items()), *peer.args]
     # the peer's venv first on PATH (PyFlink starts `python` workers), none of ours on its paths
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env = _clean_env()
     env["PATH"] = f"{exe.parent}{os.pathsep}{env.get('PATH', '')}"
     r = run_process(cmd, timeout, env={**env, **peer.env})
     if r["timed_out"]:
