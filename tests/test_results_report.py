@@ -78,6 +78,25 @@ def test_a_benchmark_never_run_renders_not_measured(capsys, copies):
     assert not re.search(r"\d", block.replace("vsn-forward", ""))
 
 
+def test_provenance_groups_results_by_commit_and_shows_what_is_left_to_re_run(tmp_path):
+    from stretchflow_bench.report import Results
+
+    def put(name: str, **doc) -> None:
+        (tmp_path / f"{name}.json").write_text(json.dumps({"metrics": {}, **doc}))
+
+    put("a", time="2026-12-07T10:00:00Z", commit="1" * 40, commit_dirty=False, quiet=True)
+    put("b", time="2026-12-07T11:00:00Z", commit="1" * 40, commit_dirty=False, quiet=False)
+    put("c", time="2026-12-06T09:00:00Z", commit="1" * 40, commit_dirty=True, quiet=True)
+    put("d", time="2026-11-22T04:00:00Z")
+    rows = [r for r in RENDERERS["provenance"](Results(tmp_path)).splitlines()
+            if r.startswith("| ") and not r.startswith("| commit")]
+    assert rows == [
+        "| `1111111111` | 2026-12-07 | 2 | a | b | – |",
+        "| `1111111111` with uncommitted changes | 2026-12-06 | 1 | c | – | – |",
+        "| not recorded | 2026-11-22 | 1 | – | – | d |",
+    ]
+
+
 def test_the_audits_three_wrong_numbers_are_gone_and_the_json_ones_are_shown():
     text = DOC.read_text()
     for typed in ("6 119", "7 879", "1 945", "2 743", "10.9 s", "76–165"):

@@ -246,6 +246,45 @@ def _machine(results: Results) -> str:
 RENDERERS["machine"] = _machine
 
 
+def _provenance(results: Results) -> str:
+    """Which commit each result was measured at and whether the machine was quiet (issue #33,
+    item 6: every result re-run at one commit on a quiet machine). One row per commit, newest
+    result first; a result with no commit, or measured with uncommitted changes, is its own
+    row, so what is left to re-run can be read off this table."""
+    rows: dict[tuple[str, bool], list[tuple[str, str, Any]]] = {}
+    for name in results.names():
+        doc = results.get(name) or {}
+        commit = doc.get("commit") or ""
+        key = (commit[:10], bool(commit and doc.get("commit_dirty")))
+        rows.setdefault(key, []).append((doc.get("time", ""), name, doc.get("quiet")))
+    if not rows:
+        return "*Not measured*: no results in the results directory.\n"
+
+    def label(key: tuple[str, bool]) -> str:
+        commit, dirty = key
+        if not commit:
+            return "not recorded"
+        return f"`{commit}`" + (" with uncommitted changes" if dirty else "")
+
+    def quiet_names(found: list[tuple[str, str, Any]], q: Any) -> str:
+        names = sorted(n for _, n, qq in found if qq is q)
+        return ", ".join(names) if names else "–"
+
+    order = sorted(rows, key=lambda k: max(t for t, _, _ in rows[k]), reverse=True)
+    def dates(found: list[tuple[str, str, Any]]) -> str:
+        first, last = min(t for t, _, _ in found)[:10], max(t for t, _, _ in found)[:10]
+        return first if first == last else f"{first} – {last}"
+
+    out = [[label(k), dates(rows[k]),
+            str(len(rows[k])), quiet_names(rows[k], True), quiet_names(rows[k], False),
+            quiet_names(rows[k], None)] for k in order]
+    return table(["commit", "measured", "results", "quiet: yes", "quiet: no",
+                  "quiet: not measured"], out) + "\n"
+
+
+RENDERERS["provenance"] = _provenance
+
+
 # ---- reference and VSN --------------------------------------------------------------------
 
 @renderer("reference-wordcount", "reference-wordcount")
