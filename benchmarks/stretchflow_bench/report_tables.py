@@ -175,6 +175,16 @@ def _loads(doc: Doc) -> list[float]:
     return found
 
 
+def quiet_of(doc: Doc) -> bool | None:
+    """Whether ``doc``'s machine was quiet, by today's :func:`.common.quiet` over the probes it
+    recorded (so that every result is judged by one rule, also one written before the rule's
+    last change), else the flag it was written with."""
+    from .common import find_probes, quiet
+
+    q = quiet(find_probes(doc.get("metrics") or {}))
+    return doc.get("quiet") if q is None else q
+
+
 def source(name: str, doc: Doc | None) -> str:
     """One line naming a block's source file and what it says about the run."""
     if doc is None:
@@ -184,7 +194,7 @@ def source(name: str, doc: Doc | None) -> str:
     commit_s = f"commit `{commit[:10]}`" if commit else "commit not recorded"
     if commit and doc.get("commit_dirty"):
         commit_s += " (with uncommitted changes)"
-    q = doc.get("quiet")
+    q = quiet_of(doc)
     quiet_s = {True: "quiet: yes (measured)", False: "quiet: **no** (measured)",
                None: "quiet: not measured"}[q if q in (True, False) else None]
     loads = _loads(doc)
@@ -256,7 +266,7 @@ def _provenance(results: Results) -> str:
         doc = results.get(name) or {}
         commit = doc.get("commit") or ""
         key = (commit[:10], bool(commit and doc.get("commit_dirty")))
-        rows.setdefault(key, []).append((doc.get("time", ""), name, doc.get("quiet")))
+        rows.setdefault(key, []).append((doc.get("time", ""), name, quiet_of(doc)))
     if not rows:
         return "*Not measured*: no results in the results directory.\n"
 
