@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from stretchflow_bench import BENCHMARKS, CROSS_ENGINE, peers
+from stretchflow_bench import BENCHMARKS, CROSS_ENGINE, common, peers
 
 
 def _write(path: Path, rows: list[dict]) -> Path:
@@ -137,6 +137,13 @@ def test_peers_quick_writes_json_and_plot(quick_doc):
             assert c["correct"] is (c["missing_rows"] == 0 == c["extra_rows"])
         assert m["reference"]["correctness"]["correct"] is True
         assert m["reference"]["throughput_vs_reference"]["wall_s"] == 1.0
+    # every run is probed (what else ran on the machine), so the result says whether it was
+    # quiet instead of "not measured"
+    assert doc["quiet"] in (True, False)
+    runs = sum(m[v]["wall_s"]["n"] for m in (doc["metrics"][q] for q in ("wordcount",
+                                                                        "paircount"))
+               for v in m if isinstance(m[v], dict) and "wall_s" in m[v])
+    assert len(common.find_probes(doc["metrics"])) == runs >= 2 * 2 * 2
 
 
 @pytest.mark.bench

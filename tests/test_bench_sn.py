@@ -117,3 +117,10 @@ def test_an_adaptive_run_carries_migrations_and_delay_per_period():
     # starts at one channel; a change per applied migration after it ("migrations" counts
     # the requested ones)
     assert series[0][1] == 1 and len(series) - 1 <= r["migrations"]
+
+
+def test_migration_steps_through_the_channels_and_probes_each_run():
+    m = sn.migration(keys=(200,), channels=(1, 2), transports=(("threads", "memory"),))
+    assert [(s["from"], s["to"]) for s in m["threads-memory"]["200"]] == [(1, 2), (2, 1)]
+    assert all(s["groups_moved"] > 0 for s in m["threads-memory"]["200"])
+    assert len(m["probes"]) == 1 and m["probes"][0]["wall_s"] > 0

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .common import rotation, summarize, write_result
+from .common import repeat_probe, rotation, summarize, write_result
 from .speed import _SUMMARY, _command, _commit, row_multiset
 
 PROGRAMS = Path(__file__).resolve().parent / "peer_programs"
@@ -262,14 +262,16 @@ def _rounds(query: str, data: Path, tmp: Path, variants: list[str], exes: dict[s
                 progress(f"peers {query}: round {r + 1}/{rounds}, {v}")
             out = tmp / f"{query}-{v}.jsonl"
             out.unlink(missing_ok=True)
-            if v in PEERS:
-                try:
-                    res = _peer_run(PEERS[v], exes[v], query, data, out, params, timeout)
-                except (RuntimeError, ValueError, IndexError) as e:
-                    failed[v] = f"failed: {str(e)[-1500:]}"  # a peer's failure is a result
-                    continue
-            else:
-                res = _own_run(v, query, data, out, params, timeout)
+            with repeat_probe() as probe:  # what else ran: the result's "quiet"
+                if v in PEERS:
+                    try:
+                        res = _peer_run(PEERS[v], exes[v], query, data, out, params, timeout)
+                    except (RuntimeError, ValueError, IndexError) as e:
+                        failed[v] = f"failed: {str(e)[-1500:]}"  # a peer's failure: a result
+                        continue
+                else:
+                    res = _own_run(v, query, data, out, params, timeout)
+            res["probe"] = probe
             runs[v].append(res)
             if v == "reference" and expected is None:
                 expected = by_ts(out)
@@ -294,6 +296,7 @@ def _rounds(query: str, data: Path, tmp: Path, variants: list[str], exes: dict[s
             # every round correct, else the round that was furthest off
             "correctness": {**worst, "rounds_correct": sum(c["correct"] for c in checks[v]),
                             "rounds": len(checks[v])},
+            "probes": [x["probe"] for x in vr],
         }
         s["tuples_per_s"] = {m: rows_in / s[m]["median"] for m in ("wall_s", "own_s")}
         if v in PEERS:

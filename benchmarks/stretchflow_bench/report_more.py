@@ -135,6 +135,8 @@ def _sn_level(settle: Doc | None, adapt: Doc | None, thresholds: Doc | None) -> 
 def _sn_migration(d: Doc) -> str:
     rows = []
     for mode, by_keys in d["metrics"].items():
+        if mode == "probes":  # repeat_probe's, for the source line
+            continue
         for keys, steps in by_keys.items():
             ms = [s["duration_ms"] for s in steps]
             kb = [s["bytes_moved"] / 1000 for s in steps]

@@ -503,6 +503,7 @@ def migration(keys: tuple[int, ...] = (1_000, 10_000, 50_000),
     """For each key count: load K keys' state, then migrate 1→2→…→max→…→1; each step's time
     and bytes moved (App. B.4: linear in the state, smaller per step with more channels)."""
     out: dict[str, Any] = {}
+    probes: list[dict[str, Any]] = []  # what else ran during each run: the result's "quiet"
     steps = list(channels[1:]) + list(reversed(channels[:-1]))
     for transport, store in transports:
         res_t: dict[str, Any] = {}
@@ -512,14 +513,18 @@ def migration(keys: tuple[int, ...] = (1_000, 10_000, 50_000),
             gap = rows // (len(steps) + 1)
             schedule = [(gap * (i + 1), p) for i, p in enumerate(steps)]
             flow, _ = _costly_flow(sf.io.iterable(recs), 0, size=10 * rows)
-            res = flow.run(engine="sn", parallelism=channels[0], max_parallelism=max(channels),
-                           channels=transport, store=store, reconfigure=schedule, batch=256)
+            with repeat_probe() as probe:
+                res = flow.run(engine="sn", parallelism=channels[0],
+                               max_parallelism=max(channels), channels=transport, store=store,
+                               reconfigure=schedule, batch=256)
+            probes.append(probe)
             res_t[str(k)] = [{"from": r["parallelism_before"], "to": r["parallelism_after"],
                               "duration_ms": round(r["duration_ms"], 2),
                               "bytes_moved": r["bytes_moved"],
                               "groups_moved": r["groups_moved"]}
                              for r in res.extra["reconfigurations"] if r["applied"]]
         out[f"{transport}-{store}"] = res_t
+    out["probes"] = probes
     return out
 
 
@@ -527,6 +532,8 @@ def _plot_migration(path: Path, m: dict[str, Any], quick: bool = False) -> None:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=110)
     for name, by_keys in m.items():
+        if name == "probes":
+            continue
         for k, steps in by_keys.items():
             labels = [f"{s['from']}->{s['to']}" for s in steps]
             ax.plot(labels, [s["duration_ms"] for s in steps], "o-", label=f"{name} {k} keys")
