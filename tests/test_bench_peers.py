@@ -84,6 +84,17 @@ def test_run_process_reports_exit_code_output_and_memory():
     assert not r["timed_out"]
 
 
+def test_run_process_counts_what_a_child_leaves_behind_as_its_own_cpu():
+    # the child starts a process that burns CPU after the child has exited (as a JVM or sn's
+    # fork server outlives its run): adopted and waited for, its CPU is ours, not "other"
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.6: pass"
+    leave = f"import subprocess, sys; subprocess.Popen([sys.executable, '-c', {burn!r}])"
+    with common.repeat_probe() as probe:
+        r = peers.run_process([sys.executable, "-c", leave], timeout=60)
+    assert r["code"] == 0
+    assert probe["own_cpu_s"] >= 0.6 and probe["other_cpu_s"] < 0.3, probe
+
+
 def test_run_process_kills_a_child_past_its_timeout():
     r = peers.run_process([sys.executable, "-c", "import time; time.sleep(60)"], timeout=0.5)
     assert r["timed_out"] and r["code"] == -9 and r["wall_s"] < 30
