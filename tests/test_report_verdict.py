@@ -1,8 +1,9 @@
 """Issue #33 (item 6): a target's verdict in docs/RESULTS.md is met only when every round is
 past the target (``report_tables.verdict``), with the per-round range beside it; where a result
 keeps only min/median/max per variant, over the conservative interval of the ratio
-(``report_tables.ratio_interval``); one run is never called met. The renderers judge the
-committed results that way, whatever verdict a benchmark stored in its JSON."""
+(``report_tables.ratio_interval``); one run is never called met. The renderers judge
+results that way, whatever verdict a benchmark stored in its JSON (here: copies of the results
+of 2026-11/12 in tests/verdict_results, whose verdicts these tests know)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ import pytest
 from stretchflow_bench import report_more, report_tables
 from stretchflow_bench.report_tables import ratio_interval, verdict
 
-RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+#: the results these tests judge, as they were when the tests were written (copies: the
+#: committed benchmarks/results are re-run and their verdicts change with them)
+RESULTS = Path(__file__).resolve().parent / "verdict_results"
 
 
 def _doc(name: str) -> dict:

