@@ -62,7 +62,9 @@ def test_check_names_the_block_of_a_changed_number_and_update_fixes_it(capsys, c
     assert len(lines) == 1 and "'spark-side-by-side'" in lines[0], err
     assert doc.read_text() == DOC.read_text()  # --check writes nothing
     assert _report(capsys, results, doc)[0] == 0
-    assert re.search(r"\| 2 743 \(\d+\.\d s\) \|", doc.read_text())
+    from stretchflow_bench.report_tables import f1
+
+    assert f"| 2 743 ({f1(res['metrics']['spark_batch']['elapsed_s'])} s) |" in doc.read_text()
     assert _report(capsys, results, doc, "--check")[0] == 0
 
 
@@ -102,18 +104,30 @@ def test_the_audits_three_wrong_numbers_are_gone_and_the_json_ones_are_shown():
     for typed in ("6 119", "7 879", "1 945", "2 743", "10.9 s", "76–165"):
         # as a number of its own: "27 879" in another table is not the audit's "7 879"
         assert not re.search(rf"(?<!\d)(?<!\d ){re.escape(typed)}(?! ?\d)", text), typed
-    # the numbers shown are the JSON's (these results were re-run: the audit's own values are
-    # in the git history of benchmarks/results)
-    from stretchflow_bench.report_tables import n0
+    # the numbers shown are the JSON's, whole rows of them (these results were re-run: the
+    # audit's own values are in the git history of benchmarks/results)
+    from stretchflow_bench.report_tables import f1, f2, n0
 
-    pair = json.loads((RESULTS / "spark-paircount.json").read_text())["metrics"]
-    assert f"| {n0(pair['spark_batch']['tuples_per_s'])} (" in text
-    assert re.search(r"blocked its writers [\d ]+–[\d ]+ times", text)
+    def result(name: str) -> dict:
+        return json.loads((RESULTS / f"{name}.json").read_text())["metrics"]
+
+    pair = result("spark-paircount")
+    assert "| " + " | ".join(f"{n0(pair[k]['tuples_per_s'])} ({f1(pair[k]['elapsed_s'])} s)"
+                             for k in ("reference", "vsn1", "sn2", "spark_batch")) + " |" in text
+    waits = [r["ssg-cap1024"]["writer_waits"]
+             for r in result("slack-overhead")["readers"].values()]
+    assert f"blocked its writers {n0(min(waits))}–{n0(max(waits))} times" in text
     # ScaleJoin: both ratios labelled; the target is judged on every round's ratio (issue #33)
-    assert "| **speed-up Π = 2 / Π = 1**, ratio of medians | **" in text
-    assert "| speed-up Π = 2 / Π = 1, median of per-round ratios | " in text
+    sj = result("vsn-scalejoin")
+    rom = (sj["vsn2"]["comparisons_per_s"]["median"]
+           / sj["vsn1"]["comparisons_per_s"]["median"])
+    per_round = sj["speedup_vs_vsn1"]["vsn2"]
+    lo, hi = f2(per_round["min"]), f2(per_round["max"])
+    assert f"| **speed-up Π = 2 / Π = 1**, ratio of medians | **{f2(rom)}** |" in text
+    assert (f"| speed-up Π = 2 / Π = 1, median of per-round ratios | "
+            f"{f2(per_round['median'])} ({lo}–{hi}) |") in text
     assert ("Target Π = 2 ≥ 1.6× Π = 1, met only when every round's speed-up (Π = 2 / the same "
-            "round's Π = 1) is past it: **") in text
+            f"round's Π = 1) is past it: **not met**: per round {lo}–{hi}") in text
 
 
 #: every number with a unit that the prose (outside the report blocks) may hold: the papers'

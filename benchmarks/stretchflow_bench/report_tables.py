@@ -280,11 +280,11 @@ def _provenance(results: Results) -> str:
         names = sorted(n for _, n, qq in found if qq is q)
         return ", ".join(names) if names else "–"
 
-    order = sorted(rows, key=lambda k: max(t for t, _, _ in rows[k]), reverse=True)
     def dates(found: list[tuple[str, str, Any]]) -> str:
         first, last = min(t for t, _, _ in found)[:10], max(t for t, _, _ in found)[:10]
         return first if first == last else f"{first} – {last}"
 
+    order = sorted(rows, key=lambda k: max(t for t, _, _ in rows[k]), reverse=True)
     out = [[label(k), dates(rows[k]),
             str(len(rows[k])), quiet_names(rows[k], True), quiet_names(rows[k], False),
             quiet_names(rows[k], None)] for k in order]
