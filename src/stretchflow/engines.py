@@ -193,10 +193,12 @@ COLUMNAR = _opt("columnar", "batches through Arrow kernels for an O+ that has co
                 "channels (a line from one file source, without reconfigurations or "
                 "checkpoints)), or everything tuple at a time (off)",
                 choices=("on", "off"), default="on")
-GIL_CORE = _opt("gil_core", "run the threads that hold the GIL for most of their work (an "
-                "O+'s instances calling Python functions, a source read as rows) on one CPU, so "
-                "a hand-over of the GIL does not move the running thread's data between cores "
-                "(runtime/gil_core.py; off: the scheduler places every thread)",
+GIL_CORE = _opt("gil_core", "run the threads that may hold the GIL for most of their work "
+                "(an O+'s instances calling Python functions, a source read as rows) on one "
+                "CPU while they are measured taking turns at it, so a hand-over of the GIL does "
+                "not move the running thread's data between cores; threads whose functions "
+                "release the GIL (numpy) use more cores and stay free (runtime/gil_core.py; "
+                "off: the scheduler places every thread)",
                 _flag("gil_core"), _flag("gil_core"), default="on", choices=("on", "off"),
                 value=True)
 METRICS_INTERVAL = _opt("metrics_interval", "seconds between two measurements (metrics, "

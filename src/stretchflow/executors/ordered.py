@@ -152,8 +152,8 @@ def run(flow: Flow, parallelism: int | None = None, key_groups: int | None = Non
 
     ``columnar`` ``"on"``: a file source -> A+ with columnar forms -> sinks runs on Arrow
     batches (:mod:`.ordered_columnar`; else ``extra["columnar_fallback"]`` says why), "off":
-    tuples. ``gil_core`` (default True): the workers share one CPU where they hold the GIL
-    for most of their work (:mod:`~stretchflow.runtime.gil_core`).
+    tuples. ``gil_core`` (default True): the workers share one CPU while they are measured
+    taking turns at the GIL (:mod:`~stretchflow.runtime.gil_core`).
     """
     return run_engine(flow, "ordered", given(locals()))
 
@@ -245,10 +245,10 @@ class _Executor:
         self.rows = False  # the line carries batches of rows (ordered_rows)
         got = decide(plan, columnar, checkpoint is not None)
         self.columnar_why = got if isinstance(got, str) else None
-        # the workers hold the GIL for most of their work (runtime/gil_core.py) unless the
-        # line runs Arrow's kernels (a columnar O+, or a Map or Filter with a columnar form:
-        # pinned, currency with column expressions ran 1.44x slower) or reads a source Arrow
-        # decodes
+        # the workers may hold the GIL for most of their work, so they are measured and
+        # pinned while taking turns at it (runtime/gil_core.py), unless the line runs Arrow's
+        # kernels (a columnar O+, or a Map or Filter with a columnar form: pinned, currency
+        # with column expressions ran 1.44x slower) or reads a source Arrow decodes
         self.gil_bound = all(gil_bound_source(n.spec)
                              for n in flow.nodes if n.kind == "source") and not any(
             getattr(n.spec, "batch_fn", None) is not None

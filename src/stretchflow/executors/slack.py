@@ -296,7 +296,8 @@ def run(flow: Flow, parallelism: int | Mapping[str, int] | None = None,
             holds a checkpoint resumes from it (docs/checkpoints.md; SLT = inf only).
         checkpoint_every: how often: N input tuples, ``"Ns"`` or ``"Nms"`` (default 10 s).
         gil_core: run the threads that call Python functions tuple by tuple on one CPU
-            (default True; :mod:`~stretchflow.runtime.gil_core`).
+            while they are measured taking turns at the GIL (default True;
+            :mod:`~stretchflow.runtime.gil_core`).
 
     Returns a :class:`RunResult` whose ``extra`` follows :mod:`stretchflow.runtime.result`
     (``parallelism``, ``latency_ms`` and ``latency_series`` of the outputs at the sinks,

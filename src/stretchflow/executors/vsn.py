@@ -563,7 +563,8 @@ def run(flow: Flow, parallelism: int | None = None, max_parallelism: int | None 
             holds a checkpoint resumes from it (docs/checkpoints.md).
         checkpoint_every: how often: N input tuples, ``"Ns"`` or ``"Nms"`` (default 10 s).
         gil_core: run the threads that call Python functions tuple by tuple on one CPU
-            (default True; :mod:`~stretchflow.runtime.gil_core`).
+            while they are measured taking turns at the GIL (default True;
+            :mod:`~stretchflow.runtime.gil_core`).
 
     ``RunResult.extra`` has the runtime's keys (``parallelism``, ``parallelism_series``,
     ``reconfigurations`` with vsn's ``trigger_ts`` and ``key_groups_per_instance``,

@@ -151,8 +151,9 @@ class RunResult:
             return None
         v = sys.version_info
         core = self.extra.get("gil_core")
-        shared = (f" (they share CPU {core['cpu']}, so the GIL's hand-overs keep their data in "
-                  "one core's caches: gil_core)") if core else ""
+        shared = (f" (they shared CPU {core['cpu']} for {core['pinned_s']:.1f} s of the run "
+                  "while measured taking turns, so the GIL's hand-overs kept their data in one "
+                  "core's caches: gil_core)") if core and core.get("pinned_s") else ""
         return (f"GIL: the Python functions of {', '.join(ops)} run on {max(ops.values())} "
                 f"threads, but CPython {v.major}.{v.minor} runs one thread's Python at a time, "
                 f"so more threads cannot make them faster{shared}; column expressions (the "

@@ -10,7 +10,7 @@ paper's algorithm plus a few hooks; :class:`Run` does the rest:
   them (also those started while the run goes on: SN's migrations start channels), and on a
   failure or an interrupt stops the run and waits for every started thread, naming in the
   error any that did not stop; the threads that run Python for most of their work share one
-  core (``python=True``, :mod:`.gil_core`);
+  core while they take turns at the GIL (``python=True``, :mod:`.gil_core`);
 * **sinks**: opened as one transaction before the threads start and committed when every
   thread has ended without an error (else aborted), or, with checkpoints, held in the
   checkpoint directory and published at the end (:mod:`.threaded_checkpoint`); each sink is
@@ -59,7 +59,7 @@ from typing import Any
 
 from .control import RunControl
 from .drain import SinkDrain
-from .gil_core import pinned, python_core
+from .gil_core import PythonCore, python_core
 from .latency import IngestClock, LatencyRecorder
 from .metrics import MetricsLog, MetricsSampler
 from .result import RunResult
@@ -86,7 +86,8 @@ class Run:
     the directory either way) and ``extra()`` (its result keys).
     ``measures`` says which of the common keys the engine reports: ``"latency"`` (its sinks'
     drains measure output latency) and ``"metrics"`` (it samples metrics).
-    ``gil_core``: the threads made with ``python=True`` share one CPU (:mod:`.gil_core`).
+    ``gil_core``: the threads made with ``python=True`` share one CPU while measured taking
+    turns at the GIL (:mod:`.gil_core`).
     """
 
     def __init__(self, engine: str, flow: Any, checkpoints: Any = None,
@@ -105,9 +106,10 @@ class Run:
         self.t0 = time.perf_counter()
         self.elapsed = 0.0
         self._at_end: list[Callable[[], None]] = []
-        #: the CPU the Python threads share (None: not pinned) and the names of those threads
-        self.python_cpu = python_core(gil_core)
-        self.pinned: list[str] = []
+        #: the threads that may share one CPU, and the measurements that decide when (None:
+        #: never pinned)
+        cpu = python_core(gil_core)
+        self.python_core = PythonCore(cpu) if cpu is not None else None
         # each thread's end, waited for instead of Thread.join (see _join_stopped)
         self._ended: dict[threading.Thread, threading.Event] = {}
 
@@ -118,10 +120,9 @@ class Run:
         joined by :meth:`execute`. Made while the run goes on, it must be started by its
         maker (and is joined all the same). ``python``: it holds the GIL for most of its
         work (the user's functions tuple by tuple, a parser in Python), so it runs on the
-        run's Python core, if any."""
-        if python and self.python_cpu is not None:
-            fn = pinned(fn, self.python_cpu)
-            self.pinned.append(name)
+        run's Python core while the measurements say the run's such threads take turns."""
+        if python and self.python_core is not None:
+            fn = self.python_core.wrap(fn, name)
         ended = threading.Event()
         t = self.control.thread(fn, *args, name=name, ended=ended)
         self.threads.append(t)
@@ -183,6 +184,8 @@ class Run:
                 start()
             for s, _ in self.samplers:
                 s.start()
+            if self.python_core is not None and self.python_core.names:
+                self.python_core.start()
             if started is not None:
                 started()
             if body is not None:
@@ -195,6 +198,8 @@ class Run:
             control.fail(e)
             self._join_stopped()
         finally:
+            if self.python_core is not None:
+                self.python_core.stop()
             try:
                 for s, final in self.samplers:
                     s.stop(final)
@@ -266,8 +271,8 @@ class Run:
             common["latency_series"] = self.latency.series()
         if self.checkpoints is not None:
             common.update(self.checkpoints.extra())
-        if self.pinned:
-            common["gil_core"] = {"cpu": self.python_cpu, "threads": list(self.pinned)}
+        if self.python_core is not None and self.python_core.names:
+            common["gil_core"] = self.python_core.report()
         return RunResult(engine=self.engine, elapsed=self.elapsed, tuples_in=dict(tuples_in),
                          tuples_out={s.name: s.count for s in self.sinks},
                          extra={**common, **extra})
