@@ -92,7 +92,9 @@ def test_run_process_counts_what_a_child_leaves_behind_as_its_own_cpu():
     with common.repeat_probe() as probe:
         r = peers.run_process([sys.executable, "-c", leave], timeout=60)
     assert r["code"] == 0
-    assert probe["own_cpu_s"] >= 0.6 and probe["other_cpu_s"] < 0.3, probe
+    # only our own CPU is asserted: "other" is whatever the parallel test worker used (a
+    # fresh clone's make test read 0.57 s of it in this run's 0.74 s); unadopted, own was 0.03
+    assert probe["own_cpu_s"] >= 0.6, probe
 
 
 def test_run_process_kills_a_child_past_its_timeout():
