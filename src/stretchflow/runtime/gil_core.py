@@ -128,7 +128,8 @@ class PythonCore:
     def wrap(self, fn: Callable[..., Any], name: str) -> Callable[..., Any]:
         """``fn`` as a candidate thread's target: measured while it runs, pinned while the
         run's candidates are."""
-        self.names.append(name)
+        with self._lock:  # a run may make threads from several (vsn's reconfigurations)
+            self.names.append(name)
 
         def target(*args: Any) -> Any:
             tid = threading.get_native_id()
@@ -161,8 +162,10 @@ class PythonCore:
     def report(self) -> dict[str, Any]:
         """What a result says (``extra["gil_core"]``): the CPU, the candidates, the seconds
         they were pinned and the judgements that changed the state."""
-        return {"cpu": self.cpu, "threads": list(self.names), "pinned_s": round(self.pinned_s, 3),
-                "changes": [list(c) for c in self.changes], "n_changes": self.n_changes}
+        with self._lock:
+            return {"cpu": self.cpu, "threads": list(self.names),
+                    "pinned_s": round(self.pinned_s, 3),
+                    "changes": [list(c) for c in self.changes], "n_changes": self.n_changes}
 
     def _set(self, tid: int, cpus: set[int]) -> None:
         # a thread that ended, or one the system refuses to move, stays where it is: pinning
