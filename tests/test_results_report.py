@@ -15,7 +15,7 @@ import pytest
 
 from stretchflow.cli import main
 from stretchflow_bench import common, report
-from stretchflow_bench.report_tables import RENDERERS
+from stretchflow_bench.report_tables import RENDERERS, f1, f2, n0
 from threadutil import within
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,8 +62,6 @@ def test_check_names_the_block_of_a_changed_number_and_update_fixes_it(capsys, c
     assert len(lines) == 1 and "'spark-side-by-side'" in lines[0], err
     assert doc.read_text() == DOC.read_text()  # --check writes nothing
     assert _report(capsys, results, doc)[0] == 0
-    from stretchflow_bench.report_tables import f1
-
     assert f"| 2 743 ({f1(res['metrics']['spark_batch']['elapsed_s'])} s) |" in doc.read_text()
     assert _report(capsys, results, doc, "--check")[0] == 0
 
@@ -106,8 +104,6 @@ def test_the_audits_three_wrong_numbers_are_gone_and_the_json_ones_are_shown():
         assert not re.search(rf"(?<!\d)(?<!\d ){re.escape(typed)}(?! ?\d)", text), typed
     # the numbers shown are the JSON's, whole rows of them (these results were re-run: the
     # audit's own values are in the git history of benchmarks/results)
-    from stretchflow_bench.report_tables import f1, f2, n0
-
     def result(name: str) -> dict:
         return json.loads((RESULTS / f"{name}.json").read_text())["metrics"]
 

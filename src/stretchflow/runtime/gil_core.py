@@ -217,7 +217,7 @@ class PythonCore:
                                                  "pin" if got else "free", round(cores, 2)))
                     wanted = got
                     self._apply(got, now)
-            before, t_before = self._read()
+            before, t_before = now_cpu, now
 
 
 def gil_bound_source(spec: Any) -> bool:
